@@ -1,0 +1,38 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# On a machine without torch, torch==2.13.0 is installed first (a CPU build where one is
+# provided locally), so a CPU-only machine never downloads multi-GB CUDA wheels; a torch that
+# is already importable by $(PYTHON) is kept (the venv then sees the system site-packages).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: setup demo test bench-cpu clean
+
+$(VENV)/.installed: setup.py
+	@if [ ! -x $(PY) ]; then \
+	  if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
+	    echo "torch found: the venv reuses it"; $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else \
+	    $(PYTHON) -m venv $(VENV); \
+	  fi; \
+	fi
+	@$(PY) -c "import torch" >/dev/null 2>&1 || $(PIP) install -q "$(TORCH_PIN)"
+	$(PIP) install -q -e ".[test]"
+	@$(PIP) install -q -e ".[cuda]" || echo "note: CUDA extras (cuda-bindings, NVRTC) not installed; NVRTC tests will be skipped"
+	@touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) tools/demo.py
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench-cpu: setup
+	$(PY) tools/bench.py --device cpu
+
+clean:
+	rm -rf $(VENV) *.egg-info
