@@ -1,0 +1,85 @@
+"""graphfuser: a TorchScript-style graph fuser for PyTorch.
+
+Example::
+
+    import torch, graphfuser
+
+    def forward(x):
+        return (x + 1.0).relu()
+
+    f = graphfuser.script(forward)
+    for _ in range(3):
+        y = f(torch.rand(2, 32, 128, 512))
+    print(f.graph_for(torch.rand(2, 32, 128, 512)))   # prim::CpuFusionGuard / prim::CpuFusionGroup_0
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Optional
+
+from .config import ConfigError, config
+from .executor.executor import ScriptedFunction, last_executed_optimized_graph
+from .frontend.torchscript import UnsupportedError
+from .log import enable_logging
+
+__version__ = "0.1.0"
+
+
+def script(fn_or_module: Any) -> ScriptedFunction:
+    """Script a function or ``nn.Module`` for profiling, fusion and guarded fused execution."""
+    return ScriptedFunction(fn_or_module)
+
+
+# -- knobs, mirroring torch._C._jit_set_nvfuser_* -------------------------------------------------
+def set_enabled(enabled: bool) -> bool:
+    """Turn fusion on or off (like ``torch._C._jit_set_nvfuser_enabled``); returns the old value."""
+    old = config.enabled
+    config.set(enabled=bool(enabled))
+    return old
+
+
+def set_single_node_mode(flag: bool) -> bool:
+    """Allow fusion groups of a single node; returns the old value."""
+    old = config.single_node_mode
+    config.set(single_node_mode=bool(flag))
+    return old
+
+
+def set_horizontal_mode(flag: bool) -> bool:
+    """Fuse siblings that share a tensor input; returns the old value."""
+    old = config.horizontal_mode
+    config.set(horizontal_mode=bool(flag))
+    return old
+
+
+def set_guard_mode(flag: bool) -> bool:
+    """Check guards before fused calls (off is for testing only); returns the old value."""
+    old = config.guard_mode
+    config.set(guard_mode=bool(flag))
+    return old
+
+
+def set_skip_node_kind(kind: str, flag: bool = True) -> bool:
+    """Never fuse nodes of ``kind`` (e.g. ``"aten::add"``) when ``flag``; returns the old state."""
+    kinds = list(config.skip_node_kinds)
+    old = kind in kinds
+    if flag and not old:
+        kinds.append(kind)
+    elif not flag and old:
+        kinds.remove(kind)
+    config.set(skip_node_kinds=kinds)
+    return old
+
+
+@contextlib.contextmanager
+def fuser(enabled: bool = True, **knobs: Any) -> Iterator[None]:
+    """Temporarily set knobs: ``with graphfuser.fuser(single_node_mode=True): ...``."""
+    with config.override(enabled=enabled, **knobs):
+        yield
+
+
+__all__ = [
+    "script", "ScriptedFunction", "last_executed_optimized_graph", "config", "ConfigError", "UnsupportedError",
+    "set_enabled", "set_single_node_mode", "set_horizontal_mode", "set_guard_mode", "set_skip_node_kind",
+    "fuser", "enable_logging",
+]

@@ -1,0 +1,262 @@
+"""Kernel IR: the target-neutral form a fusion group lowers to.
+
+Two layers:
+
+- scalar expressions (``Expr``): loads, kernel arguments, constants, casts and calls of primitive
+  ops (``add``, ``exp``, ``where`` ...). Every expression has a *compute dtype* (a torch dtype:
+  fp16/bf16 never appear here, they are loaded as float). Op-table rows build these through
+  ``ExprBuilder``; the renderers print them through one template table (``PRIMS``).
+- the kernel (``Kernel``): tensor and scalar parameters, the iteration domain shaped by a
+  ``LoopNest`` (``schedule.py``), the ordered statements of the body, and the stores.
+
+Nothing here touches tensors or devices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import torch
+
+FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype arithmetic runs in: fp16 and bf16 compute in fp32 (torch's "opmath")."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+# Primitive scalar ops: name -> (arity, C template, result rule). The template is shared by both
+# dialects; functions spelled ``gf_*`` are defined by each dialect's prelude for every type.
+# Result rule: "same" (the args' dtype) or "bool".
+PRIMS: dict[str, tuple[int, str, str]] = {
+    "add": (2, "({0} + {1})", "same"),
+    "sub": (2, "({0} - {1})", "same"),
+    "mul": (2, "({0} * {1})", "same"),
+    "div": (2, "({0} / {1})", "same"),
+    "neg": (1, "(-{0})", "same"),
+    "lt": (2, "({0} < {1})", "bool"),
+    "le": (2, "({0} <= {1})", "bool"),
+    "gt": (2, "({0} > {1})", "bool"),
+    "ge": (2, "({0} >= {1})", "bool"),
+    "eq": (2, "({0} == {1})", "bool"),
+    "ne": (2, "({0} != {1})", "bool"),
+    "and": (2, "({0} && {1})", "bool"),
+    "or": (2, "({0} || {1})", "bool"),
+    "not": (1, "(!{0})", "bool"),
+    "bitand": (2, "({0} & {1})", "same"),
+    "bitor": (2, "({0} | {1})", "same"),
+    "bitxor": (2, "({0} ^ {1})", "same"),
+    "bitnot": (1, "(~{0})", "same"),
+    "where": (3, "({0} ? {1} : {2})", "same"),
+    "fma": (3, "gf_fma({0}, {1}, {2})", "same"),
+    "pow": (2, "gf_pow({0}, {1})", "same"),
+    "fmod": (2, "gf_fmod({0}, {1})", "same"),
+    "remainder": (2, "gf_remainder({0}, {1})", "same"),
+    "atan2": (2, "gf_atan2({0}, {1})", "same"),
+    "maximum": (2, "gf_maximum({0}, {1})", "same"),
+    "minimum": (2, "gf_minimum({0}, {1})", "same"),
+    "isnan": (1, "gf_isnan({0})", "bool"),
+    "isinf": (1, "gf_isinf({0})", "bool"),
+    "isfinite": (1, "gf_isfinite({0})", "bool"),
+    "signbit": (1, "gf_signbit({0})", "bool"),
+}
+# Unary math functions: gf_<name>(x) for float, double (and ints where noted in the preludes).
+MATH_UNARY = (
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
+    "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "erfc", "lgamma", "floor", "ceil", "trunc",
+    "round", "abs", "reciprocal", "sigmoid",
+)
+for _name in MATH_UNARY:
+    PRIMS[_name] = (1, f"gf_{_name}({{0}})", "same")
+
+
+class Expr:
+    """A scalar expression node; ``dtype`` is its compute dtype."""
+
+    __slots__ = ("dtype",)
+
+    def key(self) -> tuple:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: Any
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("const", repr(self.value), self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    """Element of tensor parameter ``tensor`` at the current iteration point, in compute dtype."""
+
+    tensor: int
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("load", self.tensor)
+
+
+@dataclass(frozen=True, eq=False)
+class ScalarArg(Expr):
+    index: int
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("arg", self.index)
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    arg: Expr
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("cast", id(self.arg), self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Expr):
+    op: str
+    args: tuple
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("call", self.op, tuple(id(a) for a in self.args), self.dtype)
+
+
+def _py_value(value: Any, dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype in INT_TYPES:
+        return int(value)
+    return float(value)
+
+
+class ExprBuilder:
+    """Builds scalar expressions with hash-consing (common subexpressions are shared).
+
+    Example::
+
+        >>> b = ExprBuilder()
+        >>> x = b.load(0, torch.float16)          # loaded as float
+        >>> y = b.call("exp", b.mul(x, b.const(2.0, torch.float32)))
+        >>> y.dtype
+        torch.float32
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple, Expr] = {}
+
+    def _intern(self, e: Expr) -> Expr:
+        return self._memo.setdefault(e.key(), e)
+
+    def load(self, tensor: int, storage_dtype: torch.dtype) -> Expr:
+        return self._intern(Load(tensor, compute_dtype(storage_dtype)))
+
+    def arg(self, index: int, dtype: torch.dtype) -> Expr:
+        return self._intern(ScalarArg(index, dtype))
+
+    def const(self, value: Any, dtype: torch.dtype) -> Expr:
+        dtype = compute_dtype(dtype)
+        return self._intern(Const(_py_value(value, dtype), dtype))
+
+    def cast(self, e: Expr, dtype: torch.dtype) -> Expr:
+        dtype = compute_dtype(dtype)
+        if e.dtype == dtype:
+            return e
+        if isinstance(e, Const):
+            return self.const(e.value, dtype)
+        return self._intern(Cast(e, dtype))
+
+    def call(self, op: str, *args: Expr, dtype: Optional[torch.dtype] = None) -> Expr:
+        """Apply primitive ``op``; args are cast to ``dtype`` (default: the first arg's dtype).
+
+        For ``where`` the condition (first arg) is cast to bool and ``dtype`` applies to the rest.
+        """
+        arity, _, rule = PRIMS[op]
+        assert len(args) == arity, f"{op} takes {arity} args"
+        if op == "where":
+            dt = dtype or args[1].dtype
+            args = (self.cast(args[0], torch.bool), self.cast(args[1], dt), self.cast(args[2], dt))
+        else:
+            dt = dtype or args[0].dtype
+            if op in ("and", "or", "not"):
+                args = tuple(self.cast(a, torch.bool) for a in args)
+                dt = torch.bool
+            else:
+                args = tuple(self.cast(a, dt) for a in args)
+        out = torch.bool if rule == "bool" else dt
+        return self._intern(Call(op, args, out))
+
+    # Short spellings for the common binary ops.
+    def add(self, a: Expr, b: Expr) -> Expr:
+        return self.call("add", a, b)
+
+    def sub(self, a: Expr, b: Expr) -> Expr:
+        return self.call("sub", a, b)
+
+    def mul(self, a: Expr, b: Expr) -> Expr:
+        return self.call("mul", a, b)
+
+    def div(self, a: Expr, b: Expr) -> Expr:
+        return self.call("div", a, b)
+
+    def where(self, c: Expr, a: Expr, b: Expr) -> Expr:
+        return self.call("where", c, a, b)
+
+
+def topo_exprs(roots: list[Expr]) -> list[Expr]:
+    """All expressions reachable from ``roots``, producers first, each once."""
+    seen: set[int] = set()
+    order: list[Expr] = []
+
+    def visit(e: Expr) -> None:
+        if id(e) in seen:
+            return
+        seen.add(id(e))
+        for a in getattr(e, "args", ()) or ((e.arg,) if isinstance(e, Cast) else ()):
+            visit(a)
+        order.append(e)
+
+    for r in roots:
+        visit(r)
+    return order
+
+
+@dataclass
+class TensorParam:
+    """A tensor the kernel reads or writes, specialized on layout (never on sizes)."""
+
+    name: str
+    dtype: torch.dtype                  # storage dtype
+    is_output: bool
+    # For each iteration root dim: "bcast" (stride 0), "unit" (stride 1) or "strided" (runtime arg).
+    dim_kinds: tuple[str, ...]
+    dense: bool = False                 # offset equals the flat iteration index
+
+
+@dataclass
+class ScalarParam:
+    name: str
+    dtype: torch.dtype                  # float64 / int64 / bool
+
+
+@dataclass
+class Kernel:
+    """A lowered pointwise kernel: params, loop nest, expression body and stores."""
+
+    name: str
+    tensors: list[TensorParam]
+    scalars: list[ScalarParam]
+    n_dims: int                          # iteration root dims after coalescing
+    stores: list[tuple[int, Expr]]       # (tensor param index, value)
+    nest: Any = None                     # schedule.LoopNest
+    notes: list[str] = field(default_factory=list)
+
+    def exprs(self) -> list[Expr]:
+        return topo_exprs([e for _, e in self.stores])

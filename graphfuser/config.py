@@ -1,0 +1,198 @@
+"""One configuration object that every knob goes through.
+
+Precedence, lowest first: built-in defaults (mirrored, with comments, in ``configs/default.yaml``)
+< the YAML file named by ``GRAPHFUSER_CONFIG`` < environment variables (the TorchScript nvFuser
+names) < explicit API calls (``graphfuser.set_single_node_mode(True)``, ``graphfuser.fuser(...)``).
+
+Example::
+
+    >>> from graphfuser.config import config
+    >>> config.single_node_mode
+    False
+    >>> with config.override(single_node_mode=True):
+    ...     config.single_node_mode
+    True
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from typing import Any, Iterator
+
+import yaml
+
+DISABLE_OPTIONS = (
+    "fallback", "fma", "index_hoist", "predicate_elimination", "unroll_with_rng", "compile_cache",
+)
+ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition")
+DUMP_OPTIONS = (
+    "fusion_ir", "kernel_ir", "cuda_kernel", "cpp_kernel", "launch_param", "kernel_args",
+    "python_definition", "scheduler_params", "dump_eff_bandwidth",
+)
+LOG_FILES = (
+    "profiling_graph_executor_impl", "graph_fuser", "partition", "guard", "kernel_cache",
+    "executor", "compile",
+)
+
+DEFAULTS: dict[str, Any] = {
+    "enabled": True,
+    "profiling_runs": 2,
+    "single_node_mode": False,
+    "horizontal_mode": True,
+    "guard_mode": True,
+    "skip_node_kinds": [],
+    "max_specializations": 8,
+    "fuse_cpu": True,
+    "fuse_cuda": True,
+    "disable": [],
+    "enable": [],
+    "dump": [],
+    "log_level": "",
+    "cache_dir": None,
+    "repro_dir": "logs/repro",
+    "cpu": {
+        "cxx": "g++",
+        "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17"],
+        "omp_threshold": 65536,
+    },
+    "cuda": {"block_size": 128, "unroll": 4, "blocks_per_sm": 8},
+}
+
+# Knobs that change generated code: part of every kernel cache key.
+CODEGEN_KNOBS = ("fma", "index_hoist", "predicate_elimination")
+
+
+class ConfigError(ValueError):
+    """A knob got a value it does not accept; the message lists the valid ones."""
+
+
+def parse_token_list(value: str | list | tuple, valid: tuple[str, ...], what: str) -> list[str]:
+    """Split ``"a,b"`` (or a list) and check each token against ``valid``."""
+    if isinstance(value, str):
+        tokens = [t.strip() for t in value.split(",") if t.strip()]
+    else:
+        tokens = [str(t).strip() for t in value]
+    for tok in tokens:
+        if tok not in valid:
+            raise ConfigError(f"{what}: unknown option {tok!r}; valid options are: {', '.join(valid)}")
+    return tokens
+
+
+def parse_log_level(spec: str) -> dict[str, int]:
+    """``">partition:graph_fuser:>>kernel_cache"`` -> ``{"partition": 1, "graph_fuser": 0, ...}``.
+
+    As in TorchScript's ``PYTORCH_JIT_LOG_LEVEL``: each ``:``-separated entry names a file, and
+    each leading ``>`` raises its verbosity (0 = graph dumps, 1 = updates, 2 = debug). A file
+    enabled at level N logs everything at levels <= N.
+    """
+    levels: dict[str, int] = {}
+    for entry in (e.strip() for e in spec.split(":")):
+        if not entry:
+            continue
+        level = len(entry) - len(entry.lstrip(">"))
+        name = entry.lstrip(">").removesuffix(".cpp").removesuffix(".py")
+        if name not in LOG_FILES:
+            raise ConfigError(
+                f"PYTORCH_JIT_LOG_LEVEL: unknown log name {name!r}; valid names are: {', '.join(LOG_FILES)}"
+            )
+        levels[name] = max(levels.get(name, -1), level)
+    return levels
+
+
+def _merge(base: dict, extra: dict, where: str) -> None:
+    for key, value in extra.items():
+        if key not in base:
+            raise ConfigError(f"{where}: unknown knob {key!r}; valid knobs are: {', '.join(base)}")
+        if isinstance(base[key], dict) and isinstance(value, dict):
+            _merge(base[key], value, f"{where}.{key}")
+        else:
+            base[key] = value
+
+
+class Config:
+    """The knobs, resolved once from defaults, YAML and environment; mutable through the API."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self._values: dict[str, Any] = {}
+        self._log_levels: dict[str, int] = {}
+        self.reload(env)
+
+    # -- loading -------------------------------------------------------------------------
+    def reload(self, env: dict[str, str] | None = None) -> None:
+        """Re-read defaults, ``GRAPHFUSER_CONFIG`` and the environment (drops API overrides)."""
+        env = dict(os.environ) if env is None else env
+        values = copy.deepcopy(DEFAULTS)
+        path = env.get("GRAPHFUSER_CONFIG")
+        if path:
+            with open(path) as f:
+                _merge(values, yaml.safe_load(f) or {}, path)
+        if env.get("PYTORCH_JIT_ENABLE_NVFUSER") is not None:
+            values["enabled"] = env["PYTORCH_JIT_ENABLE_NVFUSER"].strip() not in ("0", "false", "False", "")
+        for var, key in (("PYTORCH_NVFUSER_DISABLE", "disable"), ("PYTORCH_NVFUSER_ENABLE", "enable"),
+                         ("PYTORCH_NVFUSER_DUMP", "dump")):
+            if env.get(var):
+                values[key] = list(values[key]) + [t for t in env[var].split(",") if t.strip()]
+        if env.get("PYTORCH_JIT_LOG_LEVEL"):
+            values["log_level"] = env["PYTORCH_JIT_LOG_LEVEL"]
+        if env.get("GRAPHFUSER_CACHE_DIR"):
+            values["cache_dir"] = env["GRAPHFUSER_CACHE_DIR"]
+        if env.get("CXX"):
+            values["cpu"]["cxx"] = env["CXX"]
+        self._values = values
+        self._validate()
+
+    def _validate(self) -> None:
+        v = self._values
+        v["disable"] = parse_token_list(v["disable"], DISABLE_OPTIONS, "PYTORCH_NVFUSER_DISABLE")
+        v["enable"] = parse_token_list(v["enable"], ENABLE_OPTIONS, "PYTORCH_NVFUSER_ENABLE")
+        v["dump"] = parse_token_list(v["dump"], DUMP_OPTIONS, "PYTORCH_NVFUSER_DUMP")
+        self._log_levels = parse_log_level(v["log_level"] or "")
+        if int(v["profiling_runs"]) < 1:
+            raise ConfigError("profiling_runs must be >= 1")
+
+    # -- access --------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("_values")
+        if values is not None and name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    def set(self, **kwargs: Any) -> None:
+        """Set knobs by name (the API level of precedence)."""
+        _merge(self._values, kwargs, "graphfuser.config")
+        self._validate()
+
+    @contextlib.contextmanager
+    def override(self, **kwargs: Any) -> Iterator["Config"]:
+        """Temporarily set knobs; restores the previous values on exit."""
+        saved = copy.deepcopy(self._values)
+        self.set(**kwargs)
+        try:
+            yield self
+        finally:
+            self._values = saved
+            self._validate()
+
+    def is_disabled(self, option: str) -> bool:
+        return option in self._values["disable"]
+
+    def is_enabled(self, option: str) -> bool:
+        return option in self._values["enable"]
+
+    def dumps(self, option: str) -> bool:
+        return option in self._values["dump"]
+
+    def log_level(self, name: str) -> int:
+        """Verbosity for a log name, -1 when off."""
+        return self._log_levels.get(name, -1)
+
+    def codegen_key(self) -> tuple:
+        """The knobs that change generated code, for kernel cache keys."""
+        return tuple(sorted(k for k in CODEGEN_KNOBS if self.is_disabled(k)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self._values)
+
+
+config = Config()

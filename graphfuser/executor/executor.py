@@ -1,0 +1,232 @@
+"""The profiling executor: the only place where every stage is wired together.
+
+``ScriptedFunction`` runs the captured graph through a profiling host program for the first
+``profiling_runs`` calls, merging the types it sees. It then runs the pass pipeline once
+(functionalize -> partition -> guards -> dce), makes a fusion site per group, and from then on
+every call runs one generated host program. Guard misses run the fallback; a signature seen
+twice is specialized (the fallback branch gets its own guard and group) and the host program is
+regenerated.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..config import config
+from ..frontend.torchscript import Captured, capture
+from ..ir.clone import clone_graph
+from ..ir.graph import Graph, Node
+from ..ir.verify import verify
+from ..log import jit_log, jit_log_graph
+from ..passes import dce, functionalize, insert_guards, partition, wrap_group
+from .fusion import FusionFailure, FusionSite, make_group_runner
+from .guards import always_true, make_guard
+from .hostgen import HostProgram, build_program
+from .profile import ProfileRecord
+
+_state = threading.local()
+
+
+def last_executed_optimized_graph() -> Optional[Graph]:
+    """The optimized graph of the most recent call that ran one (like torch.jit's)."""
+    return getattr(_state, "graph", None)
+
+
+class ScriptedFunction:
+    """What ``graphfuser.script`` returns: callable like the original function or module.
+
+    Example::
+
+        >>> import torch, graphfuser
+        >>> def f(x):
+        ...     return (x + 1.0).relu()
+        >>> sf = graphfuser.script(f)
+        >>> for _ in range(3):
+        ...     _ = sf(torch.rand(4, 8))
+        >>> "CpuFusionGroup" in str(sf.graph_for(torch.rand(4, 8)))
+        True
+    """
+
+    def __init__(self, obj: Any) -> None:
+        self._captured: Captured = capture(obj)
+        self._module = self._captured.module
+        self.graph: Graph = self._captured.graph
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._calls = 0
+        self._work: Graph = clone_graph(self.graph)
+        self._record: Optional[ProfileRecord] = None
+        self._profiling: Optional[HostProgram] = None
+        self._plain: Optional[HostProgram] = None
+        self._optimized: Optional[Graph] = None
+        self._program: Optional[HostProgram] = None
+        self._sites: dict[Node, FusionSite] = {}       # group or fallback node -> site
+        self._runners: dict[Node, Callable] = {}
+        self._pending: list[tuple] = []
+
+    # -- public --------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = self._bind(args, kwargs)
+        program = self._program
+        if program is not None:
+            out = program.fn(*args)
+            _state.graph = self._optimized
+            if self._pending:
+                self._respecialize()
+            return out
+        if not config.enabled:
+            if self._plain is None:
+                self._plain = build_program(self.graph, name="unfused")
+            return self._plain.fn(*args)
+        with self._lock:
+            return self._profile_call(args)
+
+    def graph_for(self, *args: Any, **kwargs: Any) -> Graph:
+        """Run once with ``args`` and return the graph that ran: optimized once profiling is done."""
+        self(*args, **kwargs)
+        return self._optimized if self._optimized is not None else self._work
+
+    @property
+    def code(self) -> str:
+        """Source of the current host program."""
+        return (self._program or self._profiling or build_program(self.graph)).source
+
+    # -- argument binding ----------------------------------------------------------------
+    def _bind(self, args: tuple, kwargs: dict) -> tuple:
+        cap = self._captured
+        names = cap.arg_names
+        if kwargs or len(args) != len(names):
+            if len(args) > len(names):
+                raise TypeError(f"{cap.name}() takes {len(names)} argument(s) ({', '.join(names)}) "
+                                f"but {len(args)} were given")
+            full = list(args)
+            for name in names[len(args):]:
+                if name in kwargs:
+                    full.append(kwargs.pop(name))
+                elif name in cap.defaults:
+                    full.append(cap.defaults[name])
+                else:
+                    raise TypeError(f"{cap.name}() missing required argument {name!r}")
+            if kwargs:
+                raise TypeError(f"{cap.name}() got unexpected keyword argument(s) {', '.join(kwargs)}")
+            args = tuple(full)
+        return (self._module,) + args if self._module is not None else args
+
+    # -- profiling -----------------------------------------------------------------------
+    def _profile_call(self, args: tuple) -> Any:
+        if self._program is not None:
+            return self._program.fn(*args)
+        if self._profiling is None:
+            self._record = ProfileRecord([])
+            self._profiling = build_program(self._work, name="profiling", profiler=self._record_slot)
+            self._record.slots = self._profiling.slots
+            self._record.types = [None] * len(self._record.slots)
+            self._record.seen = [False] * len(self._record.slots)
+        self._check_args(args)
+        out = self._profiling.fn(*args)
+        self._calls += 1
+        if self._calls >= config.profiling_runs:
+            self._optimize()
+        return out
+
+    def _record_slot(self, slot: int, value: Any) -> None:
+        self._record.record(slot, value)
+
+    def _check_args(self, args: tuple) -> None:
+        offset = 1 if self._module is not None else 0
+        for v, a, name in zip(self.graph.inputs[offset:], args[offset:], self._captured.arg_names):
+            if v.type.is_tensor and not isinstance(a, torch.Tensor):
+                raise TypeError(f"{self._captured.name}(): argument {name!r} must be a Tensor, got {type(a).__name__}")
+
+    # -- optimization --------------------------------------------------------------------
+    def _optimize(self) -> None:
+        self._record.apply()
+        g = self._work
+        jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
+        functionalize(g)
+        jit_log_graph("graph_fuser", "Before Fusion:", g)
+        groups = partition(g)
+        insert_guards(g, groups)
+        dce(g)
+        verify(g)
+        jit_log_graph("graph_fuser", "Before Compilation:", g)
+        for group in groups:
+            site = FusionSite(group, self)
+            self._sites[group] = site
+            self._register_fallbacks(group, site)
+        self._optimized = g
+        self._rebuild()
+        jit_log_graph("profiling_graph_executor_impl", "Optimized Graph:", g)
+
+    def _register_fallbacks(self, group: Node, site: FusionSite) -> None:
+        ifn = group.owner.owner
+        self._sites[ifn.blocks[1].nodes[-1]] = site
+
+    def _special(self, node: Node) -> Optional[Callable]:
+        kind = node.kind
+        if kind.endswith("FusionGroup"):
+            if node not in self._runners:
+                self._runners[node] = make_group_runner(node)
+            return self._runners[node]
+        if kind.endswith("FusionGuard"):
+            if not config.guard_mode:
+                return always_true
+            if node not in self._runners:
+                group = node.owner.nodes[node.owner.nodes.index(node) + 1].blocks[0].nodes[0]
+                rank = max((o.type.rank or 0) for o in group.subgraph.outputs)
+                self._runners[node] = make_guard(node.attrs["types"], rank)
+            return self._runners[node]
+        if kind == "prim::FallbackGraph":
+            site = self._sites.get(node)
+            if site is None:
+                from .fusion_eager import eager_runner
+
+                return eager_runner(node.subgraph, "fallback")
+            return site.fallback
+        return None
+
+    def _rebuild(self) -> None:
+        self._program = build_program(self._optimized, name="forward", special=self._special)
+
+    # -- re-specialization ---------------------------------------------------------------
+    def request_respecialization(self, site: FusionSite, inputs: tuple, sig: tuple) -> None:
+        self._pending.append((site, inputs, sig))
+
+    def _respecialize(self) -> None:
+        pending, self._pending = self._pending, []
+        for site, inputs, sig in pending:
+            sub = clone_graph(site.template)
+            rec = ProfileRecord([])
+            prog = build_program(sub, name="reprofile", profiler=lambda s, v: rec.record(s, v), tuple_return=True)
+            rec.slots, rec.types, rec.seen = prog.slots, [None] * len(prog.slots), [False] * len(prog.slots)
+            prog.fn(*inputs)
+            rec.apply()
+            from ..ops import fusible
+
+            reasons = [fusible(n) for n in sub.block.nodes if n.kind != "prim::Constant"]
+            reasons = [r for r in reasons if r]
+            if reasons:
+                jit_log("guard", 1, f"no specialization for new signature of {site.kind}: {reasons[0]}")
+                site.rejected.add(sig)
+                continue
+            fb = next(n for n, s in self._sites.items() if s is site and n.kind == "prim::FallbackGraph"
+                      and n.owner is not None)
+            block = fb.owner
+            group = self._optimized.create(site.kind, list(fb.inputs), [o.type for o in sub.outputs])
+            group.subgraph = sub
+            block.insert_before(fb, group)
+            for old, new in zip(fb.outputs, group.outputs):
+                block.replace_return(old, new)
+            block.remove(fb)
+            del self._sites[fb]
+            ifn = wrap_group(self._optimized, group, block)
+            self._sites[group] = site
+            self._register_fallbacks(group, site)
+            site.n_specializations += 1
+            verify(self._optimized)
+            jit_log_graph("profiling_graph_executor_impl", f"Re-specialized {site.kind}:", self._optimized)
+        self._rebuild()

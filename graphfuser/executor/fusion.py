@@ -1,0 +1,68 @@
+"""Fusion sites: what runs for a fusion group, its fallback, and re-specialization on misses.
+
+A ``FusionSite`` is one fused region of the original graph. It owns the eager fallback program,
+the miss statistics per input signature, and the compiled runner of every specialization
+(group node) made for it. A signature that misses the guards twice gets its own
+specialization, up to ``max_specializations``; after that the site stays on the fallback and
+warns once, saying why.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..config import config
+from ..ir.graph import Graph, Node
+from ..ir.types import TensorType
+from ..log import jit_log, warn
+from .fusion_eager import eager_runner
+
+
+class FusionFailure(RuntimeError):
+    """A fusion group could not be compiled or launched (raised when fallback is disabled)."""
+
+
+class FusionSite:
+    def __init__(self, group: Node, executor: Any) -> None:
+        self.template = group.subgraph
+        self.kind = group.kind
+        self.executor = executor
+        self.fallback_fn = eager_runner(group.subgraph, "fallback")
+        self.misses: dict[tuple, int] = {}
+        self.rejected: set[tuple] = set()
+        self.n_specializations = 1
+        self.exhausted = False
+        self.tensor_positions = [i for i, v in enumerate(group.inputs) if v.type.is_tensor]
+
+    def signature(self, inputs: tuple) -> tuple:
+        return tuple(TensorType.of(inputs[i]).specialization() if isinstance(inputs[i], torch.Tensor) else None
+                     for i in self.tensor_positions)
+
+    def fallback(self, *inputs: Any) -> tuple:
+        out = self.fallback_fn(*inputs)
+        if self.exhausted or not config.guard_mode:
+            return out
+        sig = self.signature(inputs)
+        if sig in self.rejected:
+            return out
+        n = self.misses[sig] = self.misses.get(sig, 0) + 1
+        jit_log("guard", 1, f"guard miss on {self.kind} (signature seen {n} time(s))")
+        if n == 2:
+            if self.n_specializations >= config.max_specializations:
+                self.exhausted = True
+                warn(f"graphfuser: {self.kind} reached max_specializations={config.max_specializations}; "
+                     "new input signatures run on the eager fallback from now on "
+                     "(raise max_specializations in the config to allow more)")
+            else:
+                self.executor.request_respecialization(self, inputs, sig)
+        return out
+
+
+def make_group_runner(group: Node) -> Callable[..., tuple]:
+    """The compiled kernel for ``group`` (the codegen backend), or the eager program when the
+    backend cannot take it; compile failures follow the fallback policy."""
+    from .compiled import compile_group  # the kernel backend
+
+    return compile_group(group)

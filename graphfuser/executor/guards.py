@@ -1,0 +1,87 @@
+"""Guard functions: generated Python that checks exactly what a kernel was specialized on.
+
+For each tensor input: dtype, device, rank, broadcast (size-1) dims, contiguity along the
+profiled stride order, and requires_grad (or grad mode). Across inputs: the non-broadcast sizes
+that must agree for the group's broadcast to be valid (eager would raise on a mismatch; the
+fallback then raises the same error). Never concrete sizes.
+
+Example (a contiguous 2-D float input)::
+
+    def guard(x0):
+        return (x0.dtype is _dt0 and x0.is_cpu and x0.dim() == 2 and x0.is_contiguous()
+                and (s0 := x0.shape)[0] != 1 and s0[1] != 1 and not x0.requires_grad)
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from ..ir.types import TensorType
+
+
+def _layout_checks(i: int, t: TensorType) -> list[str]:
+    rank = t.rank
+    order, contig = t.stride_order, t.contiguity
+    default_order = tuple(d for d in range(rank) if t.sizes[d] != 1)
+    if order == default_order and all(contig):
+        return [f"x{i}.is_contiguous()"]
+    checks = []
+    for k, d in enumerate(order):
+        if not contig[k]:
+            continue
+        if k + 1 < len(order):
+            n = order[k + 1]
+            checks.append(f"st{i}[{d}] == st{i}[{n}] * s{i}[{n}]")
+        else:
+            checks.append(f"st{i}[{d}] == 1")
+    return checks
+
+
+def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard") -> tuple[str, dict]:
+    """Python source of a guard over ``types`` (tensor inputs of a group) and its namespace."""
+    ns: dict = {"_grad_enabled": torch.is_grad_enabled}
+    conds: list[str] = []
+    for i, t in enumerate(types):
+        ns[f"_dt{i}"] = t.dtype
+        conds.append(f"x{i}.dtype is _dt{i}")
+        if t.device.type == "cpu":
+            conds.append(f"x{i}.is_cpu")
+        else:
+            conds.append(f"x{i}.is_cuda and x{i}.get_device() == {t.device.index or 0}")
+        conds.append(f"x{i}.dim() == {t.rank}")
+        conds.append(f"((s{i} := x{i}.shape) or True)")
+        needs_strides = any(c.startswith("st") for c in _layout_checks(i, t))
+        if needs_strides:
+            conds.append(f"((st{i} := x{i}.stride()) or True)")
+        for d, s in enumerate(t.sizes):
+            conds.append(f"s{i}[{d}] == 1" if s == 1 else f"s{i}[{d}] != 1")
+        conds += _layout_checks(i, t)
+        conds.append(f"not x{i}.requires_grad" if not t.requires_grad else "not _grad_enabled()")
+    # Non-broadcast dims aligned to the same output dim must agree (right-aligned broadcasting).
+    owners: dict[int, tuple[int, int]] = {}
+    for i, t in enumerate(types):
+        for d, s in enumerate(t.sizes):
+            od = out_rank - t.rank + d
+            if s == 1:
+                continue
+            if od in owners:
+                j, e = owners[od]
+                conds.append(f"s{i}[{d}] == s{j}[{e}]")
+            else:
+                owners[od] = (i, d)
+    args = ", ".join(f"x{i}" for i in range(len(types)))
+    body = " and\n            ".join(conds) if conds else "True"
+    return f"def {name}({args}):\n    return ({body})\n", ns
+
+
+def make_guard(types: Sequence[TensorType], out_rank: int) -> Callable[..., bool]:
+    src, ns = guard_source(types, out_rank)
+    exec(compile(src, "<graphfuser guard>", "exec"), ns)
+    fn = ns["guard"]
+    fn.source = src
+    return fn
+
+
+def always_true(*args) -> bool:
+    return True

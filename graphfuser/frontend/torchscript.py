@@ -1,0 +1,146 @@
+"""Capture: ``torch.jit.script``'s graph (calls inlined) converted to graphfuser's IR.
+
+Module parameters and buffers stay ``prim::GetAttr`` nodes on the module input (``self``), so
+the host program reads them at run time and a changed parameter is seen on the next call.
+``prim::If`` and ``prim::Loop`` stay blocks. Anything the host program cannot execute raises
+``UnsupportedError`` naming the construct and its source line.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..ir.graph import Block, Graph, Value
+from ..ir.types import TENSOR, Type
+from ..executor.builtins import SUPPORTED_PRIMS, resolve_aten
+
+
+class UnsupportedError(RuntimeError):
+    """A construct graphfuser cannot capture or execute."""
+
+
+@dataclass
+class Captured:
+    graph: Graph
+    module: Optional[torch.nn.Module]
+    arg_names: list[str]            # user-facing argument names (self excluded)
+    defaults: dict[str, Any]
+    name: str
+
+
+def _script(obj: Any):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return torch.jit.script(obj)
+        except Exception as e:  # TorchScript's own message names the construct and line
+            raise UnsupportedError(f"graphfuser.script could not script {getattr(obj, '__name__', type(obj).__name__)}:"
+                                   f" {e}") from e
+
+
+_SOURCE_RE = re.compile(r"#\s*(\S+:\d+:\d+)\s*$")
+
+
+def _source_of(tnode) -> Optional[str]:
+    first = str(tnode).splitlines()[0] if str(tnode) else ""
+    m = _SOURCE_RE.search(first)
+    return m.group(1) if m else None
+
+
+def _type_of(tv) -> Type:
+    t = tv.type()
+    if isinstance(t, torch._C.TensorType):
+        return TENSOR
+    name = t.annotation_str if hasattr(t, "annotation_str") else str(t)
+    name = {"Optional[Tensor]": "Tensor?"}.get(name, name)
+    m = re.match(r"^Optional\[(.*)\]$", name)
+    if m:
+        name = m.group(1) + "?"
+    m = re.match(r"^List\[(.*)\]$", name)
+    if m:
+        name = m.group(1) + "[]"
+    return Type(name)
+
+
+def _constant_value(tnode) -> Any:
+    if not tnode.hasAttribute("value") and tnode.output().type().kind() == "NoneType":
+        return None
+    return tnode.output().toIValue()
+
+
+class _Converter:
+    def __init__(self, graph: Graph) -> None:
+        self.g = graph
+        self.vmap: dict[Any, Value] = {}
+
+    def value(self, tv) -> Value:
+        return self.vmap[tv.unique()]
+
+    def convert_block(self, tblock, block: Block, params) -> None:
+        for tp, name_hint in params:
+            v = block.add_param(tp.debugName(), _type_of(tp))
+            self.vmap[tp.unique()] = v
+        for tnode in tblock.nodes():
+            self.convert_node(tnode, block)
+        block.returns = [self.value(o) for o in tblock.outputs()]
+
+    def convert_node(self, tnode, block: Block) -> None:
+        kind = tnode.kind()
+        source = _source_of(tnode)
+        attrs: dict[str, Any] = {}
+        overload = None
+        if kind == "prim::Constant":
+            value = _constant_value(tnode)
+            if value is not None or tnode.hasAttribute("value"):
+                attrs["value"] = value
+        elif kind in ("prim::GetAttr", "prim::SetAttr"):
+            attrs["name"] = tnode.s("name")
+        elif kind.startswith("aten::"):
+            try:
+                schema = tnode.schema()
+            except RuntimeError:
+                schema = None
+            overload = resolve_aten(kind, schema)
+            if overload is None:
+                raise UnsupportedError(f"unsupported operator {kind}" + (f" at {source}" if source else ""))
+        elif kind not in SUPPORTED_PRIMS:
+            raise UnsupportedError(f"unsupported construct {kind}" + (f" at {source}" if source else "")
+                                   + "; graphfuser.script executes aten ops, control flow and simple prim ops")
+        node = self.g.create(kind, [self.value(i) for i in tnode.inputs()],
+                             [_type_of(o) for o in tnode.outputs()], attrs, source,
+                             [o.debugName() for o in tnode.outputs()])
+        node.attrs.update({})
+        if overload is not None:
+            node.schema = overload
+        block.append(node)
+        for to, o in zip(tnode.outputs(), node.outputs):
+            self.vmap[to.unique()] = o
+        for tb in tnode.blocks():
+            b = Block(self.g, owner=node)
+            node.blocks.append(b)
+            self.convert_block(tb, b, [(p, None) for p in tb.inputs()])
+
+
+def capture(obj: Any) -> Captured:
+    """Script ``obj`` (a function or ``nn.Module``) and convert its inlined graph to the IR."""
+    module = obj if isinstance(obj, torch.nn.Module) else None
+    if module is None and not callable(obj):
+        raise TypeError(f"graphfuser.script expects a function or nn.Module, got {type(obj).__name__}")
+    scripted = _script(obj)
+    tgraph = (scripted.forward.graph if module is not None else scripted.graph).copy()
+    torch._C._jit_pass_inline(tgraph)
+    g = Graph()
+    conv = _Converter(g)
+    conv.convert_block(tgraph.block() if hasattr(tgraph, "block") else tgraph, g.block,
+                       [(i, None) for i in tgraph.inputs()])
+    schema = scripted.forward.schema if module is not None else scripted.schema
+    args = [a for a in schema.arguments if a.name != "self"]
+    defaults = {a.name: a.default_value for a in args if a.default_value is not None
+                or a.has_default_value()} if args else {}
+    name = type(obj).__name__ if module is not None else getattr(obj, "__name__", "fn")
+    return Captured(g, module, [a.name for a in args], defaults, name)

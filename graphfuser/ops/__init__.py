@@ -1,0 +1,115 @@
+"""The op table and the questions other stages ask it.
+
+Example::
+
+    >>> from graphfuser.ops import ROWS, lookup
+    >>> lookup("aten::relu").name
+    'relu'
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ..ir.graph import Node, Value
+from ..ir.types import TensorType
+from . import pointwise  # noqa: F401  (registers the rows)
+from .promotion import Participant, participant_of, result_type
+from .table import REGISTRY, ROWS, OpCall, OpRow, lookup
+
+FUSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                  torch.int16, torch.int8, torch.uint8, torch.bool)
+FUSIBLE_KINDS = ("pointwise", "cast")
+
+
+def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[str, Participant]]:
+    """Map a node's inputs to the row's argument names.
+
+    Returns (args, consts, participants): ``args`` holds Values for run-time inputs and Python
+    values for constants; ``consts`` only the constants; ``participants`` the promotion inputs.
+    """
+    names = row.arg_names
+    defaults = row.defaults()
+    args: dict[str, Any] = {}
+    consts: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        if i < len(node.inputs):
+            v = node.inputs[i]
+            if v.is_constant:
+                args[name] = consts[name] = v.constant()
+            else:
+                args[name] = v
+        elif name in defaults:
+            args[name] = consts[name] = defaults[name]
+    parts: dict[str, Participant] = {}
+    for name in row.promote:
+        if name not in args:
+            continue
+        v = args[name]
+        p = participant_of(v.type) if isinstance(v, Value) else (None if v is None else participant_of(None, v))
+        if p is not None:
+            parts[name] = p
+    return args, consts, parts
+
+
+def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
+    """``None`` if ``node`` can join a fusion group given its profiled types, else the reason."""
+    row = lookup(node.kind)
+    if row is None:
+        if node.kind.endswith("_") and lookup(node.kind[:-1]) is not None:
+            return f"{node.kind} writes its input in place (only in-place ops on intermediates are made functional)"
+        return f"{node.kind} is not in the op table"
+    if row.kind not in FUSIBLE_KINDS:
+        return f"{node.kind} is a {row.kind} op; not fused by this build"
+    if len(node.inputs) > len(row.arg_names):
+        return f"{node.kind} called with {len(node.inputs)} arguments; the row knows {len(row.arg_names)}"
+    if len(node.outputs) != 1:
+        return f"{node.kind} has {len(node.outputs)} outputs"
+    out = node.outputs[0].type
+    if not isinstance(out, TensorType) or not out.complete:
+        return "output type was not profiled (the node never ran, or its layout changed between runs)"
+    if out.dtype not in FUSIBLE_DTYPES:
+        return f"dtype {out.dtype} is not fused"
+    if device_type is not None and out.device.type != device_type:
+        return f"output on {out.device}, group on {device_type}"
+    args, consts, parts = bind(row, node)
+    for name in row.consts:
+        if name in args and name not in consts:
+            return f"argument {name!r} of {node.kind} must be a constant"
+    for name, v in args.items():
+        if name in row.ignored or not isinstance(v, Value):
+            continue
+        t = v.type
+        if isinstance(t, TensorType):
+            if not t.complete:
+                return f"input %{v.name} has no complete profiled type"
+            if t.dtype not in FUSIBLE_DTYPES:
+                return f"input dtype {t.dtype} is not fused"
+            if t.device != out.device:
+                return f"input %{v.name} on {t.device}, output on {out.device}"
+            if t.rank > out.rank:
+                return f"input %{v.name} has a higher rank than the output"
+        elif t.name not in ("int", "float", "bool"):
+            return f"argument {name!r} has type {t}; only tensors and int/float/bool scalars are fused"
+    if row.kind == "cast":
+        compute = out.dtype
+    else:
+        if not parts:
+            return f"{node.kind} has no typed inputs"
+        try:
+            expected, compute = row.result_dtypes(parts, consts)
+        except (ValueError, TypeError) as e:
+            return f"type promotion failed: {e}"
+        if expected != out.dtype:
+            return f"type promotion gives {expected}, profiled output is {out.dtype}"
+    return row.reject(consts, parts, compute)
+
+
+def op_listing() -> list[tuple[str, str, str, str, str]]:
+    """(name, aten names, kind, promotion, doc) for every row: ``python -m graphfuser ops``."""
+    return [(r.name, ", ".join(r.aten), r.kind, r.promotion, r.doc) for r in sorted(ROWS.values(), key=lambda r: r.name)]
+
+
+__all__ = ["ROWS", "REGISTRY", "OpRow", "OpCall", "lookup", "bind", "fusible", "op_listing", "Participant",
+           "result_type", "participant_of"]

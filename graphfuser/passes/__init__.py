@@ -1,0 +1,16 @@
+"""Graph passes, run in this order by the executor (``PIPELINE``).
+
+1. functionalize  in-place ops on intermediates become functional (must precede partition,
+                  which never fuses in-place ops)
+2. partition      the graph fuser: fusion groups from the op table's verdicts and the knobs
+3. insert_guards  guard + If(group | fallback) around every group (needs the groups' types)
+4. dce            drop what the rewrites left unused (after everything that replaces uses)
+"""
+from .dce import dce
+from .functionalize import functionalize
+from .guard import insert_guards, wrap_group
+from .partition import partition
+
+PIPELINE = ("functionalize", "partition", "insert_guards", "dce")
+
+__all__ = ["PIPELINE", "functionalize", "partition", "insert_guards", "wrap_group", "dce"]

@@ -1,0 +1,32 @@
+"""Dead code elimination: drop side-effect-free nodes whose outputs are never used."""
+from __future__ import annotations
+
+from ..ir.graph import Block, Graph
+from .partition import _mutates
+
+
+def _dce_block(block: Block) -> int:
+    removed = 0
+    for node in reversed(list(block.nodes)):
+        for b in node.blocks:
+            removed += _dce_block(b)
+        if node.kind in ("prim::Loop", "prim::If") and node.outputs:
+            # keep control flow unless it is provably pure and unused
+            if any(o.uses or o in block.returns for o in node.outputs) or _mutates(node):
+                continue
+            if any(n.kind.startswith("prim::") and n.kind not in ("prim::Constant",) for b in node.blocks for n in b.nodes):
+                continue
+        if _mutates(node) or not node.outputs and node.kind not in ("prim::Constant",):
+            continue
+        if any(o.uses or o in block.returns for o in node.outputs):
+            continue
+        if node.kind.startswith("aten::") or node.kind in ("prim::Constant", "prim::GetAttr", "prim::ListConstruct",
+                                                            "prim::TupleConstruct", "prim::If", "prim::Loop"):
+            block.remove(node)
+            removed += 1
+    return removed
+
+
+def dce(graph: Graph) -> Graph:
+    _dce_block(graph.block)
+    return graph

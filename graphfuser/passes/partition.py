@@ -1,0 +1,297 @@
+"""The graph fuser: grow fusion groups from producers to consumers, never creating a cycle.
+
+Per block (nested ``If``/``Loop`` blocks are partitioned on their own):
+
+1. Each node asks the op table whether it is fusible with its profiled types (``ops.fusible``);
+   skip-node kinds and disabled devices are rejected too. Every rejection is logged with its
+   reason under ``PYTORCH_JIT_LOG_LEVEL=">partition"``.
+2. A fusible node joins the group of a producer when the merge keeps the block acyclic: no
+   node outside the two sets may sit on a path between them. Side-effecting nodes (in-place
+   writes, prints, raises) are ordering barriers, so no group spans one.
+3. Horizontal mode merges sibling groups that read the same tensor.
+4. Groups with fewer than two compute nodes dissolve unless single-node mode is on.
+5. Each group becomes one ``prim::CpuFusionGroup`` / ``prim::CudaFusionGroup`` node holding a
+   subgraph (constants are copied in); the block is re-sorted topologically, keeping the
+   original order wherever dependencies allow.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Optional
+
+from ..config import config
+from ..ir.clone import clone_node
+from ..ir.graph import Block, Graph, Node, Value
+from ..ir.types import TensorType
+from ..log import jit_log
+from ..ops import fusible
+
+_SIDE_EFFECT_KINDS = {
+    "prim::SetAttr", "prim::Print", "prim::RaiseException", "aten::append", "aten::warn", "aten::copy_",
+    "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend", "prim::DictConstruct",
+}
+
+
+def _mutates(node: Node) -> bool:
+    if node.kind in _SIDE_EFFECT_KINDS or (node.kind.startswith("aten::") and node.kind.endswith("_")
+                                            and not node.kind.endswith("__")):
+        return True
+    return any(_mutates(n) for b in node.blocks for n in b.nodes)
+
+
+def group_kind(device_type: str) -> str:
+    return "prim::CudaFusionGroup" if device_type == "cuda" else "prim::CpuFusionGroup"
+
+
+class _BlockPartition:
+    def __init__(self, block: Block) -> None:
+        self.block = block
+        self.nodes = list(block.nodes)
+        self.index = {n: i for i, n in enumerate(self.nodes)}
+        self.succ: dict[Node, set[Node]] = {n: set() for n in self.nodes}
+        self.pred: dict[Node, set[Node]] = {n: set() for n in self.nodes}
+        self._edges()
+        self.group: dict[Node, int] = {}
+        self.members: dict[int, list[Node]] = {}
+        self.device: dict[int, object] = {}
+
+    def _top(self, user: Node) -> Optional[Node]:
+        """The node of this block that contains ``user`` (itself, or an enclosing If/Loop)."""
+        while user is not None and user.owner is not self.block:
+            owner_block = user.owner
+            user = owner_block.owner if owner_block is not None else None
+        return user
+
+    def _edges(self) -> None:
+        for n in self.nodes:
+            for o in n.outputs:
+                for u, _ in o.uses:
+                    top = self._top(u)
+                    if top is not None and top is not n:
+                        self.succ[n].add(top)
+                        self.pred[top].add(n)
+        barriers = [n for n in self.nodes if _mutates(n)]
+        for b in barriers:
+            i = self.index[b]
+            for n in self.nodes:
+                if self.index[n] < i:
+                    self.succ[n].add(b)
+                    self.pred[b].add(n)
+                elif self.index[n] > i:
+                    self.succ[b].add(n)
+                    self.pred[n].add(b)
+
+    # -- reachability ------------------------------------------------------------------------
+    def _closure(self, start: set[Node], edges: dict[Node, set[Node]]) -> set[Node]:
+        seen, stack = set(), list(start)
+        while stack:
+            n = stack.pop()
+            for m in edges[n]:
+                if m not in seen:
+                    seen.add(m)
+                    stack.append(m)
+        return seen
+
+    def can_merge(self, a: set[Node], b: set[Node]) -> bool:
+        union = a | b
+        down_a, up_b = self._closure(a, self.succ), self._closure(b, self.pred)
+        if (down_a & up_b) - union:
+            return False
+        down_b, up_a = self._closure(b, self.succ), self._closure(a, self.pred)
+        return not ((down_b & up_a) - union)
+
+    # -- grouping ----------------------------------------------------------------------------
+    def reason(self, node: Node) -> Optional[str]:
+        if node.kind in config.skip_node_kinds:
+            return f"{node.kind} is a skipped node kind (set_skip_node_kind)"
+        if node.kind == "prim::Constant" or not node.kind.startswith("aten::"):
+            return ""
+        out = node.outputs[0].type if len(node.outputs) == 1 else None
+        if isinstance(out, TensorType) and out.device is not None:
+            if out.device.type == "cpu" and not config.fuse_cpu:
+                return "CPU fusion is disabled (fuse_cpu: false)"
+            if out.device.type == "cuda" and not config.fuse_cuda:
+                return "CUDA fusion is disabled (fuse_cuda: false)"
+            if out.device.type not in ("cpu", "cuda"):
+                return f"no fusion backend for device {out.device}"
+        return fusible(node)
+
+    def merge_groups(self, keep: int, drop: int) -> None:
+        for n in self.members.pop(drop):
+            self.group[n] = keep
+            self.members[keep].append(n)
+        self.members[keep].sort(key=self.index.__getitem__)
+        self.device.pop(drop, None)
+
+    def run(self) -> list[list[Node]]:
+        next_id = 0
+        for node in self.nodes:
+            why = self.reason(node)
+            if why is not None:
+                if why:
+                    jit_log("partition", 1, f"rejected {node.where()}: {why}")
+                continue
+            dev = node.outputs[0].type.device
+            gid = None
+            producers = []
+            for v in node.inputs:
+                p = v.node
+                if p is not None and p in self.group and self.group[p] not in producers:
+                    producers.append(self.group[p])
+            for pg in producers:
+                if self.device[pg] != dev:
+                    jit_log("partition", 1, f"{node.where()} not merged with group {pg}: device {dev} vs {self.device[pg]}")
+                    continue
+                current = set(self.members[gid]) if gid is not None else {node}
+                if self.can_merge(current, set(self.members[pg])):
+                    if gid is None:
+                        self.group[node] = pg
+                        self.members[pg].append(node)
+                        gid = pg
+                    else:
+                        self.merge_groups(gid, pg)
+                else:
+                    jit_log("partition", 1, f"{node.where()} not merged with group {pg}: the merge would create a cycle")
+            if gid is None:
+                gid, next_id = next_id, next_id + 1
+                self.group[node] = gid
+                self.members[gid] = [node]
+                self.device[gid] = dev
+            jit_log("partition", 2, f"{node.where()} -> group {gid}")
+        if config.horizontal_mode:
+            self._horizontal()
+        groups = []
+        for gid, mem in sorted(self.members.items()):
+            if len(mem) < 2 and not config.single_node_mode:
+                jit_log("partition", 1, f"dropped single-node group {mem[0].where()} (single-node mode is off)")
+                continue
+            groups.append(sorted(mem, key=self.index.__getitem__))
+        return groups
+
+    def _horizontal(self) -> None:
+        for n in self.nodes:
+            for o in n.outputs:
+                sibs = []
+                for u, _ in o.uses:
+                    if u in self.group and self.group[u] not in sibs:
+                        sibs.append(self.group[u])
+                self._merge_siblings(sibs)
+        for v in self.block.params + (self.block.graph.inputs if self.block.owner is None else []):
+            sibs = []
+            for u, _ in v.uses:
+                if u in self.group and self.group[u] not in sibs:
+                    sibs.append(self.group[u])
+            self._merge_siblings(sibs)
+
+    def _merge_siblings(self, sibs: list[int]) -> None:
+        while len(sibs) > 1:
+            a, b = sibs[0], sibs[1]
+            if a in self.members and b in self.members and self.device[a] == self.device[b] \
+                    and self.can_merge(set(self.members[a]), set(self.members[b])):
+                jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
+                self.merge_groups(a, b)
+                sibs.pop(1)
+            else:
+                sibs.pop(0)
+
+
+def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
+    """Replace each member list by one fusion-group node; re-sort the block topologically."""
+    graph = block.graph
+    part = _BlockPartition(block)  # fresh edges over the unchanged block
+    unit_of: dict[Node, object] = {n: n for n in block.nodes}
+    group_nodes = []
+    for mem in groups:
+        memset = set(mem)
+        sub = Graph()
+        vmap: dict[Value, Value] = {}
+        inputs: list[Value] = []
+        for n in mem:
+            for v in n.inputs:
+                if v in vmap:
+                    continue
+                if v.node is not None and v.node.kind == "prim::Constant" and v.node not in memset:
+                    clone_node(v.node, sub, vmap, sub.block)
+                    continue
+                if v.node not in memset:
+                    vmap[v] = sub.add_input(v.name, v.type)
+                    inputs.append(v)
+            clone_node(n, sub, vmap, sub.block)
+        outputs = []
+        for n in mem:
+            for o in n.outputs:
+                external = any(part._top(u) not in memset for u, _ in o.uses) or _returned(block, o)
+                if external:
+                    outputs.append(o)
+        sub.block.returns = [vmap[o] for o in outputs]
+        dev = mem[0].outputs[0].type.device
+        gnode = graph.create(group_kind(dev.type), inputs, [o.type for o in outputs],
+                             out_names=[o.name for o in outputs])
+        gnode.subgraph = sub
+        gnode.owner = block
+        for old, new in zip(outputs, gnode.outputs):
+            for u, i in list(old.uses):
+                if part._top(u) not in memset:
+                    u.replace_input(i, new)
+            block.returns = [new if r is old else r for r in block.returns]
+        for n in mem:
+            unit_of[n] = gnode
+        group_nodes.append((gnode, mem))
+    # Topological re-sort over units (groups collapse their members).
+    units: list[object] = []
+    first: dict[object, int] = {}
+    for i, n in enumerate(block.nodes):
+        u = unit_of[n]
+        if u not in first:
+            first[u] = i
+            units.append(u)
+    deps: dict[object, set] = {u: set() for u in units}
+    for n in block.nodes:
+        for p in part.pred[n]:
+            if unit_of[p] is not unit_of[n]:
+                deps[unit_of[n]].add(unit_of[p])
+    users: dict[object, set] = {u: set() for u in units}
+    for u, ds in deps.items():
+        for d in ds:
+            users[d].add(u)
+    indeg = {u: len(deps[u]) for u in units}
+    heap = [(first[u], k, u) for k, u in enumerate(units) if indeg[u] == 0]
+    key = {u: k for k, u in enumerate(units)}
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, _, u = heapq.heappop(heap)
+        order.append(u)
+        for w in users[u]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (first[w], key[w], w))
+    assert len(order) == len(units), "partition produced a cycle"
+    for gnode, mem in group_nodes:
+        for n in mem:
+            n.drop_inputs()
+            n.owner = None
+    block.nodes = []
+    for u in order:
+        block.append(u)
+    return [g for g, _ in group_nodes]
+
+
+def _returned(block: Block, v: Value) -> bool:
+    return v in block.returns
+
+
+def _partition_block(block: Block) -> list[Node]:
+    made = []
+    for n in list(block.nodes):
+        for b in n.blocks:
+            made += _partition_block(b)
+    groups = _BlockPartition(block).run()
+    if groups:
+        made += _materialize(block, groups)
+    return made
+
+
+def partition(graph: Graph) -> list[Node]:
+    """Create fusion groups in ``graph`` (in place); returns the new group nodes."""
+    return _partition_block(graph.block)

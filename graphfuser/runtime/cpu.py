@@ -1,0 +1,217 @@
+"""Compile generated C++ kernels with the system compiler and call them through ctypes.
+
+The kernels are self-contained C++ (no ATen headers) exporting ``extern "C"`` functions. They are
+compiled to shared objects with ``config.cpu["cxx"]`` (env ``CXX``) and ``config.cpu["cxxflags"]``
+(``-O3 -march=native -fopenmp -shared -fPIC -std=c++17`` by default), cached on disk by
+:mod:`graphfuser.runtime.cache`, and loaded once per path with ``ctypes.CDLL``.
+
+Example::
+
+    >>> from graphfuser.runtime.cpu import CpuKernel, compile_cpp
+    >>> so = compile_cpp('extern "C" void k(const float* a, float* o, long long n)'
+    ...                  ' { for (long long i = 0; i < n; ++i) o[i] = a[i] + 1; }')
+    >>> k = CpuKernel(so, "k", ["ptr", "ptr", "i64"])
+    >>> k(a.data_ptr(), out.data_ptr(), a.numel())
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import subprocess
+import tempfile
+from typing import Sequence
+
+from graphfuser.config import config
+from graphfuser.log import jit_log
+from graphfuser.runtime import cache
+from graphfuser.runtime.errors import CompileError
+
+# ctypes type per kernel argument kind.
+ARG_CTYPES: dict[str, type] = {
+    "ptr": ctypes.c_void_p,
+    "i64": ctypes.c_int64,
+    "i32": ctypes.c_int32,
+    "f64": ctypes.c_double,
+    "f32": ctypes.c_float,
+    "bool": ctypes.c_bool,
+}
+
+# Flags some compilers do not accept (clang without libomp, -march=native on some targets):
+# dropped, with a log line, when the compiler rejects them.
+OPTIONAL_FLAGS = ("-march=native", "-fopenmp")
+# Words in a compiler's diagnostics that blame each optional flag.
+_BLAME = {
+    "-march=native": ("-march=native", "march="),
+    "-fopenmp": ("-fopenmp", "omp.h", "gomp", "libomp", "-lomp"),
+}
+COMPILE_TIMEOUT_S = 600
+
+_COMPILER_IDS: dict[str, str] = {}
+_REJECTED: dict[str, set[str]] = {}  # cxx -> optional flags it refused in this process
+_LIBS: dict[str, ctypes.CDLL] = {}  # one loaded library per path; never unloaded
+
+
+def compiler_id(cxx: str | None = None) -> str:
+    """The first line of ``<cxx> --version`` (cached per process per compiler).
+
+    Example::
+
+        >>> compiler_id("g++")
+        'g++ (Debian 12.2.0-14+deb12u1) 12.2.0'
+    """
+    cxx = config.cpu["cxx"] if cxx is None else cxx
+    found = _COMPILER_IDS.get(cxx)
+    if found is None:
+        command = [*shlex.split(cxx), "--version"]
+        proc = _run(command, "")
+        text = (proc.stdout or proc.stderr or "").strip()
+        if proc.returncode != 0 or not text:
+            raise CompileError(
+                f"C++ compiler {cxx!r} failed on --version (exit {proc.returncode}):\n"
+                f"{proc.stderr.strip()}\nset CXX or config.cpu['cxx'] to a working compiler",
+                log=proc.stderr, command=command)
+        found = text.splitlines()[0].strip()
+        _COMPILER_IDS[cxx] = found
+    return found
+
+
+def cxx_flags() -> list[str]:
+    """``config.cpu["cxxflags"]`` plus ``-ffp-contract=off`` (``fma`` disabled) or ``=fast``.
+
+    Example::
+
+        >>> with config.override(disable=["fma"]):
+        ...     cxx_flags()[-1]
+        '-ffp-contract=off'
+    """
+    contract = "-ffp-contract=off" if config.is_disabled("fma") else "-ffp-contract=fast"
+    return [*config.cpu["cxxflags"], contract]
+
+
+def compile_cpp(source: str) -> str:
+    """Compile ``source`` to a shared object (disk-cached) and return its path.
+
+    Raises :class:`CompileError` with the compiler's diagnostics when it does not compile.
+
+    Example::
+
+        >>> so = compile_cpp('extern "C" void k(float* o) { o[0] = 1; }')
+        >>> so.endswith(".so")
+        True
+    """
+    cxx = config.cpu["cxx"]
+    flags = cxx_flags()
+    cid = compiler_id(cxx)
+
+    def build(out: str) -> None:
+        _build_shared_object(cxx, cid, flags, source, out)
+
+    return cache.get_or_build_file("cpp", source, flags, cid, "so", build)
+
+
+def _build_shared_object(cxx: str, cid: str, flags: list[str], source: str, out: str) -> None:
+    """Run the compiler; retry once without optional flags it rejected."""
+    rejected = _REJECTED.setdefault(cxx, set())
+    use = [f for f in flags if f not in rejected]
+    use += [f for f in ("-shared", "-fPIC") if f not in use]
+    with tempfile.TemporaryDirectory(prefix="graphfuser-cpp-") as tmp:
+        src_path = os.path.join(tmp, "kernel.cpp")
+        with open(src_path, "w", encoding="utf-8") as f:
+            f.write(source)
+        command = [*shlex.split(cxx), *use, "-o", out, src_path]
+        proc = _compile(command, source)
+        if proc.returncode != 0:
+            blamed = [f for f in OPTIONAL_FLAGS if f in use and _blames(f, proc.stderr)]
+            if blamed:
+                jit_log("kernel_cache", 1, f"{cid}: rejected {' '.join(blamed)}; retrying without "
+                                           f"{'it' if len(blamed) == 1 else 'them'}")
+                rejected.update(blamed)
+                command = [a for a in command if a not in blamed]
+                proc = _compile(command, source)
+        if proc.returncode != 0:
+            stderr = proc.stderr.strip()
+            raise CompileError(
+                f"C++ kernel failed to compile ({cid}, exit {proc.returncode}):\n{stderr}\n"
+                f"command: {shlex.join(command)}",
+                source=source, log=proc.stderr, command=command)
+    if proc.stderr.strip():
+        jit_log("compile", 2, f"{cid} diagnostics:\n{proc.stderr.strip()}")
+
+
+def _blames(flag: str, stderr: str) -> bool:
+    text = stderr.lower()
+    return any(word in text for word in _BLAME[flag])
+
+
+def _compile(command: list[str], source: str) -> subprocess.CompletedProcess:
+    cache.note_compile()
+    jit_log("compile", 2, shlex.join(command))
+    return _run(command, source)
+
+
+def _run(command: list[str], source: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, errors="replace",
+                              timeout=COMPILE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as e:
+        raise CompileError(f"C++ compiler not found: {command[0]!r} ({e}); set CXX or "
+                           f"config.cpu['cxx']", source=source, log=str(e), command=command) from e
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CompileError(f"C++ compiler could not run: {e}", source=source, log=str(e),
+                           command=command) from e
+
+
+def load_library(so_path: str) -> ctypes.CDLL:
+    """The ``ctypes.CDLL`` for ``so_path``, loaded once per process and kept loaded.
+
+    Example::
+
+        >>> load_library(so) is load_library(so)
+        True
+    """
+    path = os.path.abspath(so_path)
+    lib = _LIBS.get(path)
+    if lib is None:
+        lib = _LIBS[path] = ctypes.CDLL(path)
+    return lib
+
+
+class CpuKernel:
+    """One exported function of a compiled kernel library, callable from Python.
+
+    ``arg_kinds`` gives each argument's kind: ``"ptr"`` (a data pointer passed as an int, e.g.
+    ``tensor.data_ptr()``), ``"i64"``, ``"i32"``, ``"f64"``, ``"f32"`` or ``"bool"``. ``fn`` is
+    the bare ctypes function, for host programs that want to skip even this wrapper.
+
+    Example::
+
+        >>> k = CpuKernel(so, "k", ["ptr", "ptr", "i64"])
+        >>> k(a.data_ptr(), out.data_ptr(), a.numel())
+    """
+
+    __slots__ = ("so_path", "name", "arg_kinds", "fn")
+
+    def __init__(self, so_path: str, name: str, arg_kinds: Sequence[str]) -> None:
+        bad = [k for k in arg_kinds if k not in ARG_CTYPES]
+        if bad:
+            raise ValueError(f"kernel {name}: unknown arg kinds {bad}; valid kinds are: "
+                             f"{', '.join(ARG_CTYPES)}")
+        lib = load_library(so_path)
+        try:
+            fn = lib[name]  # a fresh function object: argtypes are not shared with other kernels
+        except AttributeError as e:
+            raise AttributeError(f"{so_path} exports no function {name!r} "
+                                 f"(declare it extern \"C\")") from e
+        fn.argtypes = [ARG_CTYPES[k] for k in arg_kinds]
+        fn.restype = None
+        self.so_path = so_path
+        self.name = name
+        self.arg_kinds = list(arg_kinds)
+        self.fn = fn
+
+    def __call__(self, *args: object) -> None:
+        self.fn(*args)
+
+    def __repr__(self) -> str:
+        return f"CpuKernel({self.name}({', '.join(self.arg_kinds)}) from {self.so_path})"

@@ -1,0 +1,235 @@
+"""Load a CUBIN into torch's primary context and launch it with the CUDA driver API.
+
+The launch is the hot path of every fused call, so :class:`CudaKernel` does all the work it can
+once, at construction: it loads the module, fetches (and eagerly loads) the function, and builds
+ONE ctypes struct of argument slots plus the ``void*[]`` array pointing at them. A launch then
+writes the argument values into the slots and calls ``cuLaunchKernel`` with the array's address:
+no dicts, no per-call Python objects beyond what cuda-python itself makes.
+
+Streams are raw ``cudaStream_t`` handles from :func:`raw_stream` (torch's current stream for the
+device, 0.1 us; ``torch.cuda.current_stream().cuda_stream`` costs 4 us). Launching on the stream
+being captured by ``torch.cuda.graph`` records the kernel into the graph.
+
+Example::
+
+    >>> k = CudaKernel(cubin, "add_one", 0, ["ptr", "ptr", "i64"])      # doctest: +SKIP
+    >>> k.launch((blocks, 1, 1), (128, 1, 1), raw_stream(0),          # doctest: +SKIP
+    ...          x.data_ptr(), out.data_ptr(), x.numel())
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import sys
+from typing import Callable, Sequence
+
+import torch
+
+from ..config import config
+from ..log import jit_log
+from .errors import LaunchError
+
+# ctypes type of each argument kind (the C parameter type the kernel declares).
+ARG_CTYPES: dict[str, type] = {
+    "ptr": ctypes.c_uint64,   # a device pointer, passed as int (tensor.data_ptr())
+    "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64,
+    "f32": ctypes.c_float,
+    "f64": ctypes.c_double,
+}
+
+
+def _driver():
+    from cuda.bindings import driver  # noqa: PLC0415 (optional dependency)
+
+    return driver
+
+
+def raw_stream(device_index: int) -> int:
+    """Torch's current stream on ``device_index`` as a raw ``cudaStream_t`` int (0.1 us)."""
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+@functools.lru_cache(maxsize=None)
+def device_arch(device_index: int) -> int:
+    """Compute capability as ``major * 10 + minor`` (90 for H100/H200)."""
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return major * 10 + minor
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device_index: int) -> int:
+    """Number of streaming multiprocessors on the device (cached)."""
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def error_string(err) -> str:
+    """``"CUDA_ERROR_X: description"`` for a ``CUresult``."""
+    drv = _driver()
+    try:
+        _, name = drv.cuGetErrorName(err)
+        _, text = drv.cuGetErrorString(err)
+        return f"{name.decode()}: {text.decode()}"
+    except Exception:  # an unknown code
+        return repr(err)
+
+
+def _check(result, what: str, kernel: str):
+    """Unpack a cuda-python result tuple; raise :class:`LaunchError` on a non-success code."""
+    err = result[0]
+    if err:
+        raise LaunchError(f"{what} failed for kernel {kernel}: {error_string(err)}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+_retained: dict[int, object] = {}
+
+
+def ensure_context(device_index: int, kernel: str = "<none>"):
+    """Make torch's primary context of ``device_index`` current on this thread; return it.
+
+    Call inside ``with torch.cuda.device(device_index)``: torch then restores its own device
+    (and so its context) on exit.
+    """
+    drv = _driver()
+    torch.cuda.init()
+    _check(drv.cuInit(0), "cuInit", kernel)
+    ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent", kernel)
+    if int(ctx) != 0 and int(_check(drv.cuCtxGetDevice(), "cuCtxGetDevice", kernel)) == device_index:
+        return ctx
+    primary = _retained.get(device_index)
+    if primary is None:
+        dev = _check(drv.cuDeviceGet(device_index), "cuDeviceGet", kernel)
+        primary = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain", kernel)
+        _retained[device_index] = primary  # kept for the process's lifetime, as torch's is
+    _check(drv.cuCtxSetCurrent(primary), "cuCtxSetCurrent", kernel)
+    jit_log("compile", 2, f"made the primary context of cuda:{device_index} current")
+    return primary
+
+
+# The generated launch: unrolled slot writes, everything else bound as closure constants.
+_LAUNCH_TEMPLATE = '''
+def launch(grid, block, stream{params}, shared_mem=0):
+    if _get_device() != _device:
+        return _launch_elsewhere(grid, block, stream, ({args}), shared_mem)
+{writes}
+    err = _cuLaunchKernel(_func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                          shared_mem, stream, _params, 0)[0]
+    if err:
+        _raise(err, grid, block, shared_mem)
+'''
+
+
+class CudaKernel:
+    """One ``extern "C" __global__`` function of a CUBIN, loaded on one device, ready to launch.
+
+    ``arg_kinds`` lists the kernel's parameters in order: ``"ptr"`` (device pointer as int),
+    ``"i32"``, ``"i64"``, ``"f32"``, ``"f64"``. ``launch(grid, block, stream, *args,
+    shared_mem=0)`` returns nothing and raises :class:`LaunchError` when the launch is refused.
+    """
+
+    def __init__(self, cubin: bytes, name: str, device_index: int, arg_kinds: Sequence[str]) -> None:
+        for kind in arg_kinds:
+            if kind not in ARG_CTYPES:
+                raise ValueError(f"kernel {name}: unknown arg kind {kind!r}; valid kinds are: "
+                                 f"{', '.join(ARG_CTYPES)}")
+        drv = _driver()
+        self.name = name
+        self.device_index = int(device_index)
+        self.arg_kinds = tuple(arg_kinds)
+        with torch.cuda.device(self.device_index):
+            self.context = ensure_context(self.device_index, name)
+            self.module = _check(drv.cuModuleLoadData(bytes(cubin)), "cuModuleLoadData", name)
+            self.func = _check(drv.cuModuleGetFunction(self.module, name.encode()),
+                               "cuModuleGetFunction", name)
+            # Load now, not lazily at the first launch (CUDA_MODULE_LOADING=LAZY): the first
+            # launch may be inside a CUDA graph capture.
+            if hasattr(drv, "cuFuncLoad"):
+                _check(drv.cuFuncLoad(self.func), "cuFuncLoad", name)
+
+        # ONE struct of argument slots and ONE void*[] pointing at its fields, built once.
+        fields = [(f"a{i}", ARG_CTYPES[k]) for i, k in enumerate(self.arg_kinds)]
+        slots_type = type(f"{name}_args", (ctypes.Structure,), {"_fields_": fields})
+        self.slots = slots_type()
+        self._ptrs = (ctypes.c_void_p * max(1, len(fields)))()
+        base = ctypes.addressof(self.slots)
+        for i, (field, _) in enumerate(fields):
+            self._ptrs[i] = base + getattr(slots_type, field).offset
+        self.params_address = ctypes.addressof(self._ptrs) if fields else 0
+        self.launch: Callable[..., None] = self._build_launch()
+        if config.dumps("launch_param") or config.dumps("kernel_args"):
+            self.launch = self._dumping(self.launch)
+
+    # -- launch ---------------------------------------------------------------------------
+    def _build_launch(self) -> Callable[..., None]:
+        n = len(self.arg_kinds)
+        params = "".join(f", a{i}" for i in range(n))
+        args = "".join(f"a{i}, " for i in range(n))
+        writes = "\n".join(f"    _s.a{i} = a{i}" for i in range(n)) or "    pass"
+        src = _LAUNCH_TEMPLATE.format(params=params, args=args, writes=writes)
+        namespace = {
+            "_get_device": torch._C._cuda_getDevice,
+            "_device": self.device_index,
+            "_launch_elsewhere": self._launch_elsewhere,
+            "_s": self.slots,
+            "_cuLaunchKernel": _driver().cuLaunchKernel,
+            "_func": self.func,
+            "_params": self.params_address,
+            "_raise": self._raise,
+        }
+        exec(compile(src, f"<launch {self.name}>", "exec"), namespace)  # noqa: S102
+        return namespace["launch"]
+
+    def _launch_elsewhere(self, grid, block, stream, args, shared_mem) -> None:
+        """Slow path: the current device is not ours; switch to it for the launch."""
+        with torch.cuda.device(self.device_index):
+            self.launch(grid, block, stream, *args, shared_mem=shared_mem)
+
+    def _raise(self, err, grid, block, shared_mem) -> None:
+        raise LaunchError(
+            f"cuLaunchKernel failed for kernel {self.name} on cuda:{self.device_index} "
+            f"(grid={tuple(grid)}, block={tuple(block)}, shared_mem={shared_mem}): "
+            f"{error_string(err)}"
+        )
+
+    def _dumping(self, launch: Callable[..., None]) -> Callable[..., None]:
+        def launch_and_dump(grid, block, stream, *args, shared_mem=0):
+            if config.dumps("launch_param"):
+                print(f"[launch_param] {self.name}: grid={tuple(grid)} block={tuple(block)} "
+                      f"shared_mem={shared_mem} stream={stream:#x}", file=sys.stdout)
+            if config.dumps("kernel_args"):
+                shown = ", ".join(f"{k}={v:#x}" if k == "ptr" else f"{k}={v}"
+                                  for k, v in zip(self.arg_kinds, args))
+                print(f"[kernel_args] {self.name}({shown})", file=sys.stdout)
+            launch(grid, block, stream, *args, shared_mem=shared_mem)
+
+        return launch_and_dump
+
+    # -- attributes -----------------------------------------------------------------------
+    def set_max_dynamic_shared(self, nbytes: int) -> None:
+        """Allow more than 48 KiB of dynamic shared memory per block."""
+        drv = _driver()
+        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _check(drv.cuFuncSetAttribute(self.func, attr, int(nbytes)), "cuFuncSetAttribute", self.name)
+
+    def attribute(self, name: str) -> int:
+        """A ``CU_FUNC_ATTRIBUTE_*`` value, e.g. ``attribute("MAX_THREADS_PER_BLOCK")``."""
+        drv = _driver()
+        attr = getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+        return int(_check(drv.cuFuncGetAttribute(attr, self.func), "cuFuncGetAttribute", self.name))
+
+    def unload(self) -> None:
+        """Unload the module (only once nothing, including a CUDA graph, still uses it)."""
+        if self.module is not None:
+            _check(_driver().cuModuleUnload(self.module), "cuModuleUnload", self.name)
+            self.module = None
+
+    def __repr__(self) -> str:
+        return (f"CudaKernel({self.name!r}, cuda:{self.device_index}, "
+                f"args=[{', '.join(self.arg_kinds)}])")
+
+
+def launch_func(kernel: CudaKernel, grid: tuple[int, int, int], block: tuple[int, int, int],
+                stream: int, *args, shared_mem: int = 0) -> None:
+    """Launch ``kernel``; returns nothing, raises :class:`LaunchError` on failure."""
+    kernel.launch(grid, block, stream, *args, shared_mem=shared_mem)
