@@ -61,6 +61,8 @@ PRIMS: dict[str, tuple[int, str, str]] = {
     "isinf": (1, "gf_isinf({0})", "bool"),
     "isfinite": (1, "gf_isfinite({0})", "bool"),
     "signbit": (1, "gf_signbit({0})", "bool"),
+    "round_half": (1, "gf_round_half({0})", "same"),   # round a float to fp16 precision
+    "round_bf16": (1, "gf_round_bf16({0})", "same"),   # round a float to bf16 precision
 }
 # Unary math functions: gf_<name>(x) for float, double (and ints where noted in the preludes).
 MATH_UNARY = (

@@ -1,11 +1,339 @@
-"""Compiled fusion groups: lower -> schedule -> render -> compile -> cache -> launch."""
+"""Compiled fusion groups: lower -> schedule -> render -> compile -> cache -> launch.
+
+``compile_group(node)`` returns the callable the host program calls for a fusion group. It
+looks the group up in the in-memory kernel cache (key: canonical fusion text + input
+specialization + target + codegen knobs; see ``runtime/cache.py``), otherwise lowers,
+schedules, renders and compiles it (through the on-disk cache), and generates a small Python
+launcher that computes the run-time sizes and strides, allocates the outputs through torch's
+caching allocator and launches. Any failure follows the fallback policy: one warning naming the
+group and a repro written under ``logs/repro``, then eager execution; with
+``PYTORCH_NVFUSER_DISABLE=fallback`` it raises ``FusionFailure`` with the same information.
+"""
 from __future__ import annotations
 
-from typing import Callable
+import hashlib
+import os
+import time
+import traceback
+from typing import Any, Callable, Optional
 
-from ..ir.graph import Node
+import torch
+
+from ..codegen.cstyle import RenderOptions, render_function, render_source, stride_args
+from ..codegen.dialects import CPP, CUDA
+from ..codegen.kir import Kernel
+from ..codegen.lower import LaunchPlan, lower_group
+from ..codegen.pointwise import PointwiseParams, pointwise_heuristics, schedule_pointwise
+from ..codegen.schedule import LoopNest
+from ..config import config
+from ..ir.graph import Graph, Node
+from ..ir.types import TensorType
+from ..log import dump, jit_log, warn
+from .fusion import FusionFailure
 from .fusion_eager import eager_runner
+
+_MEMORY: dict[tuple, Callable] = {}
+STATS = {"memory_hits": 0, "builds": 0}
+
+
+def canonical_key(sub: Graph, target: str) -> tuple:
+    """Fusion text with canonical names and size-free input types, plus target and knobs."""
+    names = {v: f"%{i}" for i, v in enumerate(sub.inputs)}
+    lines = []
+    for v in sub.inputs:
+        t = v.type
+        lines.append(str(t.specialization()) if isinstance(t, TensorType) else t.name)
+    for n in sub.block.nodes:
+        for o in n.outputs:
+            names[o] = f"%{len(names)}"
+        ins = ",".join(names[v] for v in n.inputs)
+        extra = repr(n.attrs.get("value")) if n.kind == "prim::Constant" else ""
+        out_t = [(o.type.dtype, o.type.broadcast_dims, o.type.stride_order) if isinstance(o.type, TensorType)
+                 else o.type.name for o in n.outputs]
+        lines.append(f"{n.kind}({ins}){extra}->{out_t}")
+    lines.append("return " + ",".join(names[v] for v in sub.outputs))
+    return ("\n".join(lines), target, config.codegen_key(), int(config.cpu["omp_threshold"]),
+            tuple(sorted(config.cuda.items())))
+
+
+def _arg_kind(dtype: torch.dtype) -> str:
+    return {torch.float64: "f64", torch.int64: "i64", torch.bool: "i32"}[dtype]
+
+
+def _render_opts(index_type: str) -> RenderOptions:
+    return RenderOptions(index_type=index_type, index_hoist=not config.is_disabled("index_hoist"),
+                         predicate_elimination=not config.is_disabled("predicate_elimination"),
+                         omp_threshold=int(config.cpu["omp_threshold"]))
+
+
+class CompiledGroup:
+    """Everything built for one fusion group: kernel IR, schedules, source, launcher."""
+
+    def __init__(self, sub: Graph, target: str, device: torch.device, name: str) -> None:
+        self.sub, self.target, self.device, self.name = sub, target, device, name
+        self.kernel, self.plan = lower_group(sub, name)
+        self.source = ""
+        self.variants: list[tuple[str, LoopNest, PointwiseParams, str]] = []   # (fname, nest, params, index type)
+        self.build()
+
+    def build(self) -> None:
+        k = self.kernel
+        if self.target == "cpu":
+            params = pointwise_heuristics(k, "cpu", config.cuda)
+            nest = schedule_pointwise(k, params)
+            fn = render_function(k, nest, CPP, self.name, _render_opts("long long"))
+            self.variants = [(self.name, nest, params, "long long")]
+            self.source = render_source([fn], CPP)
+        else:
+            fns = []
+            vec_params = pointwise_heuristics(k, "cuda", config.cuda)
+            scalar_params = pointwise_heuristics(k, "cuda", config.cuda, vectorize=False)
+            for itype, tag in (("int", "i32"), ("long long", "i64")):
+                for params, vtag in ((scalar_params, "s"), (vec_params, "v")):
+                    if vtag == "v" and params.vector == 1:
+                        continue
+                    nest = schedule_pointwise(k, params)
+                    fname = f"{self.name}_{vtag}_{tag}"
+                    fns.append(render_function(k, nest, CUDA, fname, _render_opts(itype)))
+                    self.variants.append((fname, nest, params, itype))
+            self.source = render_source(fns, CUDA)
+        fname, nest, params, _ = self.variants[-1]
+        dump("fusion_ir", f"Fusion IR of {self.name}", str(self.sub))
+        dump("scheduler_params", f"Pointwise schedule of {self.name}",
+             f"{params}\n" + "\n".join(f"tv.{h}" for h in nest.history))
+        dump("kernel_ir", f"Kernel IR of {self.name}", self.kernel_ir_text())
+        dump("cuda_kernel" if self.target == "cuda" else "cpp_kernel", f"Kernel {self.name}", self.source,
+             "cuda" if self.target == "cuda" else "cpp")
+
+    def kernel_ir_text(self) -> str:
+        k = self.kernel
+        lines = [f"kernel {k.name}:"]
+        for t in k.tensors:
+            lines.append(f"  {'out' if t.is_output else 'in '} {t.name}: {t.dtype} dims={list(t.dim_kinds)}"
+                         + (" dense" if t.dense else ""))
+        for s in k.scalars:
+            lines.append(f"  arg {s.name}: {s.dtype}")
+        body = []
+        names = {}
+        for i, e in enumerate(k.exprs()):
+            names[id(e)] = f"e{i}"
+            body.append(f"e{i} : {str(e.dtype).replace('torch.', '')} = {_expr_text(e, names)}")
+        for p, e in k.stores:
+            body.append(f"{k.tensors[p].name}[...] = {names[id(e)]}")
+        nest = self.variants[-1][1]
+        lines.append(nest.loop_nest_str("\n".join(body).replace("\n", "\n" + "  " * (len(nest.leaves) + 1))))
+        return "\n".join(lines)
+
+
+def _expr_text(e, names) -> str:
+    from ..codegen.kir import Call, Cast, Const, Load, ScalarArg
+
+    if isinstance(e, Load):
+        return f"load(t{e.tensor})"
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, ScalarArg):
+        return f"a{e.index}"
+    if isinstance(e, Cast):
+        return f"cast({names[id(e.arg)]})"
+    return f"{e.op}({', '.join(names[id(a)] for a in e.args)})"
+
+
+# -- launcher generation -------------------------------------------------------------------------
+def _launcher_source(cg: CompiledGroup) -> str:
+    """Straight-line Python: sizes, allocation, arguments, launch. No loops over tensors."""
+    k, plan = cg.kernel, cg.plan
+    n_in = len(cg.sub.inputs)
+    L = [f"def run({', '.join(f'x{i}' for i in range(n_in))}):"]
+    srcs = sorted({i for i, _ in plan.dim_source.values()})
+    for i in srcs:
+        L.append(f"    s{i} = x{i}.shape")
+    size = {od: f"s{i}[{d}]" for od, (i, d) in plan.dim_source.items()}
+    for r, dims in enumerate(plan.root_dims):
+        L.append(f"    n{r} = " + " * ".join(size[od] for od in dims))
+    if not plan.root_dims:
+        L.append("    n0 = 1")
+    outs = []
+    for j, (dtype, sizes, order, device) in enumerate(plan.outputs):
+        if j in plan.aliases:
+            outs.append(f"x{plan.aliases[j]}")
+            continue
+        rank = len(sizes)
+        off = plan.out_rank - rank
+        sz = ["1" if s == 1 else size[off + d] for d, s in enumerate(sizes)]
+        full = _full_order(order, sizes)
+        st = [""] * rank
+        acc = "1"
+        for d in reversed(full):
+            st[d] = acc
+            acc = f"{acc} * {sz[d]}" if acc != "1" else sz[d]
+        L.append(f"    o{j} = _empty(({', '.join(sz)}{',' if rank == 1 else ''}), "
+                 f"({', '.join(st)}{',' if rank == 1 else ''}), dtype=_odt{j}, device=_dev)")
+        outs.append(f"o{j}")
+    args = []
+    for p, (t, tp) in enumerate(zip(k.tensors, plan.tensors)):
+        args.append(f"o{tp.position}.data_ptr()" if t.is_output else f"x{tp.position}.data_ptr()")
+    args += [f"n{r}" for r in range(k.n_dims)]
+    for p, r in stride_args(k):
+        tp = plan.tensors[p]
+        owner = f"o{tp.position}" if k.tensors[p].is_output else f"x{tp.position}"
+        args.append(f"{owner}.stride({tp.dims[r][-1]})")
+    args += [f"x{i}" for i in plan.scalar_inputs]
+    total = " * ".join(f"n{r}" for r in range(max(k.n_dims, 1)))
+    L.append(f"    total = {total}")
+    ret = f"({', '.join(outs)},)"
+    if k.stores:
+        L.append(f"    if total:")
+        if cg.target == "cpu":
+            L.append(f"        _fn({', '.join(args)})")
+        else:
+            vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[-1] != "bcast"]
+            ptrs = [a for p, a in enumerate(args[:len(k.tensors)]) if p in vec_tensors]
+            V = max(v[2].vector for v in cg.variants)
+            L.append(f"        a = ({', '.join(args)},)")
+            small = "total < 2147483647" + "".join(f" and a[{len(k.tensors) + k.n_dims + s}] * n{r} < 2147483647"
+                                                    for s, (p, r) in enumerate(stride_args(k)))
+            L.append(f"        small = {small}")
+            if V > 1:
+                aligned = " | ".join(f"a[{p}]" for p in vec_tensors) or "0"
+                strides_ok = "".join(f" and a[{len(k.tensors) + k.n_dims + s}] % {V} == 0"
+                                     for s, _ in enumerate(stride_args(k)))
+                L.append(f"        vec = n{max(k.n_dims, 1) - 1} % {V} == 0 and not (({aligned}) & 15){strides_ok}")
+                L.append("        f, per = (_fns[3] if vec else _fns[2]) if small else (_fns[1] if vec else _fns[0])")
+                L.append(f"        per = {V * cg.variants[-1][2].block * cg.variants[-1][2].unroll} if vec else "
+                         f"{cg.variants[0][2].block * cg.variants[0][2].unroll}")
+            else:
+                L.append("        f = _fns[1] if small else _fns[0]")
+                L.append(f"        per = {cg.variants[0][2].block * cg.variants[0][2].unroll}")
+            L.append("        grid = (total + per - 1) // per")
+            L.append("        f.launch((grid if grid < _maxgrid else _maxgrid, 1, 1), _block, _stream(_devidx), *a)")
+    L.append(f"    return {ret}")
+    return "\n".join(L) + "\n"
+
+
+def _full_order(order: tuple[int, ...], sizes: tuple[int, ...]) -> list[int]:
+    """All dims outer->inner: the profiled order with size-1 dims slotted in by position."""
+    full = list(order)
+    for d in range(len(sizes)):
+        if d in full:
+            continue
+        later = [i for i, e in enumerate(full) if e > d]
+        full.insert(later[0] if later else len(full), d)
+    return full
+
+
+def _build_launcher(cg: CompiledGroup) -> Callable:
+    k, plan = cg.kernel, cg.plan
+    ns: dict[str, Any] = {"_empty": torch.empty_strided, "_dev": cg.device}
+    for j, (dtype, *_rest) in enumerate(plan.outputs):
+        ns[f"_odt{j}"] = dtype
+    kinds = ["ptr"] * len(k.tensors) + ["i64"] * (k.n_dims + len(stride_args(k))) + \
+        [_arg_kind(s.dtype) for s in k.scalars]
+    if cg.target == "cpu":
+        from ..runtime.cpu import CpuKernel, compile_cpp
+
+        so = compile_cpp(cg.source)
+        ns["_fn"] = CpuKernel(so, cg.name, kinds)
+    else:
+        from ..runtime import cuda_driver, nvrtc
+
+        idx = cg.device.index if cg.device.index is not None else torch.cuda.current_device()
+        arch = cuda_driver.device_arch(idx)
+        cubin = nvrtc.compile_cubin(cg.source, cg.variants[0][0], arch)
+        fns = []
+        for fname, nest, params, itype in cg.variants:
+            vk = [("i32" if (itype == "int" and kd == "i64") else kd) for kd in kinds]
+            fns.append(cuda_driver.CudaKernel(cubin, fname, idx, vk))
+        ns["_fns"] = fns
+        ns["_stream"] = cuda_driver.raw_stream
+        ns["_devidx"] = idx
+        ns["_block"] = (cg.variants[0][2].block, 1, 1)
+        ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
+    src = _launcher_source(cg)
+    cg.launcher_source = src
+    exec(compile(src, f"<graphfuser launcher {cg.name}>", "exec"), ns)
+    return ns["run"]
+
+
+# -- entry point -----------------------------------------------------------------------------
+def write_repro(name: str, sub: Graph, source: str, error: BaseException) -> str:
+    """Write the group's IR, input types, generated source and the error; returns the path."""
+    root = config.repro_dir
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, f"{name}-{hashlib.sha1(str(sub).encode()).hexdigest()[:10]}.txt")
+    log = getattr(error, "log", "") or ""
+    types = "\n".join(f"  %{v.name} : {v.type}" for v in sub.inputs)
+    with open(path, "w") as f:
+        f.write(f"# graphfuser repro for {name}\n# error: {type(error).__name__}: {error}\n\n"
+                f"## fusion IR\n{sub}\n## input types\n{types}\n\n## generated source\n{source}\n"
+                f"## compiler log\n{log}\n## traceback\n{''.join(traceback.format_exception(error))}")
+    return path
 
 
 def compile_group(group: Node) -> Callable[..., tuple]:
-    return eager_runner(group.subgraph, "group")
+    sub = group.subgraph
+    target = "cuda" if group.kind == "prim::CudaFusionGroup" else "cpu"
+    key = canonical_key(sub, target)
+    hit = _MEMORY.get(key)
+    if hit is not None:
+        STATS["memory_hits"] += 1
+        jit_log("kernel_cache", 2, f"memory hit for {group.kind}[cache_id={group.attrs.get('cache_id')}]")
+        return hit
+    name = f"{'cuda' if target == 'cuda' else 'cpu'}_fusion_{hashlib.sha1(key[0].encode()).hexdigest()[:12]}"
+    device = sub.outputs[0].type.device
+    cg = None
+    t0 = time.perf_counter()
+    try:
+        cg = CompiledGroup(sub, target, device, name)
+        launcher = _build_launcher(cg)
+    except Exception as e:  # compile error, unsupported lowering, missing toolchain
+        return _failed(group, name, sub, cg.source if cg else "", e)
+    STATS["builds"] += 1
+    jit_log("kernel_cache", 1, f"built {name} for {group.kind} in {1e3 * (time.perf_counter() - t0):.1f} ms")
+    runner = _guard_launch(launcher, group, name, sub, cg)
+    _MEMORY[key] = runner
+    return runner
+
+
+def _failed(group: Node, name: str, sub: Graph, source: str, e: BaseException) -> Callable:
+    path = write_repro(name, sub, source, e)
+    msg = (f"graphfuser: {group.kind} ({name}) could not be compiled: {type(e).__name__}: "
+           f"{str(e).splitlines()[0] if str(e) else ''}. Repro written to {path}")
+    if config.is_disabled("fallback"):
+        raise FusionFailure(msg) from e
+    warn(msg + "; running the eager fallback for this group")
+    return eager_runner(sub, "fallback")
+
+
+def _guard_launch(launcher: Callable, group: Node, name: str, sub: Graph, cg: CompiledGroup) -> Callable:
+    state = {"fn": launcher}
+
+    def run(*args):
+        try:
+            return state["fn"](*args)
+        except Exception as e:
+            if state["fn"] is not launcher:
+                raise
+            state["fn"] = _failed(group, name, sub, cg.source, e)
+            return state["fn"](*args)
+
+    run.compiled = cg
+    if config.dumps("dump_eff_bandwidth") and cg.target == "cuda":
+        return _with_bandwidth(run, name)
+    return run
+
+
+def _with_bandwidth(run: Callable, name: str) -> Callable:
+    def timed(*args):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        outs = run(*args)
+        end.record()
+        end.synchronize()
+        nbytes = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+        nbytes += sum(o.numel() * o.element_size() for o in outs)
+        ms = start.elapsed_time(end)
+        print(f"[dump_eff_bandwidth] {name}: {nbytes / (ms * 1e6) if ms else 0:.1f} GB/s ({ms * 1e3:.1f} us)")
+        return outs
+    timed.compiled = getattr(run, "compiled", None)
+    return timed

@@ -73,7 +73,11 @@ class ScriptedFunction:
         args = self._bind(args, kwargs)
         program = self._program
         if program is not None:
-            out = program.fn(*args)
+            try:
+                out = program.fn(*args)
+            except Exception:
+                self._check_args(args)  # a non-tensor for a Tensor argument: say so, not "no .dtype"
+                raise
             _state.graph = self._optimized
             if self._pending:
                 self._respecialize()
@@ -81,6 +85,7 @@ class ScriptedFunction:
         if not config.enabled:
             if self._plain is None:
                 self._plain = build_program(self.graph, name="unfused")
+            self._check_args(args)
             return self._plain.fn(*args)
         with self._lock:
             return self._profile_call(args)

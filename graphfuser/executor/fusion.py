@@ -44,6 +44,9 @@ class FusionSite:
         out = self.fallback_fn(*inputs)
         if self.exhausted or not config.guard_mode:
             return out
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in inputs):
+            # Autograd needs the eager path; no specialization could pass its guard.
+            return out
         sig = self.signature(inputs)
         if sig in self.rejected:
             return out

@@ -111,6 +111,13 @@ class _Gen:
 
     def block(self, block: Block, indent: int) -> None:
         start = len(self.lines)
+        if self.profile:
+            # Loop-carried values are block parameters: profile them each iteration, or
+            # nothing in a loop body that reads them could ever fuse.
+            for p in block.params:
+                if p.type.is_tensor:
+                    self.slots.append(p)
+                    self.emit(indent, f"_P({len(self.slots) - 1}, {self.var(p)})")
         for node in block.nodes:
             self.node(node, indent)
         if len(self.lines) == start:

@@ -103,6 +103,19 @@ class Node:
     def where(self) -> str:
         return f"{self.kind}" + (f" at {self.source}" if self.source else "")
 
+    def nested_returns(self) -> list[Value]:
+        """Values returned by the blocks nested in this node, at any depth.
+
+        Block returns are not uses (``Value.uses``), yet they read values of enclosing blocks:
+        a pass that moves or replaces a value must look here too.
+        """
+        out: list[Value] = []
+        for b in self.blocks:
+            out += b.returns
+            for n in b.nodes:
+                out += n.nested_returns()
+        return out
+
 
 class Block:
     """Parameters, an ordered list of nodes and returns."""
@@ -136,6 +149,13 @@ class Block:
 
     def replace_return(self, old: Value, new: Value) -> None:
         self.returns = [new if r is old else r for r in self.returns]
+
+    def replace_return_everywhere(self, old: Value, new: Value) -> None:
+        """``replace_return`` on this block and on every block nested in its nodes."""
+        self.replace_return(old, new)
+        for n in self.nodes:
+            for b in n.blocks:
+                b.replace_return_everywhere(old, new)
 
 
 class Graph:

@@ -24,19 +24,49 @@ class ParseError(ValueError):
     pass
 
 
+def code_mask(text: str) -> list[bool]:
+    """Per character: True outside string literals (quotes and escapes included in the literal)."""
+    mask, quote, escaped = [], False, False
+    for ch in text:
+        if quote:
+            mask.append(False)
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            mask.append(False)
+            quote = True
+        else:
+            mask.append(True)
+    return mask
+
+
+def bracket_depth(text: str) -> int:
+    """Net open brackets of ``text``, ignoring brackets inside string literals."""
+    depth = 0
+    for ch, code in zip(text, code_mask(text)):
+        if code and ch in "([{":
+            depth += 1
+        elif code and ch in ")]}":
+            depth -= 1
+    return depth
+
+
 def split_top(text: str, sep: str = ",") -> list[str]:
     """Split on ``sep`` outside brackets and quotes."""
-    parts, depth, cur, quote = [], 0, [], False
+    parts, depth, cur = [], 0, []
+    mask = code_mask(text)
     i = 0
     while i < len(text):
         ch = text[i]
-        if ch == '"' and (i == 0 or text[i - 1] != "\\"):
-            quote = not quote
-        elif not quote and ch in "([{":
+        if mask[i] and ch in "([{":
             depth += 1
-        elif not quote and ch in ")]}":
+        elif mask[i] and ch in ")]}":
             depth -= 1
-        if not quote and depth == 0 and text.startswith(sep, i):
+        if mask[i] and depth == 0 and text.startswith(sep, i):
             parts.append("".join(cur).strip())
             cur = []
             i += len(sep)
@@ -51,21 +81,27 @@ def split_top(text: str, sep: str = ",") -> list[str]:
 
 def match_close(text: str, start: int) -> int:
     """Index of the bracket closing the one at ``start``."""
-    pairs = {"(": ")", "[": "]", "{": "}"}
-    depth, quote = 0, False
+    depth = 0
+    mask = code_mask(text)
     for i in range(start, len(text)):
         ch = text[i]
-        if ch == '"' and text[i - 1] != "\\":
-            quote = not quote
-        if quote:
+        if not mask[i]:
             continue
-        if ch in pairs:
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
             if depth == 0:
                 return i
     raise ParseError(f"unbalanced brackets in: {text}")
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
+
+
+def unquote(text: str) -> str:
+    """The value of a printed string literal (``format_attr``'s escapes undone)."""
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text[1:-1], flags=re.S)
 
 
 def parse_type(text: str) -> Type:
@@ -101,7 +137,7 @@ def parse_type(text: str) -> Type:
 def parse_attr_value(text: str) -> Any:
     text = text.strip()
     if text.startswith('"'):
-        return text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        return unquote(text)
     if text.startswith("["):
         return [parse_attr_value(p) for p in split_top(text[1:-1])]
     if re.match(r"^-?\d+$", text):
@@ -134,7 +170,7 @@ class _Parser:
     def _join_continuations(lines: list[str]) -> list[str]:
         out: list[str] = []
         for ln in lines:
-            if out and out[-1].count("(") > out[-1].count(")"):
+            if out and bracket_depth(out[-1]) > 0:
                 out[-1] += " " + ln.strip()
             else:
                 out.append(ln)
@@ -152,7 +188,7 @@ class _Parser:
         return main, subs
 
     def parse_graph(self) -> Graph:
-        line = self.lines[self.pos].strip()
+        line = self._expect("graph(...):")
         self.pos += 1
         m = re.match(r"^(?:with [\w:]+ = )?graph\((.*)\):$", line, re.S)
         if not m:
@@ -162,14 +198,19 @@ class _Parser:
         for p in split_top(m.group(1)):
             name, t = p.split(":", 1)
             env[name.strip()[1:]] = g.add_input(name.strip()[1:], parse_type(t))
-        indent = self._indent(self.pos)
+        indent = self._indent(self.pos) if self.pos < len(self.lines) else 0
         self.parse_block_body(g, g.block, env, indent)
-        line = self.lines[self.pos].strip()
+        line = self._expect("return (...)")
         if not line.startswith("return"):
             raise ParseError(f"expected 'return (...)', got: {line}")
         g.block.returns = self._refs(line[len("return"):].strip()[1:-1], env)
         self.pos += 1
         return g
+
+    def _expect(self, what: str) -> str:
+        if self.pos >= len(self.lines):
+            raise ParseError(f"unexpected end of text: expected '{what}'")
+        return self.lines[self.pos].strip()
 
     def _indent(self, i: int) -> int:
         ln = self.lines[i]
@@ -203,8 +244,9 @@ class _Parser:
                 for p in split_top(params):
                     name, t = p.split(":", 1)
                     inner[name.strip()[1:]] = b.add_param(name.strip()[1:], parse_type(t))
-                self.parse_block_body(g, b, inner, self._indent(self.pos))
-                ret = self.lines[self.pos].strip()
+                if self.pos < len(self.lines):
+                    self.parse_block_body(g, b, inner, self._indent(self.pos))
+                ret = self._expect("-> (...)")
                 if not ret.startswith("->"):
                     raise ParseError(f"expected '-> (...)' closing a block, got: {ret}")
                 b.returns = self._refs(ret[2:].strip()[1:-1], inner)
@@ -213,18 +255,18 @@ class _Parser:
     def parse_node(self, g: Graph, line: str, env: dict[str, Value]) -> Node:
         source = None
         # outputs " = " kind[attrs](inputs) # source
-        depth, split_at, quote = 0, -1, False
-        for i, ch in enumerate(line):
-            if ch == '"':
-                quote = not quote
-            elif not quote and ch in "([{":
+        depth, split_at = 0, -1
+        for i, (ch, code) in enumerate(zip(line, code_mask(line))):
+            if not code:
+                continue
+            if ch in "([{":
                 depth += 1
-            elif not quote and ch in ")]}":
+            elif ch in ")]}":
                 depth -= 1
-            elif not quote and depth == 0 and line.startswith(" = ", i):
+            elif depth == 0 and line.startswith(" = ", i):
                 split_at = i
                 break
-            elif not quote and depth == 0 and i == 0 and line.startswith("= "):
+            elif depth == 0 and i == 0 and line.startswith("= "):
                 split_at = -2
                 break
         if split_at == -1:

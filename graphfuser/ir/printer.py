@@ -29,6 +29,10 @@ from .graph import Block, Graph, Node, Value
 from .types import Type
 
 
+# One line per node: newlines, tabs, quotes and backslashes in strings are escaped.
+_STR_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def format_float(x: float) -> str:
     if x != x:
         return "nan"
@@ -44,7 +48,7 @@ def format_attr(value: Any, type_: Type | None = None) -> str:
     if isinstance(value, float):
         return format_float(value)
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_STR_ESCAPES.get(ch, ch) for ch in value) + '"'
     if isinstance(value, torch.device):
         return f'"{value}"'
     if isinstance(value, torch.dtype):

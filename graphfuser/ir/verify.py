@@ -42,6 +42,8 @@ def _check_block(block: Block, visible: set, names: set) -> None:
             b = node.blocks[0]
             if len(b.params) != len(node.inputs) - 1 or len(b.returns) != len(node.inputs) - 1:
                 _fail(node, "prim::Loop block signature does not match its carried values")
+            if len(node.outputs) != len(node.inputs) - 2:
+                _fail(node, "prim::Loop outputs do not match its carried values")
         if node.kind in SUBGRAPH_KINDS:
             if node.subgraph is None:
                 _fail(node, "fusion/fallback node without a subgraph")

@@ -35,7 +35,7 @@ def _functionalize_block(block: Block) -> int:
             continue
         pos = block.nodes.index(node)
         users = [u for u, _ in target.uses if u is not node]
-        if any(u.owner is not block for u in users):
+        if any(u.owner is not block for u in users) or any(target in n.nested_returns() for n in block.nodes):
             jit_log("partition", 1, f"kept in-place {node.where()}: %{target.name} is used in a nested block")
             continue
         if any(u.owner is block and block.nodes.index(u) < pos and lookup(u.kind) is None for u in users):

@@ -40,7 +40,7 @@ def wrap_group(graph: Graph, group: Node, block: Block) -> Node:
     for old, new in zip(group.outputs, ifn.outputs):
         for u, i in list(old.uses):
             u.replace_input(i, new)
-        block.replace_return(old, new)
+        block.replace_return_everywhere(old, new)
     block.nodes.remove(group)
     b0 = Block(graph, owner=ifn)
     ifn.blocks.append(b0)

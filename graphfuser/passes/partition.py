@@ -70,6 +70,12 @@ class _BlockPartition:
                     if top is not None and top is not n:
                         self.succ[n].add(top)
                         self.pred[top].add(n)
+            # a value returned by a block nested in n is read by n, though it is not a use
+            for v in n.nested_returns():
+                top = self._top(v.node) if v.node is not None else None
+                if top is not None and top is not n:
+                    self.succ[top].add(n)
+                    self.pred[n].add(top)
         barriers = [n for n in self.nodes if _mutates(n)]
         for b in barriers:
             i = self.index[b]
@@ -200,6 +206,7 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
     graph = block.graph
     part = _BlockPartition(block)  # fresh edges over the unchanged block
     unit_of: dict[Node, object] = {n: n for n in block.nodes}
+    nested_returned = {v for n in block.nodes for v in n.nested_returns()}
     group_nodes = []
     for mem in groups:
         memset = set(mem)
@@ -220,7 +227,8 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
         outputs = []
         for n in mem:
             for o in n.outputs:
-                external = any(part._top(u) not in memset for u, _ in o.uses) or _returned(block, o)
+                external = (any(part._top(u) not in memset for u, _ in o.uses) or _returned(block, o)
+                            or o in nested_returned)
                 if external:
                     outputs.append(o)
         sub.block.returns = [vmap[o] for o in outputs]
@@ -233,7 +241,7 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
             for u, i in list(old.uses):
                 if part._top(u) not in memset:
                     u.replace_input(i, new)
-            block.returns = [new if r is old else r for r in block.returns]
+            block.replace_return_everywhere(old, new)
         for n in mem:
             unit_of[n] = gnode
         group_nodes.append((gnode, mem))

@@ -1,0 +1,263 @@
+"""The two dialects of the C-style renderer, as data: C++ (CPU) and CUDA.
+
+They differ in the kernel prefix, how a parallel axis is spelled, the type map for fp16/bf16
+storage, qualifiers, a few intrinsic overrides and the prelude; the walk in ``cstyle.py`` is
+shared. The prelude defines every ``gf_*`` function the primitive templates use, for float and
+double (and integers where it makes sense), so templates stay dialect-neutral.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .schedule import ParallelType as P
+
+STORAGE_TYPES = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "unsigned short",
+    torch.bfloat16: "unsigned short", torch.int64: "long long", torch.int32: "int", torch.int16: "short",
+    torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool",
+}
+COMPUTE_TYPES = {**STORAGE_TYPES, torch.float16: "float", torch.bfloat16: "float"}
+LOAD_CONVERT = {torch.float16: "gf_h2f({0})", torch.bfloat16: "gf_b2f({0})"}
+STORE_CONVERT = {torch.float16: "gf_f2h({0})", torch.bfloat16: "gf_f2b({0})"}
+
+# name -> (float spelling, double spelling); shared by both dialects unless overridden.
+_MATH = {
+    "exp": ("expf(x)", "exp(x)"), "exp2": ("exp2f(x)", "exp2(x)"), "expm1": ("expm1f(x)", "expm1(x)"),
+    "log": ("logf(x)", "log(x)"), "log2": ("log2f(x)", "log2(x)"), "log10": ("log10f(x)", "log10(x)"),
+    "log1p": ("log1pf(x)", "log1p(x)"), "sqrt": ("sqrtf(x)", "sqrt(x)"), "sin": ("sinf(x)", "sin(x)"),
+    "cos": ("cosf(x)", "cos(x)"), "tan": ("tanf(x)", "tan(x)"), "asin": ("asinf(x)", "asin(x)"),
+    "acos": ("acosf(x)", "acos(x)"), "atan": ("atanf(x)", "atan(x)"), "sinh": ("sinhf(x)", "sinh(x)"),
+    "cosh": ("coshf(x)", "cosh(x)"), "tanh": ("tanhf(x)", "tanh(x)"), "erf": ("erff(x)", "erf(x)"),
+    "erfc": ("erfcf(x)", "erfc(x)"), "lgamma": ("lgammaf(x)", "lgamma(x)"), "floor": ("floorf(x)", "floor(x)"),
+    "ceil": ("ceilf(x)", "ceil(x)"), "trunc": ("truncf(x)", "trunc(x)"), "round": ("rintf(x)", "rint(x)"),
+    "abs": ("fabsf(x)", "fabs(x)"), "rsqrt": ("1.0f / sqrtf(x)", "1.0 / sqrt(x)"),
+    "reciprocal": ("1.0f / x", "1.0 / x"), "sigmoid": ("1.0f / (1.0f + expf(-x))", "1.0 / (1.0 + exp(-x))"),
+}
+_MATH2 = {
+    "pow": ("powf(x, y)", "pow(x, y)"), "fmod": ("fmodf(x, y)", "fmod(x, y)"),
+    "atan2": ("atan2f(x, y)", "atan2(x, y)"),
+}
+
+_COMMON = r"""
+GF_FN float gf_round_half(float x) { return gf_h2f(gf_f2h(x)); }
+GF_FN float gf_round_bf16(float x) { return gf_b2f(gf_f2b(x)); }
+template <typename T> GF_FN T gf_abs(T x) { return x < 0 ? -x : x; }
+GF_FN bool gf_abs(bool x) { return x; }
+template <typename T> GF_FN T gf_maximum(T a, T b) { return a > b ? a : b; }
+template <typename T> GF_FN T gf_minimum(T a, T b) { return a < b ? a : b; }
+GF_FN float gf_maximum(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+GF_FN double gf_maximum(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+GF_FN float gf_minimum(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+GF_FN double gf_minimum(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+template <typename T> GF_FN bool gf_isnan(T x) { return x != x; }
+template <typename T> GF_FN bool gf_isinf(T x) { return x == x && (x - x) != (x - x); }
+template <typename T> GF_FN bool gf_isfinite(T x) { return (x - x) == (x - x); }
+GF_FN bool gf_signbit(float x) { return signbit(x); }
+GF_FN bool gf_signbit(double x) { return signbit(x); }
+GF_FN float gf_fma(float a, float b, float c) { return fmaf(a, b, c); }
+GF_FN double gf_fma(double a, double b, double c) { return fma(a, b, c); }
+template <typename T> GF_FN T gf_remainder(T a, T b) {
+  T r = gf_fmod(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"""
+
+_CPU_HALF = r"""
+static inline float gf_bits_to_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned int gf_float_to_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static inline float gf_b2f(unsigned short h) { return gf_bits_to_float(((unsigned int)h) << 16); }
+static inline unsigned short gf_f2b(float f) {
+  unsigned int u = gf_float_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+static inline float gf_h2f(unsigned short h) {
+  unsigned int sign = ((unsigned int)h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0x1fu) return gf_bits_to_float(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return gf_bits_to_float(sign);
+    float f = (float)man * 5.9604644775390625e-08f;
+    return sign ? -f : f;
+  }
+  return gf_bits_to_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+static inline unsigned short gf_f2h(float f) {
+  unsigned int u = gf_float_to_bits(f);
+  unsigned int sign = (u >> 16) & 0x8000u;
+  unsigned int a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);   /* rounds to inf */
+  if (a < 0x38800000u) {                                             /* subnormal or zero */
+    float m = gf_bits_to_float(a) * 16777216.0f;                     /* a * 2^24 */
+    return (unsigned short)(sign | (unsigned int)rintf(m));
+  }
+  unsigned int r = a + 0xc8000fffu + ((a >> 13) & 1u);               /* rebias, round to nearest even */
+  return (unsigned short)(sign | (r >> 13));
+}
+"""
+
+# Branch-free float exp/tanh/erf for the CPU dialect: simd loops vectorize them (libm's scalar
+# calls do not). Cephes-style range reduction and polynomials, within ~2 ulp of libm (erf: within
+# 2e-7 absolute); NaN and infinities propagate as in libm.
+_CPU_VECTOR_MATH = r"""
+static inline float gf_vexpf(float x) {
+  float xc = x > 88.72283f ? 88.72283f : (x < -103.972f ? -103.972f : x);
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int k = (int)n;
+  int k1 = k / 2;
+  int b1 = (k1 + 127) << 23, b2 = (k - k1 + 127) << 23;
+  float s1, s2;
+  memcpy(&s1, &b1, 4);
+  memcpy(&s2, &b2, 4);
+  float y = p * s1 * s2;
+  y = x > 88.72283f ? __builtin_inff() : y;
+  y = x < -103.972f ? 0.0f : y;
+  return x != x ? x : y;
+}
+static inline float gf_vtanhf(float x) {
+  float a = x < 0 ? -x : x;
+  float z = x * x;
+  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                  + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  float e = gf_vexpf(2.0f * a);
+  float big = 1.0f - 2.0f / (e + 1.0f);
+  big = x < 0 ? -big : big;
+  float y = a < 0.625f ? small : big;
+  return x != x ? x : y;
+}
+static inline float gf_verff(float x) {
+  float z = x < 0 ? -x : x;
+  float t = 1.0f / (1.0f + 0.5f * z);
+  float q = -z * z - 1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f
+            + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+  float big = 1.0f - t * gf_vexpf(q);
+  big = x < 0 ? -big : big;
+  float x2 = x * x;
+  float small = x * (1.1283791670955126f + x2 * (-0.37612638903183754f + x2 * (0.11283791670955126f
+                + x2 * (-0.026866170645131252f + x2 * (0.005223977625442188f + x2 * (-0.0008548327023450852f
+                + x2 * 0.00012055332981789664f))))));
+  float y = z < 0.5f ? small : big;
+  return x != x ? x : y;
+}
+"""
+
+_CUDA_HALF = r"""
+GF_FN float gf_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+GF_FN unsigned short gf_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+GF_FN float gf_b2f(unsigned short h) { return __int_as_float(((int)h) << 16); }
+GF_FN unsigned short gf_f2b(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+template <typename T, int N> struct alignas(sizeof(T) * N) gf_vec { T v[N]; };
+template <int N, typename T> GF_FN void gf_load(T* dst, const T* src) {
+  gf_vec<T, N> r = *reinterpret_cast<const gf_vec<T, N>*>(src);
+  #pragma unroll
+  for (int i = 0; i < N; ++i) dst[i] = r.v[i];
+}
+template <int N, typename T> GF_FN void gf_store(T* dst, const T* src) {
+  gf_vec<T, N> r;
+  #pragma unroll
+  for (int i = 0; i < N; ++i) r.v[i] = src[i];
+  *reinterpret_cast<gf_vec<T, N>*>(dst) = r;
+}
+"""
+
+
+def _math_prelude(overrides: dict[str, tuple[str, str]]) -> str:
+    lines = []
+    for name, (f, d) in {**_MATH, **overrides}.items():
+        lines.append(f"GF_FN float gf_{name}(float x) {{ return {f}; }}")
+        lines.append(f"GF_FN double gf_{name}(double x) {{ return {d}; }}")
+    for name, (f, d) in _MATH2.items():
+        lines.append(f"GF_FN float gf_{name}(float x, float y) {{ return {f}; }}")
+        lines.append(f"GF_FN double gf_{name}(double x, double y) {{ return {d}; }}")
+    lines.append("template <typename T> GF_FN T gf_pow(T x, T y) { T r = 1; while (y > 0) { if (y & 1) r *= x; x *= x; y >>= 1; } return r; }")
+    for name in ("floor", "ceil", "trunc", "round"):
+        lines.append(f"template <typename T> GF_FN T gf_{name}(T x) {{ return x; }}")
+    return "\n".join(lines)
+
+
+@dataclass
+class Dialect:
+    name: str
+    kernel_prefix: str
+    qualifier: str
+    restrict: str
+    headers: str
+    half_prelude: str
+    math_overrides: dict = field(default_factory=dict)
+    # How a leaf axis is realized. {i}: loop variable, {ext}: extent, {T}: index type.
+    loops: dict = field(default_factory=dict)
+    binds: dict = field(default_factory=dict)          # axes that are a hardware index, not a loop
+    parallel_pragma: str = ""                           # before the outermost parallel loop
+    simd_pragma: str = ""
+    unroll_pragma: str = "#pragma unroll"
+    vector_registers: bool = False                      # Vectorize = 16-byte register vectors
+    constants: dict = field(default_factory=dict)
+
+    def prelude(self) -> str:
+        return "\n".join([self.headers, f"#define GF_FN {self.qualifier}", self.constants_text(),
+                          self.half_prelude, _math_prelude(self.math_overrides), _COMMON])
+
+    def constants_text(self) -> str:
+        return "\n".join(f"#define {k} {v}" for k, v in self.constants.items())
+
+
+CPP = Dialect(
+    name="cpp",
+    kernel_prefix='extern "C" void',
+    qualifier="static inline",
+    restrict="__restrict__",
+    headers="#include <math.h>\n#include <string.h>\n#include <stdint.h>",
+    half_prelude=_CPU_HALF + _CPU_VECTOR_MATH,
+    math_overrides={"exp": ("gf_vexpf(x)", "exp(x)"), "tanh": ("gf_vtanhf(x)", "tanh(x)"),
+                    "erf": ("gf_verff(x)", "erf(x)"),
+                    "sigmoid": ("1.0f / (1.0f + gf_vexpf(-x))", "1.0 / (1.0 + exp(-x))")},
+    loops={
+        P.Serial: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+        P.BIDx: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+        P.BIDy: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+        P.TIDx: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+        P.TIDy: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+        P.Unroll: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+        P.Vectorize: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+    },
+    parallel_pragma="#pragma omp parallel for schedule(static) if ({work} > {threshold})",
+    simd_pragma="#pragma omp simd",
+    unroll_pragma="#pragma GCC unroll {ext}",
+    constants={"GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
+               "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
+)
+
+CUDA = Dialect(
+    name="cuda",
+    kernel_prefix='extern "C" __global__ void __launch_bounds__({block})',
+    qualifier="__device__ __forceinline__",
+    restrict="__restrict__",
+    headers="",
+    half_prelude=_CUDA_HALF,
+    math_overrides={"rsqrt": ("rsqrtf(x)", "rsqrt(x)")},
+    loops={
+        P.Serial: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+        P.BIDx: "for ({T} {i} = blockIdx.x; {i} < {ext}; {i} += gridDim.x)",
+        P.BIDy: "for ({T} {i} = blockIdx.y; {i} < {ext}; {i} += gridDim.y)",
+        P.Unroll: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+        P.Vectorize: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
+    },
+    binds={P.TIDx: "const {T} {i} = threadIdx.x;", P.TIDy: "const {T} {i} = threadIdx.y;"},
+    vector_registers=True,
+    constants={"GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
+               "GF_INF_D": "__longlong_as_double(0x7ff0000000000000LL)",
+               "GF_NAN_D": "__longlong_as_double(0x7fffffffffffffffLL)"},
+)
+
+DIALECTS = {"cpp": CPP, "cuda": CUDA}

@@ -1,0 +1,208 @@
+"""Lowering: a typed fusion subgraph -> kernel IR (``kir.Kernel``) + a host-side launch plan.
+
+Steps:
+
+1. The iteration space is the broadcast of every tensor in the group (right-aligned), ordered
+   by the reference output's profiled stride order (outermost first); dims that are 1 in every
+   tensor are dropped.
+2. Adjacent iteration dims are coalesced when every tensor is either broadcast in both or
+   contiguous across them (the guards guarantee the contiguity), so a dense tensor costs one
+   index. What is left are the kernel's root dims; their extents are run-time arguments.
+3. Per tensor and root: ``bcast`` (stride 0, costs nothing), ``unit`` (stride 1) or ``strided``
+   (a run-time stride argument). A tensor dense over all roots in order is marked ``dense``.
+4. The group's nodes are lowered through their op-table rows into scalar expressions.
+
+The ``LaunchPlan`` records, for the host program, where each root extent and stride comes from
+and how each output is allocated (its profiled stride order, dense), so sizes stay run-time
+arguments: a new batch size reuses the kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from ..ir.graph import Graph, Value
+from ..ir.types import TensorType
+from ..ops import bind, lookup
+from ..ops.table import OpCall
+from .kir import Const, Expr, ExprBuilder, Kernel, Load, ScalarParam, TensorParam, compute_dtype
+
+
+class LoweringError(ValueError):
+    """The group cannot be expressed as one kernel; the message says why."""
+
+
+@dataclass
+class TensorPlan:
+    """How the host reads one tensor: which input/output, its dims per root."""
+
+    name: str
+    is_output: bool
+    position: int                      # group input index, or output index
+    dims: list[list[int]]              # per root: the tensor's own dims merged into it ([] = bcast)
+    dtype: torch.dtype
+
+
+@dataclass
+class LaunchPlan:
+    root_dims: list[list[int]]         # per root: iteration dims (output dim numbering) it covers
+    dim_source: dict[int, tuple[int, int]]  # iteration dim -> (group input index, tensor dim)
+    out_rank: int
+    outputs: list[tuple[torch.dtype, tuple[int, ...], tuple[int, ...], torch.device]]
+    #        (dtype, sizes template: -1 = iteration dim size, 1 = size 1; stride order outer->inner, device)
+    tensors: list[TensorPlan]
+    scalar_inputs: list[int]           # group input index of each scalar param
+    aliases: dict[int, int] = field(default_factory=dict)  # output index -> group input index
+    strided: list[tuple[int, int]] = field(default_factory=list)  # (tensor param, root) needing a stride arg
+
+
+def _aligned(t: TensorType, out_rank: int) -> dict[int, int]:
+    """iteration dim -> tensor dim for the tensor's non-broadcast dims (right-aligned)."""
+    off = out_rank - t.rank
+    return {off + d: d for d in range(t.rank) if t.sizes[d] != 1}
+
+
+def lower_group(sub: Graph, name: str = "kernel") -> tuple[Kernel, LaunchPlan]:
+    """Lower a fusion subgraph with complete profiled types to a kernel and its launch plan."""
+    outs = sub.outputs
+    out_types = [o.type for o in outs]
+    for o, t in zip(outs, out_types):
+        if not isinstance(t, TensorType) or not t.complete:
+            raise LoweringError(f"output %{o.name} has no complete profiled type")
+    tensor_inputs = [(i, v) for i, v in enumerate(sub.inputs) if isinstance(v.type, TensorType)]
+    for i, v in tensor_inputs:
+        if not v.type.complete:
+            raise LoweringError(f"input %{v.name} has no complete profiled type")
+    out_rank = max([t.rank for t in out_types] + [v.type.rank for _, v in tensor_inputs])
+    device = out_types[0].device
+
+    # 1. iteration dims and their order
+    typed = [("in", i, v.type) for i, v in tensor_inputs] + [("out", k, t) for k, t in enumerate(out_types)]
+    live: set[int] = set()
+    for _, _, t in typed:
+        live |= set(_aligned(t, out_rank))
+    ref = max(out_types, key=lambda t: (len(_aligned(t, out_rank)), t.rank))
+    ref_map = _aligned(ref, out_rank)
+    inv = {d: od for od, d in ref_map.items()}
+    order = [inv[d] for d in ref.stride_order if d in inv]
+    order = sorted(live - set(order)) + order          # dims the reference lacks go outermost
+    dim_source: dict[int, tuple[int, int]] = {}
+    for i, v in tensor_inputs:
+        for od, d in _aligned(v.type, out_rank).items():
+            dim_source.setdefault(od, (i, d))
+    missing = [od for od in order if od not in dim_source]
+    if missing:
+        raise LoweringError(f"iteration dims {missing} are not sized by any input")
+
+    # 2. coalescing
+    def contiguous_pair(t: TensorType, a: int, b: int) -> bool:
+        m = _aligned(t, out_rank)
+        if a not in m and b not in m:
+            return True
+        if a not in m or b not in m:
+            return False
+        da, db = m[a], m[b]
+        pos = t.stride_order.index(da)
+        return pos + 1 < len(t.stride_order) and t.stride_order[pos + 1] == db and t.contiguity[pos]
+
+    out_layouts = [_dense(t) for t in out_types]
+    roots: list[list[int]] = []
+    for od in order:
+        if roots and all(contiguous_pair(t, roots[-1][-1], od) for t in
+                         [v.type for _, v in tensor_inputs] + out_layouts):
+            roots[-1].append(od)
+        else:
+            roots.append([od])
+    n_roots = len(roots)
+
+    # 3. tensor params
+    params: list[TensorParam] = []
+    tplans: list[TensorPlan] = []
+    strided: list[tuple[int, int]] = []
+
+    def add_param(label: str, t: TensorType, is_output: bool, pos: int) -> int:
+        m = _aligned(t, out_rank)
+        kinds, dims = [], []
+        for r, group in enumerate(roots):
+            mine = [m[od] for od in group if od in m]
+            dims.append(mine)
+            if not mine:
+                kinds.append("bcast")
+                continue
+            inner = mine[-1]
+            p = t.stride_order.index(inner)
+            unit = p == len(t.stride_order) - 1 and t.contiguity[p]
+            kinds.append("unit" if unit else "strided")
+            if not unit:
+                strided.append((len(params), r))
+        dense = all(k != "bcast" for k in kinds) and kinds[-1] == "unit" and all(
+            contiguous_pair(t, roots[r][-1], roots[r + 1][0]) for r in range(n_roots - 1))
+        params.append(TensorParam(label, t.dtype, is_output, tuple(kinds), dense))
+        tplans.append(TensorPlan(label, is_output, pos, dims, t.dtype))
+        return len(params) - 1
+
+    env: dict[Value, Any] = {}
+    b = ExprBuilder()
+    scalars: list[ScalarParam] = []
+    scalar_inputs: list[int] = []
+    for i, v in enumerate(sub.inputs):
+        if isinstance(v.type, TensorType):
+            k = add_param(f"t{len(params)}", v.type, False, i)
+            env[v] = b.load(k, v.type.dtype)
+        else:
+            dt = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}.get(v.type.name)
+            if dt is None:
+                raise LoweringError(f"input %{v.name} of type {v.type} cannot be a kernel argument")
+            scalars.append(ScalarParam(f"a{len(scalars)}", dt))
+            scalar_inputs.append(i)
+            env[v] = b.arg(len(scalars) - 1, dt)
+
+    # 4. expressions
+    for node in sub.block.nodes:
+        if node.kind == "prim::Constant":
+            env[node.output] = node.attrs.get("value")
+            continue
+        row = lookup(node.kind)
+        if row is None:
+            raise LoweringError(f"{node.where()} has no op-table row")
+        args_v, consts, parts = bind(row, node)
+        args = {k: (env[v] if isinstance(v, Value) else v) for k, v in args_v.items()}
+        out_t = node.output.type
+        if row.kind == "cast":
+            out_dtype, compute = out_t.dtype, compute_dtype(out_t.dtype)
+        else:
+            out_dtype, compute = row.result_dtypes(parts, consts)
+        call = OpCall(args, parts, out_dtype, compute, b)
+        e = row.lower(call)
+        e = b.cast(e, compute_dtype(out_dtype))
+        if out_dtype in (torch.float16, torch.bfloat16) and row.kind == "cast":
+            e = b.call("round_half" if out_dtype == torch.float16 else "round_bf16", e)
+        env[node.output] = e
+
+    stores, outputs, aliases = [], [], {}
+    for k, (o, t) in enumerate(zip(outs, out_types)):
+        e = env[o]
+        sizes = tuple(1 if s == 1 else -1 for s in t.sizes)
+        outputs.append((t.dtype, sizes, t.stride_order, t.device))
+        if isinstance(e, Load):
+            src = sub.inputs[tplans[e.tensor].position]
+            if src.type.dtype == t.dtype and src.type.rank == t.rank and src.type.sizes == t.sizes \
+                    and src.type.stride_order == t.stride_order:
+                aliases[k] = tplans[e.tensor].position
+                continue
+        if not isinstance(e, Expr):
+            e = b.const(e, t.dtype)
+        p = add_param(f"t{len(params)}", out_layouts[k], True, k)
+        stores.append((p, b.cast(e, compute_dtype(t.dtype))))
+    kernel = Kernel(name, params, scalars, n_roots, stores)
+    plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided)
+    return kernel, plan
+
+
+def _dense(t: TensorType) -> TensorType:
+    """The layout graphfuser allocates an output with: dense in its profiled stride order."""
+    from dataclasses import replace
+
+    return replace(t, contiguity=tuple(True for _ in t.stride_order))

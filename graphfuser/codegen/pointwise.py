@@ -1,0 +1,76 @@
+"""The pointwise scheduler: a heuristic fills ``PointwiseParams``; the schedule is a sequence of
+the same primitives users call by hand (merge / split / parallelize).
+
+GPU: merge every root into one domain, split by the vector width, by the block size and by the
+unroll factor, then ``[BIDx (grid-stride), Unroll, TIDx, Vectorize]``.
+CPU: roots ``[outer..., inner]``; the outer roots merge into one OpenMP-parallel loop and the
+innermost root is a simd loop. A single root is split so that OpenMP has chunks to share.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .kir import Kernel
+from .schedule import LoopNest, ParallelType
+
+
+@dataclass(frozen=True)
+class PointwiseParams:
+    target: str           # "cuda" | "cpu"
+    vector: int = 1       # elements per 16-byte access (GPU); 1 = scalar
+    block: int = 128      # threads per block (GPU)
+    unroll: int = 1       # vectors per thread per grid-stride step (GPU)
+    cpu_chunk: int = 4096 # elements per OpenMP chunk for a single-root kernel
+
+
+def vector_width(kernel: Kernel) -> int:
+    """Largest width such that every vector access is 16 bytes at most; 1 if the innermost root
+    of some tensor is strided (not contiguous)."""
+    widest = 1
+    for t in kernel.tensors:
+        if not t.dim_kinds:
+            continue
+        if t.dim_kinds[-1] == "strided":
+            return 1
+        if t.dim_kinds[-1] != "bcast":
+            widest = max(widest, t.dtype.itemsize)
+    return max(1, min(8, 16 // widest))
+
+
+def pointwise_heuristics(kernel: Kernel, target: str, cuda_knobs: dict, vectorize: bool = True) -> PointwiseParams:
+    if target == "cuda":
+        v = vector_width(kernel) if vectorize else 1
+        return PointwiseParams("cuda", vector=v, block=int(cuda_knobs["block_size"]), unroll=int(cuda_knobs["unroll"]))
+    return PointwiseParams("cpu")
+
+
+def schedule_pointwise(kernel: Kernel, params: PointwiseParams) -> LoopNest:
+    nest = LoopNest(max(kernel.n_dims, 1))
+    P = ParallelType
+    if params.target == "cuda":
+        for _ in range(len(nest.leaves) - 1):
+            nest.merge(0)
+        if params.vector > 1:
+            nest.split(0, params.vector)
+        nest.split(0, params.block)
+        if params.unroll > 1:
+            nest.split(0, params.unroll)
+        nest.parallelize(0, P.BIDx)
+        k = 1
+        if params.unroll > 1:
+            nest.parallelize(k, P.Unroll)
+            k += 1
+        nest.parallelize(k, P.TIDx)
+        if params.vector > 1:
+            nest.parallelize(k + 1, P.Vectorize)
+        return nest
+    if len(nest.leaves) == 1:
+        nest.split(0, params.cpu_chunk)
+        nest.parallelize(0, P.BIDx)
+        nest.parallelize(1, P.Vectorize)
+        return nest
+    for _ in range(len(nest.leaves) - 2):
+        nest.merge(0)
+    nest.parallelize(0, P.BIDx)
+    nest.parallelize(1, P.Vectorize)
+    return nest

@@ -1,0 +1,140 @@
+"""Shared test helpers: graph text in / graph text out, and ``check(fn, *inputs)``.
+
+``check`` is written once and run per backend: it scripts ``fn``, runs it past profiling, asserts
+that fusion happened (or not) and that the fused path ran without guard misses, and compares
+every call with eager through ``torch.testing.assert_close``. Tests parametrize it over
+``DEVICES``; the CUDA entry carries ``@pytest.mark.cuda`` and is skipped where no GPU is present.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Optional, Sequence
+
+import pytest
+import torch
+
+import graphfuser
+from graphfuser.ir import Graph, parse_graph, print_graph, verify
+
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
+
+# Loose enough for a kernel that computes half types in fp32 while eager rounds after every op.
+TOLERANCES = {
+    torch.float16: dict(rtol=5e-3, atol=5e-3),
+    torch.bfloat16: dict(rtol=4e-2, atol=4e-2),
+    torch.float32: dict(rtol=1.3e-6, atol=1e-5),
+    torch.float64: dict(rtol=1e-7, atol=1e-7),
+}
+
+
+def FT(*sizes: int, strides: Optional[Sequence[int]] = None, dtype: str = "Float", device: str = "cpu",
+       requires_grad: int = 0) -> str:
+    """Text of a profiled tensor type, e.g. ``FT(4, 8)`` -> ``Float(4, 8, strides=[8, 1], ...)``."""
+    if strides is None:
+        strides, acc = [], 1
+        for s in reversed(sizes):
+            strides.insert(0, acc)
+            acc *= s
+    dims = [str(s) for s in sizes] + ["strides=[" + ", ".join(map(str, strides)) + "]"]
+    return f"{dtype}({', '.join(dims)}, requires_grad={requires_grad}, device={device})"
+
+
+def parse(text: str) -> Graph:
+    """Parse graph text (with ``{F}``-style placeholders already formatted) and verify it."""
+    return verify(parse_graph(text))
+
+
+def kinds(g: Graph) -> list[str]:
+    """Node kinds of ``g`` in order, depth first through blocks (not into subgraphs)."""
+    return [n.kind for n in g.all_nodes()]
+
+
+def fusion_groups(g: Graph) -> list:
+    """Every fusion group node of ``g`` (nested blocks included)."""
+    return [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
+
+
+def assert_in_order(text: str, *needles: str) -> None:
+    """FileCheck-style CHECK lines: each needle occurs in ``text`` after the previous one."""
+    pos = 0
+    for needle in needles:
+        i = text.find(needle, pos)
+        assert i >= 0, f"expected {needle!r} after position {pos} in:\n{text}"
+        pos = i + len(needle)
+
+
+def assert_not_in(text: str, *needles: str) -> None:
+    for needle in needles:
+        assert needle not in text, f"did not expect {needle!r} in:\n{text}"
+
+
+def normalize(text: str) -> str:
+    """Graph text with value names renumbered in order of appearance (for exact comparisons)."""
+    names: dict[str, str] = {}
+
+    def sub(m: re.Match) -> str:
+        return "%" + names.setdefault(m.group(1), f"v{len(names)}")
+
+    return re.sub(r"%([\w.]+)", sub, text)
+
+
+def fallback_counter(sf: graphfuser.ScriptedFunction) -> dict[str, int]:
+    """Count fallback (eager) runs of every fusion site of an optimized ``sf`` from now on."""
+    counts = {"fallback": 0}
+    for site in set(sf._sites.values()):
+        inner = site.fallback_fn
+
+        def counting(*args: Any, _inner=inner) -> tuple:
+            counts["fallback"] += 1
+            return _inner(*args)
+
+        site.fallback_fn = counting
+    return counts
+
+
+def _tolerance(out: Any) -> dict:
+    if isinstance(out, torch.Tensor):
+        return TOLERANCES.get(out.dtype, {})
+    if isinstance(out, (tuple, list)) and out:
+        tols = [_tolerance(o) for o in out]
+        return max(tols, key=lambda t: t.get("rtol", 0))
+    return {}
+
+
+def check(fn: Callable, *inputs: Any, fused: Optional[bool] = True, runs: int = 3,
+          min_groups: int = 1, rtol: Optional[float] = None, atol: Optional[float] = None,
+          ) -> graphfuser.ScriptedFunction:
+    """Script ``fn``, call it ``runs`` (>= profiling_runs + 1) times, compare each call with eager.
+
+    ``fused=True``: the optimized graph has at least ``min_groups`` fusion groups and, after
+    profiling, every call takes the fused path (no fallback runs). ``fused=False``: no group.
+    ``fused=None``: only correctness is checked. Returns the scripted function.
+    """
+    runs = max(runs, graphfuser.config.profiling_runs + 1)
+    expected = fn(*inputs)
+    tol = {"rtol": rtol, "atol": atol} if rtol is not None or atol is not None else _tolerance(expected)
+    sf = graphfuser.script(fn)
+    counts = None
+    for i in range(runs):
+        out = sf(*inputs)
+        torch.testing.assert_close(out, expected, **tol, msg=lambda m: f"call {i} of {fn.__name__}: {m}")
+        if counts is None and sf._optimized is not None:
+            counts = fallback_counter(sf)
+    g = sf._optimized
+    assert g is not None, "profiling never finished"
+    verify(g)
+    groups = fusion_groups(g)
+    if fused:
+        assert len(groups) >= min_groups, f"expected >= {min_groups} fusion group(s):\n{g}"
+        assert counts is not None and counts["fallback"] == 0, f"guards missed on identical inputs:\n{g}"
+    elif fused is False:
+        assert not groups, f"expected no fusion group:\n{g}"
+    return sf
+
+
+def roundtrip(g: Graph) -> str:
+    """Print ``g``, parse it back, print again; assert both texts agree; return the text."""
+    text = print_graph(g)
+    again = print_graph(verify(parse_graph(text)))
+    assert again == text, f"round trip changed the graph:\n{text}\n---\n{again}"
+    return text
