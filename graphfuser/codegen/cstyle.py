@@ -86,7 +86,7 @@ def signature(kernel: Kernel, dialect: Dialect, opts: RenderOptions) -> list[str
         params.append(f"{const}{STORAGE_TYPES[t.dtype]}* {dialect.restrict} {t.name}")
     params += [f"{T} n{r}" for r in range(kernel.n_dims)]
     params += [f"{T} st{p}_{r}" for p, r in stride_args(kernel)]
-    params += [f"{COMPUTE_TYPES[s.dtype]} {s.name}" for s in kernel.scalars]
+    params += [f"{'int' if s.dtype == torch.bool else COMPUTE_TYPES[s.dtype]} {s.name}" for s in kernel.scalars]
     return params
 
 

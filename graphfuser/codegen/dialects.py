@@ -68,34 +68,34 @@ _CPU_HALF = r"""
 static inline float gf_bits_to_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned int gf_float_to_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 static inline float gf_b2f(unsigned short h) { return gf_bits_to_float(((unsigned int)h) << 16); }
+/* Branch-free conversions so that simd loops vectorize them; round to nearest even. */
 static inline unsigned short gf_f2b(float f) {
   unsigned int u = gf_float_to_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (unsigned short)(u >> 16);
+  unsigned int r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  r = (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r;
+  return (unsigned short)r;
 }
 static inline float gf_h2f(unsigned short h) {
-  unsigned int sign = ((unsigned int)h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  if (exp == 0x1fu) return gf_bits_to_float(sign | 0x7f800000u | (man << 13));
-  if (exp == 0) {
-    if (man == 0) return gf_bits_to_float(sign);
-    float f = (float)man * 5.9604644775390625e-08f;
-    return sign ? -f : f;
-  }
-  return gf_bits_to_float(sign | ((exp + 112u) << 23) | (man << 13));
+  unsigned int sign = ((unsigned int)h & 0x8000u) << 16;
+  unsigned int em = (unsigned int)h & 0x7fffu;
+  unsigned int e = em >> 10;
+  unsigned int normal = (em << 13) + 0x38000000u;
+  unsigned int special = (em << 13) | 0x7f800000u;
+  unsigned int sub = gf_float_to_bits((float)(int)em * 5.9604644775390625e-08f);
+  unsigned int is_sub = 0u - (unsigned int)(e == 0), is_special = 0u - (unsigned int)(e == 31);
+  unsigned int r = (sub & is_sub) | (special & is_special) | (normal & ~(is_sub | is_special));
+  return gf_bits_to_float(r | sign);
 }
 static inline unsigned short gf_f2h(float f) {
   unsigned int u = gf_float_to_bits(f);
   unsigned int sign = (u >> 16) & 0x8000u;
   unsigned int a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
-  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);   /* rounds to inf */
-  if (a < 0x38800000u) {                                             /* subnormal or zero */
-    float m = gf_bits_to_float(a) * 16777216.0f;                     /* a * 2^24 */
-    return (unsigned short)(sign | (unsigned int)rintf(m));
-  }
-  unsigned int r = a + 0xc8000fffu + ((a >> 13) & 1u);               /* rebias, round to nearest even */
-  return (unsigned short)(sign | (r >> 13));
+  unsigned int normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  float m = (gf_bits_to_float(a) * 16777216.0f + 12582912.0f) - 12582912.0f;
+  unsigned int r = a < 0x38800000u ? (unsigned int)(int)m : normal;
+  r = a >= 0x477ff000u ? 0x7c00u : r;
+  r = a > 0x7f800000u ? 0x7e00u : r;
+  return (unsigned short)(sign | r);
 }
 """
 

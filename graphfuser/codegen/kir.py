@@ -131,6 +131,35 @@ class Call(Expr):
         return ("call", self.op, tuple(id(a) for a in self.args), self.dtype)
 
 
+@dataclass(frozen=True, eq=False)
+class Reduce(Expr):
+    """``op`` (sum / prod / max / min) of ``args[0]`` over the kernel's reduction axes, per kept point.
+
+    Reduction kernels only: every reduction of one kernel reduces the same axes. ``dtype`` is the
+    accumulator dtype (fp32 for fp16/bf16 inputs, int64 for integer sums).
+    """
+
+    op: str
+    args: tuple
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("reduce", self.op, id(self.args[0]), self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class ReductionSize(Expr):
+    """The number of elements each reduction of the kernel combines (a run-time value)."""
+
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("reduction_size", self.dtype)
+
+
+REDUCE_OPS = ("sum", "prod", "max", "min")
+
+
 def _py_value(value: Any, dtype: torch.dtype) -> Any:
     if dtype == torch.bool:
         return bool(value)
@@ -194,6 +223,15 @@ class ExprBuilder:
                 args = tuple(self.cast(a, dt) for a in args)
         out = torch.bool if rule == "bool" else dt
         return self._intern(Call(op, args, out))
+
+    def reduce(self, op: str, e: Expr, dtype: Optional[torch.dtype] = None) -> Expr:
+        """``op`` of ``e`` over the kernel's reduction axes, accumulated in ``dtype``."""
+        assert op in REDUCE_OPS, op
+        dtype = compute_dtype(dtype or e.dtype)
+        return self._intern(Reduce(op, (self.cast(e, dtype),), dtype))
+
+    def reduction_size(self, dtype: torch.dtype) -> Expr:
+        return self._intern(ReductionSize(compute_dtype(dtype)))
 
     # Short spellings for the common binary ops.
     def add(self, a: Expr, b: Expr) -> Expr:

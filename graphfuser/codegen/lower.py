@@ -64,8 +64,12 @@ def _aligned(t: TensorType, out_rank: int) -> dict[int, int]:
     return {off + d: d for d in range(t.rank) if t.sizes[d] != 1}
 
 
-def lower_group(sub: Graph, name: str = "kernel") -> tuple[Kernel, LaunchPlan]:
-    """Lower a fusion subgraph with complete profiled types to a kernel and its launch plan."""
+def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tuple[Kernel, LaunchPlan]:
+    """Lower a fusion subgraph with complete profiled types to a kernel and its launch plan.
+
+    ``coalesce=False`` keeps one root per iteration dim (hand-written schedules address the
+    output's logical dims, so they need them).
+    """
     outs = sub.outputs
     out_types = [o.type for o in outs]
     for o, t in zip(outs, out_types):
@@ -110,7 +114,7 @@ def lower_group(sub: Graph, name: str = "kernel") -> tuple[Kernel, LaunchPlan]:
     out_layouts = [_dense(t) for t in out_types]
     roots: list[list[int]] = []
     for od in order:
-        if roots and all(contiguous_pair(t, roots[-1][-1], od) for t in
+        if coalesce and roots and all(contiguous_pair(t, roots[-1][-1], od) for t in
                          [v.type for _, v in tensor_inputs] + out_layouts):
             roots[-1].append(od)
         else:

@@ -146,6 +146,21 @@ class LoopNest:
         self.leaves = list(self.roots)
         self.history: list[str] = []
 
+    @classmethod
+    def over_axes(cls, n_roots: int, axes: list[Optional[int]]) -> "LoopNest":
+        """A nest whose initial leaves are ``axes``: root ``k`` for an int, a new extent-1 domain
+        for ``None``. Schedules written against a tensor's logical dims replay on it when the
+        kernel's roots are those dims reordered (stride order) without the broadcast ones.
+
+        >>> [str(d.extent) for d in LoopNest.over_axes(2, [1, None, 0]).leaves]
+        ['n1', '1', 'n0']
+        """
+        nest = cls(n_roots)
+        if sorted(a for a in axes if a is not None) != list(range(n_roots)):
+            raise ScheduleError(f"over_axes({axes}): every one of the {n_roots} roots must appear once")
+        nest.leaves = [nest.roots[a] if a is not None else nest._new(iconst(1), ("bcast",)) for a in axes]
+        return nest
+
     def _new(self, extent: IExpr, origin: tuple) -> IterDomain:
         d = IterDomain(self._ids, extent, origin)
         self._ids += 1
@@ -211,9 +226,30 @@ class LoopNest:
         if ptype in (ParallelType.Unroll, ParallelType.Vectorize) and self.leaves[a].extent.const is None \
                 and ptype is ParallelType.Unroll:
             raise ScheduleError(f"parallelize({axis}, Unroll): the axis needs a constant extent (split it first)")
+        if ptype is ParallelType.Vectorize and not self.walks_innermost(a):
+            raise ScheduleError(f"parallelize({axis}, Vectorize): only the innermost axis, when it steps through "
+                                "the innermost dim with unit stride (that dim, an inner split of it, or a merge "
+                                "ending in it), is contiguous in memory")
         self.leaves[a].ptype = ptype
         self.history.append(f"parallelize({axis}, {ptype!r})")
         return self
+
+    def walks_innermost(self, axis: int) -> bool:
+        """True if leaf ``axis`` is the innermost leaf and steps through the innermost root with
+        unit stride: that root itself, the inner part of a split of such a domain, or a merge
+        whose inner operand is such a domain."""
+        if axis != len(self.leaves) - 1 or not self.roots:
+            return False
+        d = self.leaves[axis]
+        while d is not self.roots[-1]:
+            o = d.origin
+            if o[0] == "inner":
+                d = o[1]
+            elif o[0] == "merge":
+                d = o[2]
+            else:
+                return False
+        return True
 
     def copy_parallel_from(self, other: "LoopNest") -> None:
         """``parallelize_all_like``: same leaf structure required."""

@@ -70,26 +70,42 @@ def _split_schema(schema: Optional[str]) -> tuple[str, str, list]:
     return parsed.name.split("::")[1], parsed.overload_name or "default", parsed.arguments
 
 
-def resolve_aten(kind: str, schema: Optional[str]) -> Optional[AtenCall]:
-    """How to execute ``kind`` with ``schema``; None if graphfuser cannot."""
+# Templates that are right for tensor arguments too; any other template is for scalars only
+# (``aten::floor(Tensor)`` must not become ``math.floor``).
+TENSOR_TEMPLATES = frozenset((
+    "size", "dim", "numel", "len", "__getitem__", "__is__", "__isnot__", "Int", "Float", "Bool", "item",
+    "ScalarImplicit", "is_contiguous", "append", "list", "format", "warn", "__contains__", "str", "keys", "values",
+))
+
+
+def resolve_aten(kind: str, schema: Optional[str], tensor_args: Optional[bool] = None) -> Optional[AtenCall]:
+    """How to execute ``kind`` with ``schema``; None if graphfuser cannot.
+
+    Without a schema (graphs parsed from text), ``tensor_args`` says whether any input is a
+    tensor: tensor ops then run through the op table's eager reference or the aten packet.
+    """
     name = kind.split("::", 1)[1]
     if schema is None:
-        if name in PY_TEMPLATES:
+        if name in PY_TEMPLATES and (not tensor_args or name in TENSOR_TEMPLATES):
             return AtenCall(template=PY_TEMPLATES[name])
+        if tensor_args:
+            from ..ops import lookup
+
+            row = lookup(kind)
+            if row is not None and row.eager is not None:
+                return AtenCall(op=row.eager)      # called with schema-order positional args
         packet = getattr(torch.ops.aten, name, None)
         return AtenCall(op=packet) if packet is not None else None
     parsed = torch._C.parse_schema(schema)
     overload = parsed.overload_name
     arg_types = [str(a.type) for a in parsed.arguments]
     tensor_free = not any("Tensor" in t for t in arg_types)
-    key = f"{name}.{overload}" if overload else name
-    if key in PY_TEMPLATES:
-        return AtenCall(template=PY_TEMPLATES[key], schema=schema)
-    if name in PY_TEMPLATES and (tensor_free or name in ("size", "dim", "numel", "len", "__getitem__", "__is__",
-                                                             "__isnot__", "Int", "Float", "Bool", "item",
-                                                             "ScalarImplicit", "is_contiguous", "append", "list",
-                                                             "format", "warn", "__contains__", "str", "keys", "values")):
+    if overload and f"{name}.{overload}" in PY_TEMPLATES:
+        return AtenCall(template=PY_TEMPLATES[f"{name}.{overload}"], schema=schema)
+    if name in PY_TEMPLATES and (tensor_free or name in TENSOR_TEMPLATES):
         return AtenCall(template=PY_TEMPLATES[name], schema=schema)
+    if "..." in schema[:schema.rindex("->")]:
+        return None  # a vararg schema (e.g. aten::percentFormat): its OpOverload takes no extra args
     packet = getattr(torch.ops.aten, name, None)
     if packet is None:
         return None

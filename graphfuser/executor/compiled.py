@@ -183,32 +183,41 @@ def _launcher_source(cg: CompiledGroup) -> str:
     L.append(f"    total = {total}")
     ret = f"({', '.join(outs)},)"
     if k.stores:
-        L.append(f"    if total:")
+        L.append("    if total:")
         if cg.target == "cpu":
             L.append(f"        _fn({', '.join(args)})")
         else:
+            n_t = len(k.tensors)
             vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[-1] != "bcast"]
-            ptrs = [a for p, a in enumerate(args[:len(k.tensors)]) if p in vec_tensors]
             V = max(v[2].vector for v in cg.variants)
-            L.append(f"        a = ({', '.join(args)},)")
-            small = "total < 2147483647" + "".join(f" and a[{len(k.tensors) + k.n_dims + s}] * n{r} < 2147483647"
-                                                    for s, (p, r) in enumerate(stride_args(k)))
+            for p, a in enumerate(args[:n_t]):
+                L.append(f"        p{p} = {a}")
+            strides = args[n_t + k.n_dims:n_t + k.n_dims + len(stride_args(k))]
+            for s_, a in enumerate(strides):
+                L.append(f"        q{s_} = {a}")
+            call_args = [f"p{p}" for p in range(n_t)] + args[n_t:n_t + k.n_dims] + \
+                [f"q{s_}" for s_ in range(len(strides))] + args[n_t + k.n_dims + len(strides):]
+            small = "total < 2147483647" + "".join(f" and q{s_} * n{r} < 2147483647"
+                                                    for s_, (p, r) in enumerate(stride_args(k)))
             L.append(f"        small = {small}")
+            blk = cg.variants[0][2].block * cg.variants[0][2].unroll
             if V > 1:
-                aligned = " | ".join(f"a[{p}]" for p in vec_tensors) or "0"
-                strides_ok = "".join(f" and a[{len(k.tensors) + k.n_dims + s}] % {V} == 0"
-                                     for s, _ in enumerate(stride_args(k)))
+                aligned = " | ".join(f"p{p}" for p in vec_tensors) or "0"
+                strides_ok = "".join(f" and q{s_} % {V} == 0" for s_ in range(len(strides)))
                 L.append(f"        vec = n{max(k.n_dims, 1) - 1} % {V} == 0 and not (({aligned}) & 15){strides_ok}")
-                L.append("        f, per = (_fns[3] if vec else _fns[2]) if small else (_fns[1] if vec else _fns[0])")
-                L.append(f"        per = {V * cg.variants[-1][2].block * cg.variants[-1][2].unroll} if vec else "
-                         f"{cg.variants[0][2].block * cg.variants[0][2].unroll}")
+                L.append("        f = (_fns[1] if vec else _fns[0]) if small else (_fns[3] if vec else _fns[2])")
+                L.append(f"        grid = (total + {V * blk - 1}) // {V * blk} if vec else (total + {blk - 1}) // {blk}")
             else:
-                L.append("        f = _fns[1] if small else _fns[0]")
-                L.append(f"        per = {cg.variants[0][2].block * cg.variants[0][2].unroll}")
-            L.append("        grid = (total + per - 1) // per")
-            L.append("        f.launch((grid if grid < _maxgrid else _maxgrid, 1, 1), _block, _stream(_devidx), *a)")
+                L.append("        f = _fns[0] if small else _fns[1]")
+                L.append(f"        grid = (total + {blk - 1}) // {blk}")
+            L.append(f"        f.launch((grid if grid < _maxgrid else _maxgrid, 1, 1), _block, _stream(_devidx), "
+                     f"{', '.join(call_args)})")
     L.append(f"    return {ret}")
-    return "\n".join(L) + "\n"
+    body = L[1:]
+    params = ", ".join(f"x{i}" for i in range(n_in))
+    return "\n".join([L[0], "    if _broken:", f"        return _eager({params})", "    try:"]
+                     + ["    " + ln for ln in body]
+                     + ["    except Exception as e:", f"        return _fail(e, ({params}{',' if n_in == 1 else ''}))"]) + "\n"
 
 
 def _full_order(order: tuple[int, ...], sizes: tuple[int, ...]) -> list[int]:
@@ -227,8 +236,9 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
     ns: dict[str, Any] = {"_empty": torch.empty_strided, "_dev": cg.device}
     for j, (dtype, *_rest) in enumerate(plan.outputs):
         ns[f"_odt{j}"] = dtype
-    kinds = ["ptr"] * len(k.tensors) + ["i64"] * (k.n_dims + len(stride_args(k))) + \
-        [_arg_kind(s.dtype) for s in k.scalars]
+    n_index = k.n_dims + len(stride_args(k))
+    scalar_kinds = [_arg_kind(s.dtype) for s in k.scalars]
+    kinds = ["ptr"] * len(k.tensors) + ["i64"] * n_index + scalar_kinds
     if cg.target == "cpu":
         from ..runtime.cpu import CpuKernel, compile_cpp
 
@@ -242,7 +252,7 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
         cubin = nvrtc.compile_cubin(cg.source, cg.variants[0][0], arch)
         fns = []
         for fname, nest, params, itype in cg.variants:
-            vk = [("i32" if (itype == "int" and kd == "i64") else kd) for kd in kinds]
+            vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds
             fns.append(cuda_driver.CudaKernel(cubin, fname, idx, vk))
         ns["_fns"] = fns
         ns["_stream"] = cuda_driver.raw_stream
@@ -251,8 +261,11 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
         ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
     src = _launcher_source(cg)
     cg.launcher_source = src
+    ns.update({"_broken": False, "_eager": None, "_fail": None})
     exec(compile(src, f"<graphfuser launcher {cg.name}>", "exec"), ns)
-    return ns["run"]
+    run = ns["run"]
+    run.namespace = ns
+    return run
 
 
 # -- entry point -----------------------------------------------------------------------------
@@ -306,21 +319,20 @@ def _failed(group: Node, name: str, sub: Graph, source: str, e: BaseException) -
 
 
 def _guard_launch(launcher: Callable, group: Node, name: str, sub: Graph, cg: CompiledGroup) -> Callable:
-    state = {"fn": launcher}
+    """Arm the launcher's failure path: on a launch error it warns once (or raises with fallback
+    disabled), writes the repro and from then on runs the eager fallback."""
+    ns = launcher.namespace
 
-    def run(*args):
-        try:
-            return state["fn"](*args)
-        except Exception as e:
-            if state["fn"] is not launcher:
-                raise
-            state["fn"] = _failed(group, name, sub, cg.source, e)
-            return state["fn"](*args)
+    def fail(e: BaseException, args: tuple) -> tuple:
+        eager = _failed(group, name, sub, cg.source, e)
+        ns["_eager"], ns["_broken"] = eager, True
+        return eager(*args)
 
-    run.compiled = cg
+    ns["_fail"] = fail
+    launcher.compiled = cg
     if config.dumps("dump_eff_bandwidth") and cg.target == "cuda":
-        return _with_bandwidth(run, name)
-    return run
+        return _with_bandwidth(launcher, name)
+    return launcher
 
 
 def _with_bandwidth(run: Callable, name: str) -> Callable:

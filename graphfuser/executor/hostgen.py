@@ -164,7 +164,8 @@ class _Gen:
         elif kind == "prim::Loop":
             self.loop(node, a, indent)
         elif kind.startswith("aten::"):
-            call = node.schema if isinstance(node.schema, AtenCall) else resolve_aten(kind, None)
+            call = node.schema if isinstance(node.schema, AtenCall) else \
+                resolve_aten(kind, None, any(v.type.is_tensor for v in node.inputs))
             if call is None:
                 raise RuntimeError(f"cannot execute {node.where()}")
             self.emit(indent, self.aten(node, call, a))

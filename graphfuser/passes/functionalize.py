@@ -45,7 +45,7 @@ def _functionalize_block(block: Block) -> int:
         schema = getattr(node.schema, "schema", "") or None
         if schema:
             schema = schema.replace(old_kind + ".", node.kind + ".", 1).replace(old_kind + "(", node.kind + "(", 1)
-        node.schema = resolve_aten(node.kind, schema)
+        node.schema = resolve_aten(node.kind, schema) if schema else None  # None: resolved by the host program
         new = node.outputs[0]
         for u, i in list(target.uses):
             if u is not node and block.nodes.index(u) > pos:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import struct
 import sys
 from typing import Callable, Sequence
 
@@ -37,6 +38,10 @@ ARG_CTYPES: dict[str, type] = {
     "f32": ctypes.c_float,
     "f64": ctypes.c_double,
 }
+
+
+# struct codes with C alignment ("@") matching ARG_CTYPES.
+_STRUCT_CODES = {"ptr": "Q", "i32": "i", "i64": "q", "f32": "f", "f64": "d"}
 
 
 def _driver():
@@ -112,7 +117,7 @@ _LAUNCH_TEMPLATE = '''
 def launch(grid, block, stream{params}, shared_mem=0):
     if _get_device() != _device:
         return _launch_elsewhere(grid, block, stream, ({args}), shared_mem)
-{writes}
+    _pack(_buf, 0{args_tail})
     err = _cuLaunchKernel(_func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                           shared_mem, stream, _params, 0)[0]
     if err:
@@ -147,15 +152,17 @@ class CudaKernel:
             if hasattr(drv, "cuFuncLoad"):
                 _check(drv.cuFuncLoad(self.func), "cuFuncLoad", name)
 
-        # ONE struct of argument slots and ONE void*[] pointing at its fields, built once.
-        fields = [(f"a{i}", ARG_CTYPES[k]) for i, k in enumerate(self.arg_kinds)]
-        slots_type = type(f"{name}_args", (ctypes.Structure,), {"_fields_": fields})
-        self.slots = slots_type()
-        self._ptrs = (ctypes.c_void_p * max(1, len(fields)))()
+        # ONE buffer of argument slots (C struct layout) and ONE void*[] pointing at them, built
+        # once; a launch packs every argument with a single struct.pack_into call.
+        fmt = "@" + "".join(_STRUCT_CODES[k] for k in self.arg_kinds)
+        self._struct = struct.Struct(fmt)
+        self.slots = ctypes.create_string_buffer(max(8, self._struct.size))
+        self._ptrs = (ctypes.c_void_p * max(1, len(self.arg_kinds)))()
         base = ctypes.addressof(self.slots)
-        for i, (field, _) in enumerate(fields):
-            self._ptrs[i] = base + getattr(slots_type, field).offset
-        self.params_address = ctypes.addressof(self._ptrs) if fields else 0
+        for i in range(len(self.arg_kinds)):
+            prefix = "@" + "".join(_STRUCT_CODES[k] for k in self.arg_kinds[:i + 1])
+            self._ptrs[i] = base + struct.calcsize(prefix) - struct.calcsize("@" + _STRUCT_CODES[self.arg_kinds[i]])
+        self.params_address = ctypes.addressof(self._ptrs) if self.arg_kinds else 0
         self.launch: Callable[..., None] = self._build_launch()
         if config.dumps("launch_param") or config.dumps("kernel_args"):
             self.launch = self._dumping(self.launch)
@@ -165,13 +172,14 @@ class CudaKernel:
         n = len(self.arg_kinds)
         params = "".join(f", a{i}" for i in range(n))
         args = "".join(f"a{i}, " for i in range(n))
-        writes = "\n".join(f"    _s.a{i} = a{i}" for i in range(n)) or "    pass"
-        src = _LAUNCH_TEMPLATE.format(params=params, args=args, writes=writes)
+        args_tail = "".join(f", a{i}" for i in range(n))
+        src = _LAUNCH_TEMPLATE.format(params=params, args=args, args_tail=args_tail)
         namespace = {
             "_get_device": torch._C._cuda_getDevice,
             "_device": self.device_index,
             "_launch_elsewhere": self._launch_elsewhere,
-            "_s": self.slots,
+            "_buf": self.slots,
+            "_pack": self._struct.pack_into,
             "_cuLaunchKernel": _driver().cuLaunchKernel,
             "_func": self.func,
             "_params": self.params_address,

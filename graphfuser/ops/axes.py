@@ -1,0 +1,194 @@
+"""Loop axes of a fusion group: which dims of which values walk the same loop.
+
+A kernel iterates one domain of axes. Every dim of every tensor value in a group either is a
+broadcast (size 1) or belongs to one axis; an op's row says how its arguments' dims and its
+outputs' dims line up (``DimPlan``): right-aligned broadcasting for pointwise rows, the channel
+dim for batch-norm parameters, removed or size-1 dims for reductions. Unifying those relations
+over a group (union-find) gives each value's axes.
+
+A group fits one kernel when
+
+- no value walks one axis with two of its dims (that would be a transpose, e.g. ``x + x.sum(1)``
+  with a square ``x``), and
+- every reduction in it combines the same set of axes (reductions over size-1 dims combine
+  nothing and fit anywhere).
+
+``analyze(nodes)`` returns the ``Axes`` or the reason the nodes do not fit; the partition pass
+asks it before growing a group that holds a reduction or normalization, lowering uses its result,
+and guards use it to check that the sizes of dims sharing an axis agree.
+
+Example::
+
+    >>> axes = analyze(group_nodes)            # doctest: +SKIP
+    >>> axes.of[x], axes.of[s], axes.reduced   # x: [N, C], s = x.sum(1)   # doctest: +SKIP
+    ((0, 1), (0,), frozenset({1}))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+from ..ir.graph import Node, Value
+from ..ir.types import TensorType
+
+
+@dataclass
+class DimPlan:
+    """How one node's tensors line up, in the node's own domain of ``rank`` positions."""
+
+    rank: int
+    args: dict[str, tuple[int, ...]]               # tensor arg -> position of each of its dims
+    outputs: list[tuple[Optional[int], ...]]       # per output: position of each dim (None: size 1)
+    reduced: tuple[int, ...] = ()                  # positions the node reduces
+
+
+@dataclass
+class Axes:
+    of: dict[Value, tuple[Optional[int], ...]]     # value -> axis of each dim (None: broadcast)
+    reduced: frozenset[int]                        # axes the group's reductions combine
+    node_reduced: dict[Node, frozenset[int]] = field(default_factory=dict)
+    size_of: dict[int, int] = field(default_factory=dict)   # axis -> profiled size (-1 symbolic)
+
+    @property
+    def all(self) -> set[int]:
+        return {a for dims in self.of.values() for a in dims if a is not None}
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+
+    def new(self) -> int:
+        self.parent.append(len(self.parent))
+        return len(self.parent) - 1
+
+    def find(self, a: int) -> int:
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def pointwise_plan(node: Node, args: dict) -> DimPlan:
+    """Right-aligned broadcasting: every tensor argument lines up with the output's last dims."""
+    rank = node.outputs[0].type.rank
+    plan = {}
+    for name, v in args.items():
+        if isinstance(v, Value) and isinstance(v.type, TensorType) and v.type.rank is not None:
+            plan[name] = tuple(range(rank - v.type.rank, rank))
+    return DimPlan(rank, plan, [tuple(range(rank))])
+
+
+def dim_plan(node: Node) -> Union[DimPlan, str]:
+    """The node's ``DimPlan`` from its op-table row, or why it has none."""
+    from . import bind, lookup
+
+    row = lookup(node.kind)
+    if row is None:
+        return f"{node.kind} is not in the op table"
+    args, consts, _ = bind(row, node)
+    plan_fn = getattr(row, "dim_plan", None)
+    if plan_fn is None:
+        return pointwise_plan(node, args)
+    return plan_fn(node, args, consts)
+
+
+def is_reduction_node(node: Node) -> bool:
+    from . import lookup
+
+    row = lookup(node.kind)
+    return row is not None and row.kind in ("reduction", "normalization")
+
+
+def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
+    """Axes of every tensor value the nodes read or write, or why they cannot share one kernel."""
+    uf = _UnionFind()
+    raw: dict[Value, tuple[Optional[int], ...]] = {}
+    sizes: dict[int, int] = {}
+    node_red: dict[Node, list[int]] = {}
+
+    def external(v: Value) -> tuple[Optional[int], ...]:
+        if v not in raw:
+            dims = []
+            for s in v.type.sizes:
+                if s == 1:
+                    dims.append(None)
+                else:
+                    a = uf.new()
+                    sizes[a] = s
+                    dims.append(a)
+            raw[v] = tuple(dims)
+        return raw[v]
+
+    for node in nodes:
+        if not node.kind.startswith("aten::"):
+            continue
+        plan = dim_plan(node)
+        if isinstance(plan, str):
+            return plan
+        from . import bind, lookup
+
+        args, _, _ = bind(lookup(node.kind), node)
+        pos = [uf.new() for _ in range(plan.rank)]
+        real = [False] * plan.rank
+        for name, dims in plan.args.items():
+            v = args.get(name)
+            if not isinstance(v, Value) or not isinstance(v.type, TensorType) or v.type.sizes is None:
+                continue
+            va = external(v)
+            if len(va) != len(dims):
+                return f"{node.where()}: argument {name!r} has rank {len(va)}, the plan expects {len(dims)}"
+            for d, p in enumerate(dims):
+                if va[d] is not None:
+                    uf.union(va[d], pos[p])
+                    real[p] = True
+                    sizes[pos[p]] = sizes.get(va[d], -1)
+        for o, omap in zip(node.outputs, plan.outputs):
+            t = o.type
+            if not isinstance(t, TensorType) or t.sizes is None or len(t.sizes) != len(omap):
+                return f"{node.where()}: output %{o.name} does not match the row's dim plan"
+            raw[o] = tuple(None if (p is None or t.sizes[d] == 1) else pos[p] for d, p in enumerate(omap))
+        node_red[node] = [pos[p] for p in plan.reduced if real[p]]
+
+    of = {v: tuple(None if a is None else uf.find(a) for a in dims) for v, dims in raw.items()}
+    for v, dims in of.items():
+        present = [a for a in dims if a is not None]
+        if len(set(present)) != len(present):
+            return (f"%{v.name} would walk one loop axis with two of its dims (a broadcast against a "
+                    f"transposed or reduced value); it needs its own kernel")
+    node_reduced = {n: frozenset(uf.find(a) for a in r) for n, r in node_red.items()}
+    sets = {s for s in node_reduced.values() if s}
+    if len(sets) > 1:
+        return "reductions over different axes cannot share one kernel"
+    size_of = {}
+    for a, s in sizes.items():
+        r = uf.find(a)
+        if size_of.get(r, -1) == -1:
+            size_of[r] = s
+    return Axes(of, next(iter(sets)) if sets else frozenset(), node_reduced, size_of)
+
+
+def needs_axes(nodes: Sequence[Node]) -> bool:
+    """True when a group holds a reduction or normalization (and so needs ``analyze``)."""
+    return any(is_reduction_node(n) for n in nodes)
+
+
+def input_axes(sub) -> Optional[list[tuple[Optional[int], ...]]]:
+    """Axes of a group subgraph's tensor inputs, for the guard's size checks; None for groups
+    that broadcast right-aligned only (pure pointwise groups)."""
+    nodes = list(sub.block.nodes)
+    if not needs_axes(nodes):
+        return None
+    axes = analyze(nodes)
+    if isinstance(axes, str):
+        return None
+    out = []
+    for v in sub.inputs:
+        if isinstance(v.type, TensorType):
+            out.append(axes.of.get(v, tuple(None for _ in v.type.sizes)))
+    return out

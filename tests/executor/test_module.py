@@ -1,0 +1,89 @@
+"""nn.Module: parameters and buffers are read at run time, so in-place updates are seen."""
+import torch
+
+import graphfuser
+from helpers import fusion_groups
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8))
+        self.register_buffer("b", torch.randn(8))
+        self.scale = 2.0
+
+    def forward(self, x):
+        return (x * self.w + self.b).tanh() * self.scale
+
+
+def test_module_fuses_and_matches_eager():
+    m = Block()
+    sm = graphfuser.script(m)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(sm(x), m(x))
+    g = graphfuser.last_executed_optimized_graph()
+    assert str(g).startswith("graph(%self : __torch__.")
+    assert 'prim::GetAttr[name="w"](%self)' in str(g)
+    assert len(fusion_groups(g)) == 1
+
+
+def test_parameter_and_buffer_changed_in_place_are_seen():
+    m = Block()
+    sm = graphfuser.script(m)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            sm(x)
+        m.w.mul_(-3.0)
+        torch.testing.assert_close(sm(x), m(x))
+        m.b.add_(1.0)
+        torch.testing.assert_close(sm(x), m(x))
+        m.w.copy_(torch.zeros(8))
+        torch.testing.assert_close(sm(x), m(x))
+
+
+def test_parameter_replaced_is_seen():
+    m = Block()
+    sm = graphfuser.script(m)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            sm(x)
+        m.w = torch.nn.Parameter(torch.ones(8))
+        torch.testing.assert_close(sm(x), m(x))
+        m.w = torch.nn.Parameter(torch.ones(8, dtype=torch.float64))   # guard miss: still right
+        torch.testing.assert_close(sm(x), m(x))
+
+
+def test_training_mode_keeps_autograd():
+    m = Block()
+    sm = graphfuser.script(m)
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        out = sm(x)
+    out.sum().backward()
+    ref = Block()
+    ref.load_state_dict(m.state_dict())
+    ref(x).sum().backward()
+    torch.testing.assert_close(m.w.grad, ref.w.grad)
+
+
+def test_submodules_are_inlined():
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Block()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.inner(self.lin(x)) + x
+
+    m = Outer().eval()
+    sm = graphfuser.script(m)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(sm(x), m(x))
+    assert "prim::CallMethod" not in str(sm.graph)

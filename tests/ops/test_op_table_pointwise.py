@@ -1,0 +1,553 @@
+"""Per-op tests generated from the op table: every pointwise / cast row x dtypes x layouts.
+
+How it works (kept fast: compiling dominates, so many ops share one kernel):
+
+- ``ENTRIES`` lists uses of the rows, each a Python expression over the inputs of a *family*
+  (``x``: one tensor and constants; ``xy``: two tensors; ``scalars``: a tensor and run-time
+  Python scalars; ``zero_dim``: a tensor and a 0-dim tensor; ``special``: inputs holding
+  NaN / inf; ``overflow``: integers at their limits), plus the row's eager reference arguments.
+- For each (family, dtype) the entries whose row eager reference raises on those inputs are
+  split off: scripted, they must raise too (``test_eager_errors_raise``). The rest become one
+  generated function, one entry per line, returning every result.
+- For each layout (dense, transposed, sliced, expanded, broadcast, channels-last) that function
+  is scripted with single-node mode on, run three times (two profiling runs, then the generated
+  kernel), and every output is compared with eager: values (``torch.testing.assert_close``),
+  dtype, and strides. The optimized graph must hold a ``CpuFusionGroup``, the fused path must
+  run with no fallback, and every entry's node must sit inside a fusion group unless
+  ``graphfuser.ops.fusible`` gives a reason for leaving it out (listed in ``UNFUSED``).
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import pytest
+import torch
+
+import graphfuser
+from graphfuser.ops import ROWS, fusible
+from helpers import fallback_counter, fusion_groups
+
+F = "torch.nn.functional"
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.bool]
+FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+INTS = (torch.int32, torch.int64)
+LAYOUTS = ["dense", "transposed", "sliced", "expanded", "broadcast", "channels_last"]
+
+# Ops whose half-precision result may differ from eager by an ulp or two of fp16/bf16 (both
+# compute in fp32 and round once; libm and torch's vectorized math differ in the last fp32 bit).
+TRANSCENDENTAL = {
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "lgamma", "atan2", "pow", "gelu",
+    "silu", "softplus", "div", "reciprocal", "addcdiv", "lerp", "remainder", "fmod", "floor_divide",
+}
+HALF_TOL = dict(atol=1e-2, rtol=2e-2)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One use of a row: ``expr`` (Python, over the family's inputs) and the row's eager args."""
+
+    row: str
+    expr: str
+    ref: tuple = ()           # schema-order args for ``ROWS[row].eager``; input names are strings
+    kw: tuple = ()            # (name, value) keyword args for the eager reference
+    floats_only: bool = False  # the inputs of this family only make sense for floating dtypes
+
+
+def E(row: str, expr: str, *ref: Any, **kw: Any) -> Entry:
+    return Entry(row, expr, tuple(ref), tuple(sorted(kw.items())))
+
+
+UNARY_MATH = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
+              "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "lgamma", "abs", "neg",
+              "sign", "reciprocal", "relu", "floor", "ceil", "round", "trunc", "frac", "isnan", "isinf",
+              "isfinite", "logical_not", "bitwise_not", "nan_to_num"]
+
+FAMILIES: dict[str, list[Entry]] = {
+    # one tensor, constants
+    "x": [E(n, f"torch.{n}(x)", "x") for n in UNARY_MATH] + [
+        E("leaky_relu", f"{F}.leaky_relu(x)", "x"),
+        E("leaky_relu", f"{F}.leaky_relu(x, 0.2)", "x", 0.2),
+        E("hardtanh", f"{F}.hardtanh(x)", "x"),
+        E("hardtanh", f"{F}.hardtanh(x, -0.5, 0.75)", "x", -0.5, 0.75),
+        E("gelu", f"{F}.gelu(x)", "x"),
+        E("gelu", f"{F}.gelu(x, approximate='tanh')", "x", "tanh"),
+        E("silu", f"{F}.silu(x)", "x"),
+        E("softplus", f"{F}.softplus(x)", "x"),
+        E("softplus", f"{F}.softplus(x, 2.0, 1.5)", "x", 2.0, 1.5),
+        E("threshold", f"{F}.threshold(x, 0.25, 20.0)", "x", 0.25, 20.0),
+        E("nan_to_num", "torch.nan_to_num(x, 1.0, 100.0, -100.0)", "x", 1.0, 100.0, -100.0),
+        E("dropout", f"{F}.dropout(x, 0.5, False)", "x", 0.5, False),
+        E("dropout", f"{F}.dropout(x, 0.0, True)", "x", 0.0, True),
+        E("clamp", "torch.clamp(x, -0.5, 0.5)", "x", -0.5, 0.5),
+        E("clamp", "torch.clamp(x, min=-0.5)", "x", -0.5),
+        E("clamp", "torch.clamp(x, None, 0.5)", "x", None, 0.5),
+        E("clamp", "torch.clamp(x, -2, 3)", "x", -2, 3),
+        E("clamp", "torch.clip(x, -1.5, 1.5)", "x", -1.5, 1.5),
+        E("clamp_min", "torch.clamp_min(x, 0.25)", "x", 0.25),
+        E("clamp_max", "torch.clamp_max(x, 0.25)", "x", 0.25),
+        E("pow", "torch.pow(x, 2)", "x", 2),
+        E("pow", "x ** 3", "x", 3),
+        E("pow", "torch.pow(x, 0.5)", "x", 0.5),
+        E("pow", "torch.pow(x, -1)", "x", -1),
+        E("pow", "torch.pow(x, -2.0)", "x", -2.0),
+        E("pow", "torch.pow(x, 2.5)", "x", 2.5),
+        E("pow", "torch.pow(x, 0)", "x", 0),
+        E("pow", "torch.pow(2.0, x)", 2.0, "x"),
+        E("add", "x + 2", "x", 2),
+        E("add", "x + 2.5", "x", 2.5),
+        E("add", "torch.add(x, 2, alpha=3)", "x", 2, 3),
+        E("add", "torch.add(x, 0.5, alpha=2.0)", "x", 0.5, 2.0),
+        E("sub", "x - 1.5", "x", 1.5),
+        E("sub", "torch.sub(x, 2, alpha=2)", "x", 2, 2),
+        E("rsub", "1.0 - x", "x", 1.0),
+        E("rsub", "torch.rsub(x, 3, alpha=2)", "x", 3, 2),
+        E("mul", "x * 2.5", "x", 2.5),
+        E("mul", "x * 3", "x", 3),
+        E("mul", "x * True", "x", True),
+        E("div", "x / 3", "x", 3),
+        E("div", "x / 2.5", "x", 2.5),
+        E("div", "torch.div(x, 3, rounding_mode='trunc')", "x", 3, "trunc"),
+        E("div", "torch.div(x, -2.5, rounding_mode='floor')", "x", -2.5, "floor"),
+        E("floor_divide", "x // 3", "x", 3),
+        E("fmod", "torch.fmod(x, 1.5)", "x", 1.5),
+        E("fmod", "torch.fmod(x, -2)", "x", -2),
+        E("remainder", "torch.remainder(x, 1.5)", "x", 1.5),
+        E("remainder", "x % -3", "x", -3),
+        E("eq", "x == 1", "x", 1),
+        E("ne", "x != 0.5", "x", 0.5),
+        E("lt", "x < 0.5", "x", 0.5),
+        E("le", "x <= 1", "x", 1),
+        E("gt", "x > -0.5", "x", -0.5),
+        E("ge", "x >= 0", "x", 0),
+        E("bitwise_and", "x & 3", "x", 3),
+        E("bitwise_or", "x | 1", "x", 1),
+        E("bitwise_xor", "x ^ 5", "x", 5),
+        E("bitwise_and", "torch.bitwise_and(x, True)", "x", True),
+        E("where", "torch.where(x > 0, x, 0.5)", "cond_x", "x", 0.5),
+        E("where", "torch.where(x > 0, 1.0, -1.0)", "cond_x", 1.0, -1.0),
+        E("to", "x.float()", "x", torch.float32),
+        E("to", "x.half()", "x", torch.float16),
+        E("to", "x.to(torch.bfloat16)", "x", torch.bfloat16),
+        E("to", "x.double()", "x", torch.float64),
+        E("to", "x.int()", "x", torch.int32),
+        E("to", "x.long()", "x", torch.int64),
+        E("to", "x.to(torch.bool)", "x", torch.bool),
+        E("to", "x.to(torch.float16)", "x", torch.float16),
+        E("to", "x.to(dtype=torch.int64)", "x", torch.int64),
+    ],
+    # two tensors of one dtype
+    "xy": [
+        E("add", "x + y", "x", "y"),
+        E("add", "torch.add(x, y, alpha=2)", "x", "y", 2),
+        E("add", "torch.add(x, y, alpha=0.5)", "x", "y", 0.5),
+        E("sub", "x - y", "x", "y"),
+        E("sub", "torch.sub(x, y, alpha=3)", "x", "y", 3),
+        E("rsub", "torch.rsub(x, y)", "x", "y"),
+        E("rsub", "torch.rsub(x, y, alpha=2)", "x", "y", 2),
+        E("mul", "x * y", "x", "y"),
+        E("div", "x / y", "x", "y"),
+        E("div", "torch.true_divide(x, y)", "x", "y"),
+        E("div", "torch.div(x, y, rounding_mode='trunc')", "x", "y", "trunc"),
+        E("div", "torch.div(x, y, rounding_mode='floor')", "x", "y", "floor"),
+        E("floor_divide", "torch.floor_divide(x, y)", "x", "y"),
+        E("atan2", "torch.atan2(x, y)", "x", "y"),
+        E("pow", "torch.pow(torch.abs(x) + 0.5, y)", "ax", "y"),
+        E("fmod", "torch.fmod(x, y)", "x", "y"),
+        E("remainder", "torch.remainder(x, y)", "x", "y"),
+        E("maximum", "torch.maximum(x, y)", "x", "y"),
+        E("minimum", "torch.minimum(x, y)", "x", "y"),
+        E("eq", "x == y", "x", "y"),
+        E("ne", "x != y", "x", "y"),
+        E("lt", "x < y", "x", "y"),
+        E("le", "torch.le(x, y)", "x", "y"),
+        E("gt", "x > y", "x", "y"),
+        E("ge", "torch.ge(x, y)", "x", "y"),
+        E("logical_and", "torch.logical_and(x, y)", "x", "y"),
+        E("logical_or", "torch.logical_or(x, y)", "x", "y"),
+        E("logical_xor", "torch.logical_xor(x, y)", "x", "y"),
+        E("bitwise_and", "x & y", "x", "y"),
+        E("bitwise_or", "torch.bitwise_or(x, y)", "x", "y"),
+        E("bitwise_xor", "x ^ y", "x", "y"),
+        E("where", "torch.where(x > y, x, y)", "cond_xy", "x", "y"),
+        E("where", "torch.where(y > 0, x, 2.0)", "cond_y", "x", 2.0),
+        E("lerp", "torch.lerp(x, y, 0.3)", "x", "y", 0.3),
+        E("lerp", "torch.lerp(x, y, 0.75)", "x", "y", 0.75),
+        E("lerp", "torch.lerp(x, y, y)", "x", "y", "y"),
+        E("addcmul", "torch.addcmul(x, x, y)", "x", "x", "y"),
+        E("addcmul", "torch.addcmul(x, x, y, value=0.5)", "x", "x", "y", value=0.5),
+        E("addcdiv", "torch.addcdiv(x, x, y)", "x", "x", "y"),
+        E("addcdiv", "torch.addcdiv(x, x, y, value=-2)", "x", "x", "y", value=-2),
+        E("clamp", "torch.clamp(x, y)", "x", "y"),
+        E("clamp", "torch.clamp(x, None, y)", "x", None, "y"),
+        E("clamp", "torch.clamp(x, -y, y)", "x", "neg_y", "y"),
+        E("clamp_min", "torch.clamp_min(x, y)", "x", "y"),
+        E("clamp_max", "torch.clamp_max(x, y)", "x", "y"),
+        E("threshold", f"{F}.threshold(y, 0.5, -1.0)", "y", 0.5, -1.0),
+        E("to", "x.type_as(y)", "x", "y_dtype"),
+    ],
+    # run-time Python scalars (kernel arguments)
+    "scalars": [
+        E("add", "x + s", "x", "s"),
+        E("add", "x + i", "x", "i"),
+        E("add", "torch.add(x, s, alpha=2)", "x", "s", 2),
+        E("sub", "x - i", "x", "i"),
+        E("rsub", "s - x", "x", "s"),
+        E("mul", "x * s", "x", "s"),
+        E("mul", "x * i", "x", "i"),
+        E("div", "x / s", "x", "s"),
+        E("div", "x / i", "x", "i"),
+        E("pow", "torch.pow(x, i)", "x", "i"),
+        E("pow", "torch.pow(torch.abs(x) + 1, s)", "ax1", "s"),
+        E("fmod", "torch.fmod(x, s)", "x", "s"),
+        E("remainder", "torch.remainder(x, s)", "x", "s"),
+        E("clamp", "torch.clamp(x, -s, s)", "x", "neg_s", "s"),
+        E("clamp", "torch.clamp(x, None, i)", "x", None, "i"),
+        E("clamp_min", "torch.clamp_min(x, s)", "x", "s"),
+        E("gt", "x > s", "x", "s"),
+        E("eq", "x == i", "x", "i"),
+        E("where", "torch.where(x > s, x, s)", "cond_xs", "x", "s"),
+        E("threshold", f"{F}.threshold(x, s, 7.0)", "x", "s", 7.0),
+        E("lerp", "torch.lerp(x, x * 2.0, s)", "x", "x2", "s"),
+        E("addcmul", "torch.addcmul(x, x, x, value=s)", "x", "x", "x", value="s"),
+        E("mul", "x * b", "x", "b"),
+    ],
+    # 0-dim tensors take part in promotion as scalars do
+    "zero_dim": [
+        E("add", "x + t", "x", "t"),
+        E("sub", "torch.sub(x, t, alpha=2)", "x", "t", 2),
+        E("mul", "x * t", "x", "t"),
+        E("div", "x / t", "x", "t"),
+        E("maximum", "torch.maximum(x, t)", "x", "t"),
+        E("gt", "x > t", "x", "t"),
+        E("where", "torch.where(x > 0, x, t)", "cond_x", "x", "t"),
+        E("clamp", "torch.clamp(x, None, t)", "x", None, "t"),
+        E("pow", "torch.pow(x, t)", "x", "t"),
+        E("lerp", "torch.lerp(x, x * 3.0, t)", "x", "x3", "t"),
+    ],
+    # NaN and infinities
+    "special": [
+        E(n, f"torch.{n}(x)", "x") for n in ("isnan", "isinf", "isfinite", "nan_to_num", "relu", "abs", "sign",
+                                             "exp", "sigmoid", "tanh", "floor", "ceil", "round", "trunc", "neg",
+                                             "erf", "log1p", "sqrt", "reciprocal")
+    ] + [
+        E("nan_to_num", "torch.nan_to_num(x, 1.0, 100.0, -100.0)", "x", 1.0, 100.0, -100.0),
+        E("nan_to_num", "torch.nan_to_num(x, posinf=7.0)", "x", None, 7.0),
+        E("maximum", "torch.maximum(x, y)", "x", "y"),
+        E("minimum", "torch.minimum(x, y)", "x", "y"),
+        E("clamp", "torch.clamp(x, -1.0, 1.0)", "x", -1.0, 1.0),
+        E("hardtanh", f"{F}.hardtanh(x)", "x"),
+        E("gelu", f"{F}.gelu(x)", "x"),
+        E("gelu", f"{F}.gelu(x, approximate='tanh')", "x", "tanh"),
+        E("silu", f"{F}.silu(x)", "x"),
+        E("softplus", f"{F}.softplus(x)", "x"),
+        E("leaky_relu", f"{F}.leaky_relu(x)", "x"),
+        E("gt", "x > y", "x", "y"),
+        E("eq", "x == y", "x", "y"),
+        E("where", "torch.where(torch.isnan(x), y, x)", "cond_nan", "y", "x"),
+        E("add", "x + y", "x", "y"),
+        E("mul", "x * 0.0", "x", 0.0),
+        E("div", "x / y", "x", "y"),
+        E("div", "torch.div(x, y, rounding_mode='floor')", "x", "y", "floor"),
+        E("div", "torch.div(x, y, rounding_mode='trunc')", "x", "y", "trunc"),
+        E("fmod", "torch.fmod(x, y)", "x", "y"),
+        E("remainder", "torch.remainder(x, y)", "x", "y"),
+        E("atan2", "torch.atan2(x, y)", "x", "y"),
+        E("to", "x.half()", "x", torch.float16),
+        E("to", "x.to(torch.bfloat16)", "x", torch.bfloat16),
+        E("to", "x.float()", "x", torch.float32),
+        E("to", "x.double()", "x", torch.float64),
+    ],
+    # integers at their limits wrap around as in eager
+    "overflow": [
+        E("add", "x + y", "x", "y"),
+        E("sub", "x - y", "x", "y"),
+        E("mul", "x * y", "x", "y"),
+        E("mul", "x * 3", "x", 3),
+        E("add", "torch.add(x, y, alpha=5)", "x", "y", 5),
+        E("neg", "torch.neg(x)", "x"),
+        E("abs", "torch.abs(x)", "x"),
+        E("to", "x.int()", "x", torch.int32),
+        E("to", "x.long()", "x", torch.int64),
+        E("to", "x.float()", "x", torch.float32),
+        E("to", "x.half()", "x", torch.float16),
+        E("to", "x.short()", "x", torch.int16),
+        E("bitwise_not", "torch.bitwise_not(x)", "x"),
+    ],
+}
+SIGNATURES = {"x": "x", "xy": "x, y", "scalars": "x, s: float, i: int, b: bool", "zero_dim": "x, t",
+              "special": "x, y", "overflow": "x, y"}
+FAMILY_DTYPES = {"x": DTYPES, "xy": DTYPES, "scalars": DTYPES, "zero_dim": DTYPES, "special": list(FLOATS),
+                 "overflow": list(INTS)}
+# Layouts per family: all six for the op families; NaN / overflow values are layout-independent.
+FAMILY_LAYOUTS = {"x": LAYOUTS, "xy": LAYOUTS, "scalars": LAYOUTS, "zero_dim": LAYOUTS,
+                  "special": ["dense", "transposed"], "overflow": ["dense", "sliced"]}
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+def _values(shape: tuple, dtype: torch.dtype, role: str, gen: torch.Generator) -> torch.Tensor:
+    """Dense values for an input: signed, away from 0 for divisors, exactly representable."""
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    if dtype in INTS:
+        if role == "y":   # divisor-like: nonzero, both signs
+            v = torch.randint(1, 5, shape, generator=gen)
+            return (v * (torch.randint(0, 2, shape, generator=gen) * 2 - 1)).to(dtype)
+        return torch.randint(-9, 10, shape, generator=gen).to(dtype)
+    v = torch.randn(shape, generator=gen, dtype=torch.float64) * 2
+    if role == "y":
+        v = v.sign() * (v.abs() + 0.25)
+    return v.to(dtype)
+
+
+def _special_values(shape: tuple, dtype: torch.dtype, role: str, gen: torch.Generator) -> torch.Tensor:
+    specials = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -3.5, 1e30, -1e30],
+                            dtype=torch.float64)
+    idx = torch.randint(0, len(specials), shape, generator=gen)
+    v = specials[idx]
+    if role == "y":
+        v = v.flip(-1)
+    return v.to(dtype)
+
+
+def _overflow_values(shape: tuple, dtype: torch.dtype, role: str, gen: torch.Generator) -> torch.Tensor:
+    info = torch.iinfo(dtype)
+    edges = torch.tensor([info.max, info.min, info.max - 1, info.min + 1, info.max // 2, info.min // 3, 1, -1,
+                          0, 70000, -65537], dtype=torch.int64)
+    idx = torch.randint(0, len(edges), shape, generator=gen)
+    v = edges[idx]
+    if role == "y":
+        v = v.roll(1, -1)
+    return v.to(dtype)
+
+
+def _place(v: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values as ``v`` (3-D, [4, 6, 8]) in ``layout``."""
+    if layout == "dense":
+        return v.clone()
+    if layout == "transposed":
+        return v.permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    if layout == "sliced":
+        big = torch.zeros(v.shape[0] + 1, v.shape[1], v.shape[2] * 2 + 1, dtype=v.dtype)
+        out = big[1:, :, 1::2]
+        out.copy_(v)
+        return out
+    raise AssertionError(layout)
+
+
+def make_inputs(family: str, dtype: torch.dtype, layout: str, seed: int = 0) -> tuple:
+    gen = torch.Generator().manual_seed(seed + DTYPES.index(dtype) * 97 + LAYOUTS.index(layout))
+    values = {"special": _special_values, "overflow": _overflow_values}.get(family, _values)
+    shape = (2, 3, 4, 5) if layout == "channels_last" else (4, 6, 8)
+
+    def tensor(role: str) -> torch.Tensor:
+        if layout == "channels_last":
+            return values(shape, dtype, role, gen).contiguous(memory_format=torch.channels_last)
+        if layout == "expanded":
+            return values((4, 1, 8), dtype, role, gen).expand(4, 6, 8)
+        if layout == "broadcast" and role == "x":
+            return values((4, 1, 8), dtype, role, gen)
+        if layout == "broadcast":
+            return values(shape, dtype, role, gen)
+        return _place(values(shape, dtype, role, gen), layout)
+
+    x = tensor("x")
+    if family == "x":
+        return (x,)
+    if family in ("xy", "special", "overflow"):
+        return (x, tensor("y") if layout != "transposed" else _place(values(shape, dtype, "y", gen), "dense"))
+    if family == "scalars":
+        return (x, 0.75, 3, True)
+    if family == "zero_dim":
+        t = torch.tensor(1.5, dtype=torch.float64 if dtype in FLOATS else torch.float32)
+        return (x, t)
+    raise AssertionError(family)
+
+
+def _ref_args(entry: Entry, env: dict[str, Any]) -> tuple[list, dict]:
+    derived = {
+        "cond_x": lambda: env["x"] > 0, "cond_xy": lambda: env["x"] > env["y"], "cond_y": lambda: env["y"] > 0,
+        "cond_xs": lambda: env["x"] > env["s"], "cond_nan": lambda: torch.isnan(env["x"]),
+        "ax": lambda: torch.abs(env["x"]) + 0.5, "ax1": lambda: torch.abs(env["x"]) + 1,
+        "neg_y": lambda: -env["y"], "neg_s": lambda: -env["s"], "y_dtype": lambda: env["y"].dtype,
+        "x2": lambda: env["x"] * 2.0, "x3": lambda: env["x"] * 3.0,
+    }
+
+    def arg(a: Any) -> Any:
+        if isinstance(a, str) and a in env:
+            return env[a]
+        if isinstance(a, str) and a in derived:
+            return derived[a]()
+        return a
+
+    return [arg(a) for a in entry.ref], {k: arg(v) for k, v in entry.kw}
+
+
+# -- generated functions ----------------------------------------------------------------------------
+_GENERATED: dict[tuple, tuple[Callable, list[Entry], list[tuple[Entry, str]]]] = {}
+
+
+def _compile_source(name: str, src: str) -> Callable:
+    filename = f"<graphfuser generated {name}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)   # inspect finds it
+    ns: dict[str, Any] = {"__name__": "graphfuser_generated_ops", "torch": torch}
+    exec(compile(src, filename, "exec"), ns)
+    fn = ns[name]
+    fn.__source_file__ = filename
+    return fn
+
+
+def _source(name: str, family: str, entries: list[Entry]) -> str:
+    lines = ["import torch", f"def {name}({SIGNATURES[family]}):"]
+    for k, e in enumerate(entries):
+        lines.append(f"    o{k} = {e.expr}")
+    lines.append("    return (" + ", ".join(f"o{k}" for k in range(len(entries))) + ",)")
+    return "\n".join(lines) + "\n"
+
+
+FIRST_LINE = 3   # line number of o0 in the generated source
+
+
+def family_function(family: str, dtype: torch.dtype) -> tuple[Callable, list[Entry], list[tuple[Entry, str]]]:
+    """(function over the entries eager accepts for this dtype, those entries, [(entry, eager error)])."""
+    key = (family, dtype)
+    if key not in _GENERATED:
+        inputs = make_inputs(family, dtype, "dense")
+        names = [a.split(":")[0].strip() for a in SIGNATURES[family].split(",")]
+        env = dict(zip(names, inputs))
+        ok, errors = [], []
+        for e in FAMILIES[family]:
+            args, kw = _ref_args(e, env)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ROWS[e.row].eager(*args, **kw)
+            except Exception as exc:  # eager rejects this dtype: the fused path must too
+                errors.append((e, f"{type(exc).__name__}: {exc}"))
+                continue
+            ok.append(e)
+        name = f"ops_{family}_{str(dtype).replace('torch.', '')}"
+        fn = _compile_source(name, _source(name, family, ok))
+        _GENERATED[key] = (fn, ok, errors)
+    return _GENERATED[key]
+
+
+# -- comparison -------------------------------------------------------------------------------------
+def _tolerance(entry: Entry, out: torch.Tensor) -> dict:
+    if out.dtype in (torch.float16, torch.bfloat16) and entry.row in TRANSCENDENTAL:
+        return HALF_TOL
+    if out.dtype in (torch.float16, torch.bfloat16) and entry.row in ("to",):
+        return {}
+    return {}
+
+
+def compare(entries: list[Entry], got: tuple, want: tuple, where: str) -> list[str]:
+    problems = []
+    for k, (e, g, w) in enumerate(zip(entries, got, want)):
+        try:
+            torch.testing.assert_close(g, w, equal_nan=True, **_tolerance(e, w))
+            if g.stride() != w.stride() and g.numel() > 1:
+                raise AssertionError(f"strides {g.stride()} != eager {w.stride()} (sizes {tuple(w.shape)})")
+        except AssertionError as exc:
+            problems.append(f"{where}: o{k} = {e.expr}  [{e.row}]: {str(exc).strip()}")
+    return problems
+
+
+def fused_lines(g) -> set[int]:
+    """Source lines (of the generated function) of nodes inside fusion groups."""
+    lines = set()
+    for group in fusion_groups(g):
+        for n in group.subgraph.nodes():
+            if n.source and not n.kind.startswith("prim::"):
+                lines.add(int(n.source.rsplit(":", 2)[1]))
+    return lines
+
+
+def unfused_reasons(g, entries: list[Entry]) -> dict[int, str]:
+    """Entry index -> fusible()'s reason, for every entry whose nodes were left outside groups."""
+    inside = fused_lines(g)
+    out = {}
+    for n in g.all_nodes():
+        if not n.source or n.kind.startswith("prim::") or not n.source.startswith("<graphfuser generated"):
+            continue
+        line = int(n.source.rsplit(":", 2)[1])
+        k = line - FIRST_LINE
+        if 0 <= k < len(entries) and line not in inside:
+            out[k] = fusible(n, "cpu") or "fusible() says ok, but the partition left it out"
+    return out
+
+
+# -- the tests --------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _single_node():
+    old = graphfuser.set_single_node_mode(True)
+    yield
+    graphfuser.set_single_node_mode(old)
+
+
+CASES = [pytest.param(f, d, lay, id=f"{f}-{str(d).replace('torch.', '')}-{lay}")
+         for f in FAMILIES for d in FAMILY_DTYPES[f] for lay in FAMILY_LAYOUTS[f]]
+
+
+@pytest.mark.parametrize("family,dtype,layout", CASES)
+def test_op_rows(family: str, dtype: torch.dtype, layout: str) -> None:
+    fn, entries, _ = family_function(family, dtype)
+    assert entries, f"eager accepts no entry of {family} for {dtype}"
+    inputs = make_inputs(family, dtype, layout)
+    want = fn(*inputs)
+    sf = graphfuser.script(fn)
+    counts = None
+    problems = []
+    for call in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)   # a compile failure warns: make it fail here
+            got = sf(*inputs)
+        problems += compare(entries, got, want, f"call {call}")
+        if counts is None and sf._optimized is not None:
+            counts = fallback_counter(sf)
+    g = sf._optimized
+    assert fusion_groups(g), f"no CpuFusionGroup:\n{g}"
+    assert counts is not None and counts["fallback"] == 0, f"fused path did not run:\n{g}"
+    assert "CpuFusionGroup" in str(graphfuser.last_executed_optimized_graph())
+    unfused = unfused_reasons(g, entries)
+    for k, reason in unfused.items():
+        e = entries[k]
+        allowed = UNFUSED.get(e.row)
+        if allowed is None or not allowed(e, dtype, reason):
+            problems.append(f"o{k} = {e.expr} [{e.row}] not fused: {reason}")
+    assert not problems, "\n".join(problems)
+
+
+def _int_compute(e: Entry, dtype: torch.dtype) -> bool:
+    return dtype in INTS or dtype == torch.bool
+
+
+# Row -> predicate(entry, dtype, reason) saying the row legitimately leaves this use to eager.
+UNFUSED: dict[str, Callable[[Entry, torch.dtype, str], bool]] = {
+    "div": lambda e, dt, r: "rounding_mode" in e.expr and _int_compute(e, dt) and "integer division" in r,
+    "floor_divide": lambda e, dt, r: _int_compute(e, dt) and "integer floor division" in r,
+    "fmod": lambda e, dt, r: _int_compute(e, dt) and "integer fmod" in r,
+    "remainder": lambda e, dt, r: _int_compute(e, dt) and "integer remainder" in r,
+    "pow": lambda e, dt, r: _int_compute(e, dt) and "integer pow" in r,
+}
+
+
+@pytest.mark.parametrize("family,dtype", [pytest.param(f, d, id=f"{f}-{str(d).replace('torch.', '')}")
+                                          for f in FAMILIES for d in FAMILY_DTYPES[f]])
+def test_eager_errors_raise(family: str, dtype: torch.dtype) -> None:
+    """Where the row's eager reference raises for a dtype, the scripted function raises too."""
+    _, _, errors = family_function(family, dtype)
+    inputs = make_inputs(family, dtype, "dense")
+    for e, msg in errors:
+        name = f"err_{family}_{ROWS[e.row].name}"
+        fn = _compile_source(name, _source(name, family, [e]))
+        sf = graphfuser.script(fn)
+        for _ in range(3):
+            with pytest.raises(Exception):
+                sf(*inputs)
