@@ -56,7 +56,7 @@ DEFAULTS: dict[str, Any] = {
         "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17"],
         "omp_threshold": 65536,
     },
-    "cuda": {"block_size": 128, "unroll": 4, "blocks_per_sm": 8},
+    "cuda": {"block_size": 256, "unroll": 2, "blocks_per_sm": 64},
 }
 
 # Knobs that change generated code: part of every kernel cache key.

@@ -25,7 +25,8 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     from graphfuser.config import config
 
     saved = config.as_dict()
-    config.set(cache_dir=str(root))
+    # repros of failing fusions go to the session's temp dir, not the repository's logs/
+    config.set(cache_dir=str(root), repro_dir=str(tmp_path_factory.getbasetemp() / "repro"))
     yield
     config._values = saved
     config._validate()

@@ -19,8 +19,10 @@ from graphfuser.config import config  # noqa: E402
 
 def main() -> None:
     copy_bw = bench.copy_bandwidth("cuda")
-    cases = [c for c in bench.cuda_cases() if any(k in c.name for k in sys.argv[1:] or ["relu", "gelu", "t0+t1"])]
+    cases = [c for c in bench.cuda_cases() if any(k in c.name for k in sys.argv[1:] or [""])]
     grid = list(itertools.product([128, 256, 512], [1, 2, 4, 8], [4, 8, 16, 64]))
+    if os.environ.get("SWEEP"):
+        grid = [tuple(int(v) for v in c.split("/")) for c in os.environ["SWEEP"].split(",")]
     for case in cases:
         args = case.make("cuda")
         nbytes = bench._nbytes(args, case.fn(*args))
@@ -32,7 +34,7 @@ def main() -> None:
             rows.append((100 * nbytes / t / copy_bw, block, unroll, bps, t * 1e3))
         rows.sort(reverse=True)
         print(f"\n{case.name}")
-        for pct, block, unroll, bps, ms in rows[:8] + rows[-3:]:
+        for pct, block, unroll, bps, ms in rows[:8] + rows[8:][-3:]:
             print(f"  block={block:4d} unroll={unroll} blocks/SM={bps:3d}: {ms:.4f} ms  {pct:.1f}% of copy")
 
 

@@ -172,6 +172,68 @@ template <int N, typename T> GF_FN void gf_store(T* dst, const T* src) {
 """
 
 
+# Reduction kernels only (appended after the prelude, so pointwise sources do not change).
+# Op functors give the combine and identity the cross-thread reductions use; blockDim.x is a
+# multiple of 32 (or 32 at least) whenever threads along x reduce together.
+_CUDA_REDUCTION = r"""
+template <typename T> GF_FN T gf_lowest() { return (T)0; }
+template <> GF_FN float gf_lowest<float>() { return -GF_INF_F; }
+template <> GF_FN double gf_lowest<double>() { return -GF_INF_D; }
+template <> GF_FN long long gf_lowest<long long>() { return -9223372036854775807LL - 1; }
+template <> GF_FN int gf_lowest<int>() { return -2147483647 - 1; }
+template <> GF_FN short gf_lowest<short>() { return -32768; }
+template <> GF_FN signed char gf_lowest<signed char>() { return -128; }
+template <typename T> GF_FN T gf_highest() { return (T)0; }
+template <> GF_FN float gf_highest<float>() { return GF_INF_F; }
+template <> GF_FN double gf_highest<double>() { return GF_INF_D; }
+template <> GF_FN long long gf_highest<long long>() { return 9223372036854775807LL; }
+template <> GF_FN int gf_highest<int>() { return 2147483647; }
+template <> GF_FN short gf_highest<short>() { return 32767; }
+template <> GF_FN signed char gf_highest<signed char>() { return 127; }
+template <> GF_FN unsigned char gf_highest<unsigned char>() { return 255; }
+struct gf_op_sum {
+  template <typename T> static GF_FN T f(T a, T b) { return a + b; }
+  template <typename T> static GF_FN T id() { return (T)0; }
+};
+struct gf_op_prod {
+  template <typename T> static GF_FN T f(T a, T b) { return a * b; }
+  template <typename T> static GF_FN T id() { return (T)1; }
+};
+struct gf_op_max {
+  template <typename T> static GF_FN T f(T a, T b) { return gf_maximum(a, b); }
+  template <typename T> static GF_FN T id() { return gf_lowest<T>(); }
+};
+struct gf_op_min {
+  template <typename T> static GF_FN T f(T a, T b) { return gf_minimum(a, b); }
+  template <typename T> static GF_FN T id() { return gf_highest<T>(); }
+};
+template <typename Op, typename T> GF_FN T gf_warp_reduce(T v, int width) {
+  for (int o = width / 2; o > 0; o >>= 1) v = Op::f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+template <typename Op, typename T> GF_FN T gf_block_reduce_x(T v, double* raw) {
+  T* smem = reinterpret_cast<T*>(raw);
+  v = gf_warp_reduce<Op>(v, blockDim.x < 32 ? blockDim.x : 32);
+  if (blockDim.x <= 32) return v;
+  const int lane = threadIdx.x & 31, base = threadIdx.y * 32;
+  __syncthreads();
+  if (lane == 0) smem[base + (threadIdx.x >> 5)] = v;
+  __syncthreads();
+  T r = lane < (int)(blockDim.x >> 5) ? smem[base + lane] : Op::template id<T>();
+  return gf_warp_reduce<Op>(r, 32);
+}
+template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
+  T* smem = reinterpret_cast<T*>(raw);
+  __syncthreads();
+  smem[threadIdx.y * blockDim.x + threadIdx.x] = v;
+  __syncthreads();
+  T r = smem[threadIdx.x];
+  for (unsigned y = 1; y < blockDim.y; ++y) r = Op::f(r, smem[y * blockDim.x + threadIdx.x]);
+  return r;
+}
+"""
+
+
 def _math_prelude(overrides: dict[str, tuple[str, str]]) -> str:
     lines = []
     for name, (f, d) in {**_MATH, **overrides}.items():
@@ -203,6 +265,13 @@ class Dialect:
     unroll_pragma: str = "#pragma unroll"
     vector_registers: bool = False                      # Vectorize = 16-byte register vectors
     constants: dict = field(default_factory=dict)
+    # Reduction kernels. thread_reduce: how accumulators combine across the threads of a bound
+    # axis ({acc}, {op}); shared_decl: the scratch those combines use; simd_reduction: the
+    # OpenMP reduction identifier of each op for simd loops that accumulate.
+    thread_reduce: dict = field(default_factory=dict)
+    shared_decl: str = ""
+    simd_reduction: dict = field(default_factory=dict)
+    reduction_prelude: str = ""
 
     def prelude(self) -> str:
         return "\n".join([self.headers, f"#define GF_FN {self.qualifier}", self.constants_text(),
@@ -234,6 +303,7 @@ CPP = Dialect(
     parallel_pragma="#pragma omp parallel for schedule(static) if ({work} > {threshold})",
     simd_pragma="#pragma omp simd",
     unroll_pragma="#pragma GCC unroll {ext}",
+    simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     constants={"GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )
@@ -255,6 +325,10 @@ CUDA = Dialect(
     },
     binds={P.TIDx: "const {T} {i} = threadIdx.x;", P.TIDy: "const {T} {i} = threadIdx.y;"},
     vector_registers=True,
+    thread_reduce={P.TIDx: "{acc} = gf_block_reduce_x<gf_op_{op}>({acc}, gf_smem);",
+                   P.TIDy: "{acc} = gf_block_reduce_y<gf_op_{op}>({acc}, gf_smem);"},
+    shared_decl="__shared__ double gf_smem[1024];",
+    reduction_prelude=_CUDA_REDUCTION,
     constants={"GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
                "GF_INF_D": "__longlong_as_double(0x7ff0000000000000LL)",
                "GF_NAN_D": "__longlong_as_double(0x7fffffffffffffffLL)"},

@@ -37,10 +37,20 @@ def vector_width(kernel: Kernel) -> int:
     return max(1, min(8, 16 // widest))
 
 
+def needs_division(kernel: Kernel) -> bool:
+    """True when some tensor's offset needs per-root indices (div/mod of the flat index)."""
+    return kernel.n_dims > 1 and any(not t.dense for t in kernel.tensors)
+
+
 def pointwise_heuristics(kernel: Kernel, target: str, cuda_knobs: dict, vectorize: bool = True) -> PointwiseParams:
     if target == "cuda":
         v = vector_width(kernel) if vectorize else 1
-        return PointwiseParams("cuda", vector=v, block=int(cuda_knobs["block_size"]), unroll=int(cuda_knobs["unroll"]))
+        block, unroll = int(cuda_knobs["block_size"]), int(cuda_knobs["unroll"])
+        if not needs_division(kernel) and cuda_knobs.get("auto", True):
+            # One flat index and no div/mod per element: wider blocks without unrolling measured
+            # best on H200 (tools/sweep_pointwise.py).
+            block, unroll = max(block, 512), 1
+        return PointwiseParams("cuda", vector=v, block=block, unroll=unroll)
     return PointwiseParams("cpu")
 
 

@@ -24,7 +24,7 @@ from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import Kernel
 from ..codegen.lower import LaunchPlan, lower_group
 from ..codegen.pointwise import PointwiseParams, pointwise_heuristics, schedule_pointwise
-from ..codegen.schedule import LoopNest
+from ..codegen.schedule import LoopNest, ScheduleError
 from ..config import config
 from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
@@ -66,12 +66,32 @@ def _render_opts(index_type: str) -> RenderOptions:
                          omp_threshold=int(config.cpu["omp_threshold"]))
 
 
+class PointwiseScheduler:
+    """The automatic scheduler, as ``CompiledGroup`` calls it. A hand schedule (the frontend's
+    ``UserScheduler``) has the same methods, a ``key`` and ``coalesce = False``."""
+
+    coalesce = True
+    key = ""
+
+    def heuristics(self, kernel: Kernel, plan: LaunchPlan, target: str, knobs: dict,
+                   vectorize: bool = True) -> PointwiseParams:
+        return pointwise_heuristics(kernel, target, knobs, vectorize=vectorize)
+
+    def schedule(self, kernel: Kernel, plan: LaunchPlan, params: PointwiseParams) -> LoopNest:
+        return schedule_pointwise(kernel, params)
+
+
+AUTOMATIC = PointwiseScheduler()
+
+
 class CompiledGroup:
     """Everything built for one fusion group: kernel IR, schedules, source, launcher."""
 
-    def __init__(self, sub: Graph, target: str, device: torch.device, name: str) -> None:
+    def __init__(self, sub: Graph, target: str, device: torch.device, name: str,
+                 scheduler: Optional[PointwiseScheduler] = None) -> None:
         self.sub, self.target, self.device, self.name = sub, target, device, name
-        self.kernel, self.plan = lower_group(sub, name)
+        self.scheduler = scheduler or AUTOMATIC
+        self.kernel, self.plan = lower_group(sub, name, coalesce=self.scheduler.coalesce)
         self.source = ""
         self.variants: list[tuple[str, LoopNest, PointwiseParams, str]] = []   # (fname, nest, params, index type)
         self.build()
@@ -79,20 +99,20 @@ class CompiledGroup:
     def build(self) -> None:
         k = self.kernel
         if self.target == "cpu":
-            params = pointwise_heuristics(k, "cpu", config.cuda)
-            nest = schedule_pointwise(k, params)
+            params = self.scheduler.heuristics(k, self.plan, "cpu", config.cuda)
+            nest = self.scheduler.schedule(k, self.plan, params)
             fn = render_function(k, nest, CPP, self.name, _render_opts("long long"))
             self.variants = [(self.name, nest, params, "long long")]
             self.source = render_source([fn], CPP)
         else:
             fns = []
-            vec_params = pointwise_heuristics(k, "cuda", config.cuda)
-            scalar_params = pointwise_heuristics(k, "cuda", config.cuda, vectorize=False)
+            vec_params = self.scheduler.heuristics(k, self.plan, "cuda", config.cuda)
+            scalar_params = self.scheduler.heuristics(k, self.plan, "cuda", config.cuda, vectorize=False)
             for itype, tag in (("int", "i32"), ("long long", "i64")):
                 for params, vtag in ((scalar_params, "s"), (vec_params, "v")):
                     if vtag == "v" and params.vector == 1:
                         continue
-                    nest = schedule_pointwise(k, params)
+                    nest = self.scheduler.schedule(k, self.plan, params)
                     fname = f"{self.name}_{vtag}_{tag}"
                     fns.append(render_function(k, nest, CUDA, fname, _render_opts(itype)))
                     self.variants.append((fname, nest, params, itype))
@@ -276,17 +296,34 @@ def write_repro(name: str, sub: Graph, source: str, error: BaseException) -> str
     path = os.path.join(root, f"{name}-{hashlib.sha1(str(sub).encode()).hexdigest()[:10]}.txt")
     log = getattr(error, "log", "") or ""
     types = "\n".join(f"  %{v.name} : {v.type}" for v in sub.inputs)
+    try:  # the same fusion as a standalone FusionDefinition script, written next to the report
+        from ..frontend.python_definition import repro_script
+
+        script = repro_script(sub, title=name)
+        with open(path[:-4] + ".py", "w") as f:
+            f.write(script)
+    except Exception as e:  # noqa: BLE001 - a repro must not fail for want of a definition
+        script = f"# no python definition: {type(e).__name__}: {e}\n"
     with open(path, "w") as f:
         f.write(f"# graphfuser repro for {name}\n# error: {type(error).__name__}: {error}\n\n"
                 f"## fusion IR\n{sub}\n## input types\n{types}\n\n## generated source\n{source}\n"
-                f"## compiler log\n{log}\n## traceback\n{''.join(traceback.format_exception(error))}")
+                f"## compiler log\n{log}\n## traceback\n{''.join(traceback.format_exception(error))}\n"
+                f"## python definition (standalone script, also in {os.path.basename(path[:-4])}.py)\n{script}")
     return path
 
 
-def compile_group(group: Node) -> Callable[..., tuple]:
+def compile_group(group: Node, scheduler: Optional[PointwiseScheduler] = None,
+                  definition: Optional[str] = None) -> Callable[..., tuple]:
+    """The runner of a fusion group. ``scheduler``: a hand schedule instead of the automatic one
+    (its errors raise); ``definition``: the python_definition text to dump (default: printed
+    from the subgraph)."""
     sub = group.subgraph
     target = "cuda" if group.kind == "prim::CudaFusionGroup" else "cpu"
-    key = canonical_key(sub, target)
+    if config.dumps("python_definition"):
+        from ..frontend.python_definition import dump_python_definition
+
+        dump_python_definition(sub, group.attrs.get("cache_id", 0), definition)
+    key = canonical_key(sub, target) + ((scheduler.key,) if scheduler is not None else ())
     hit = _MEMORY.get(key)
     if hit is not None:
         STATS["memory_hits"] += 1
@@ -297,9 +334,11 @@ def compile_group(group: Node) -> Callable[..., tuple]:
     cg = None
     t0 = time.perf_counter()
     try:
-        cg = CompiledGroup(sub, target, device, name)
+        cg = CompiledGroup(sub, target, device, name, scheduler)
         launcher = _build_launcher(cg)
     except Exception as e:  # compile error, unsupported lowering, missing toolchain
+        if scheduler is not None and isinstance(e, ScheduleError):
+            raise  # an illegal hand schedule is the user's error, not a reason to fall back
         return _failed(group, name, sub, cg.source if cg else "", e)
     STATS["builds"] += 1
     jit_log("kernel_cache", 1, f"built {name} for {group.kind} in {1e3 * (time.perf_counter() - t0):.1f} ms")

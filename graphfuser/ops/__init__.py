@@ -15,12 +15,23 @@ import torch
 from ..ir.graph import Node, Value
 from ..ir.types import TensorType
 from . import pointwise  # noqa: F401  (registers the rows)
+from . import reduction  # noqa: F401  (registers the rows)
 from .promotion import Participant, participant_of, result_type
+from .reduction import CHECKS, ReductionRow
 from .table import REGISTRY, ROWS, OpCall, OpRow, lookup
 
 FUSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                   torch.int16, torch.int8, torch.uint8, torch.bool)
-FUSIBLE_KINDS = ("pointwise", "cast")
+FUSIBLE_KINDS = ("pointwise", "cast", "reduction", "normalization")
+
+
+def _constant_of(v: Value) -> tuple[bool, Any]:
+    """(True, value) for a constant or a ``prim::ListConstruct`` of constants."""
+    if v.is_constant:
+        return True, v.constant()
+    if v.node is not None and v.node.kind == "prim::ListConstruct" and all(i.is_constant for i in v.node.inputs):
+        return True, [i.constant() for i in v.node.inputs]
+    return False, None
 
 
 def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[str, Participant]]:
@@ -29,18 +40,20 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
     Returns (args, consts, participants): ``args`` holds Values for run-time inputs and Python
     values for constants; ``consts`` only the constants; ``participants`` the promotion inputs.
     """
-    names = row.arg_names
+    names = row.names_for(node) if isinstance(row, ReductionRow) else row.arg_names
     defaults = row.defaults()
     args: dict[str, Any] = {}
     consts: dict[str, Any] = {}
     for i, name in enumerate(names):
         if i < len(node.inputs):
             v = node.inputs[i]
-            if v.is_constant:
-                args[name] = consts[name] = v.constant()
+            known, value = _constant_of(v)
+            if known:
+                args[name] = consts[name] = value
             else:
                 args[name] = v
-        elif name in defaults:
+    for name in row.arg_names:
+        if name not in args and name in defaults:
             args[name] = consts[name] = defaults[name]
     parts: dict[str, Participant] = {}
     for name in row.promote:
@@ -64,11 +77,13 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
         return f"{node.kind} is a {row.kind} op; not fused by this build"
     if len(node.inputs) > len(row.arg_names):
         return f"{node.kind} called with {len(node.inputs)} arguments; the row knows {len(row.arg_names)}"
-    if len(node.outputs) != 1:
+    reducing = isinstance(row, ReductionRow)
+    if len(node.outputs) != (row.n_outputs if reducing else 1):
         return f"{node.kind} has {len(node.outputs)} outputs"
+    for o in node.outputs:
+        if not isinstance(o.type, TensorType) or not o.type.complete:
+            return "output type was not profiled (the node never ran, or its layout changed between runs)"
     out = node.outputs[0].type
-    if not isinstance(out, TensorType) or not out.complete:
-        return "output type was not profiled (the node never ran, or its layout changed between runs)"
     if out.dtype not in FUSIBLE_DTYPES:
         return f"dtype {out.dtype} is not fused"
     if device_type is not None and out.device.type != device_type:
@@ -88,8 +103,10 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
                 return f"input dtype {t.dtype} is not fused"
             if t.device != out.device:
                 return f"input %{v.name} on {t.device}, output on {out.device}"
-            if t.rank > out.rank:
+            if t.rank > out.rank and not reducing:
                 return f"input %{v.name} has a higher rank than the output"
+        elif reducing and name in row.shape_args:
+            continue
         elif t.name not in ("int", "float", "bool"):
             return f"argument {name!r} has type {t}; only tensors and int/float/bool scalars are fused"
     if row.kind == "cast":
@@ -103,6 +120,11 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
             return f"type promotion failed: {e}"
         if expected != out.dtype:
             return f"type promotion gives {expected}, profiled output is {out.dtype}"
+    if reducing:
+        why = CHECKS[row.name](node, args, consts)
+        plan = why or row.dim_plan(node, args, consts)
+        if isinstance(plan, str):
+            return plan
     return row.reject(consts, parts, compute)
 
 

@@ -206,13 +206,15 @@ register(OpRow("hardtanh", ("aten::hardtanh",), "pointwise", ("self", "min_val=-
 
 
 def _gelu(call: OpCall) -> Expr:
-    """0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation"""
+    """0.5 x (1 + erf(x / sqrt 2)), or with approximate='tanh' x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))"""
     b, x = call.b, call.x("self")
     half, one = call.const(0.5), call.const(1)
     if call["approximate"] == "tanh":
-        inner = b.mul(call.const(math.sqrt(2 / math.pi)),
+        # 0.5 x (1 + tanh(u)) == x * sigmoid(2u): same function, one exp instead of tanh, and no
+        # cancellation in (1 + tanh(u)) for negative x.
+        inner = b.mul(call.const(2 * math.sqrt(2 / math.pi)),
                       b.add(x, b.mul(call.const(0.044715), b.mul(x, b.mul(x, x)))))
-        return b.mul(b.mul(half, x), b.add(one, b.call("tanh", inner)))
+        return b.mul(x, b.call("sigmoid", inner))
     return b.mul(b.mul(half, x), b.add(one, b.call("erf", b.mul(x, call.const(math.sqrt(0.5))))))
 
 

@@ -8,8 +8,13 @@ Per block (nested ``If``/``Loop`` blocks are partitioned on their own):
 2. A fusible node joins the group of a producer when the merge keeps the block acyclic: no
    node outside the two sets may sit on a path between them. Side-effecting nodes (in-place
    writes, prints, raises) are ordering barriers, so no group spans one.
-3. Horizontal mode merges sibling groups that read the same tensor.
-4. Groups with fewer than two compute nodes dissolve unless single-node mode is on.
+   A group holding a reduction or normalization also needs its nodes to share one set of loop
+   axes (``ops.axes.analyze``: one reduction domain, no transposed broadcasts); a node that
+   would break that starts or joins another group, and the log says why, so a chain that one
+   kernel cannot hold is split into the fewest kernels the greedy walk finds.
+3. Horizontal mode merges sibling groups that read the same tensor (same axis rule).
+4. Groups with fewer than two compute nodes dissolve unless single-node mode is on or the node
+   is a normalization (softmax, layer_norm ...), which is a multi-kernel op in eager.
 5. Each group becomes one ``prim::CpuFusionGroup`` / ``prim::CudaFusionGroup`` node holding a
    subgraph (constants are copied in); the block is re-sorted topologically, keeping the
    original order wherever dependencies allow.
@@ -24,7 +29,8 @@ from ..ir.clone import clone_node
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType
 from ..log import jit_log
-from ..ops import fusible
+from ..ops import fusible, lookup
+from ..ops.axes import analyze, needs_axes
 
 _SIDE_EFFECT_KINDS = {
     "prim::SetAttr", "prim::Print", "prim::RaiseException", "aten::append", "aten::warn", "aten::copy_",
@@ -122,6 +128,14 @@ class _BlockPartition:
                 return f"no fusion backend for device {out.device}"
         return fusible(node)
 
+    def misfit(self, a: set[Node], b: set[Node]) -> Optional[str]:
+        """Why one kernel cannot hold ``a | b`` (reductions and broadcasts must share loop axes)."""
+        union = a | b
+        if not needs_axes(union):
+            return None
+        axes = analyze(sorted(union, key=self.index.__getitem__))
+        return axes if isinstance(axes, str) else None
+
     def merge_groups(self, keep: int, drop: int) -> None:
         for n in self.members.pop(drop):
             self.group[n] = keep
@@ -149,6 +163,10 @@ class _BlockPartition:
                     jit_log("partition", 1, f"{node.where()} not merged with group {pg}: device {dev} vs {self.device[pg]}")
                     continue
                 current = set(self.members[gid]) if gid is not None else {node}
+                misfit = self.misfit(current, set(self.members[pg]))
+                if misfit:
+                    jit_log("partition", 1, f"{node.where()} not merged with group {pg}: {misfit}")
+                    continue
                 if self.can_merge(current, set(self.members[pg])):
                     if gid is None:
                         self.group[node] = pg
@@ -168,7 +186,7 @@ class _BlockPartition:
             self._horizontal()
         groups = []
         for gid, mem in sorted(self.members.items()):
-            if len(mem) < 2 and not config.single_node_mode:
+            if len(mem) < 2 and not config.single_node_mode and not _composite(mem[0]):
                 jit_log("partition", 1, f"dropped single-node group {mem[0].where()} (single-node mode is off)")
                 continue
             groups.append(sorted(mem, key=self.index.__getitem__))
@@ -193,7 +211,8 @@ class _BlockPartition:
         while len(sibs) > 1:
             a, b = sibs[0], sibs[1]
             if a in self.members and b in self.members and self.device[a] == self.device[b] \
-                    and self.can_merge(set(self.members[a]), set(self.members[b])):
+                    and self.can_merge(set(self.members[a]), set(self.members[b])) \
+                    and not self.misfit(set(self.members[a]), set(self.members[b])):
                 jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
                 self.merge_groups(a, b)
                 sibs.pop(1)
@@ -218,6 +237,19 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
                 if v in vmap:
                     continue
                 if v.node is not None and v.node.kind == "prim::Constant" and v.node not in memset:
+                    clone_node(v.node, sub, vmap, sub.block)
+                    continue
+                if v.node is not None and v.node.kind == "prim::ListConstruct" and v.node not in memset:
+                    # dims / normalized_shape lists are rebuilt inside the group (their length
+                    # and constant items are part of the kernel's specialization)
+                    for item in v.node.inputs:
+                        if item in vmap:
+                            continue
+                        if item.is_constant:
+                            clone_node(item.node, sub, vmap, sub.block)
+                        else:
+                            vmap[item] = sub.add_input(item.name, item.type)
+                            inputs.append(item)
                     clone_node(v.node, sub, vmap, sub.block)
                     continue
                 if v.node not in memset:
@@ -283,6 +315,12 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
     for u in order:
         block.append(u)
     return [g for g, _ in group_nodes]
+
+
+def _composite(node: Node) -> bool:
+    """Normalizations (softmax, layer_norm ...) are several kernels' worth of work on their own."""
+    row = lookup(node.kind)
+    return row is not None and row.kind == "normalization"
 
 
 def _returned(block: Block, v: Value) -> bool:

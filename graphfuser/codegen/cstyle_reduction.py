@@ -1,0 +1,487 @@
+"""The C-style walk for reduction kernels, shared by both dialects (as ``cstyle.py`` is for
+pointwise kernels; it reuses that module's signature, literals, index printing and hoisting).
+
+The leaves of the schedule split into a *prefix* (kept leaves before the first reduced leaf:
+rows, rendered once) and the *inner* leaves, rendered once per pass:
+
+- pass k (1..n) accumulates every ``Reduce`` of phase k (a reduction whose input reads phase
+  k-1 results: softmax's max is phase 1, its sum phase 2); full-size stores that need phase k
+  results go in pass k+1, the last one being the epilogue pass;
+- per-thread accumulators are scalars, or arrays over the inner kept leaves ("lanes": the CPU
+  outer reduction keeps one accumulator per simd lane); max / min carry a NaN flag so that
+  NaN propagates while the loop stays a plain compare-select;
+- after a pass, accumulators combine across every reduced leaf the dialect binds to a thread
+  index (``dialect.thread_reduce``: warp shuffles + shared memory on CUDA); a simd loop that
+  accumulates gets the dialect's OpenMP reduction clause;
+- when every reduced inner leaf is thread-bound or of constant extent (the persistent
+  schedule), the first pass that loads a tensor keeps it in a register array and later passes
+  read the array, so the input is read from memory once;
+- values that do not vary along the reduced axes (means, rstd ...) are computed once per row
+  after the pass that finishes them, and row-sized outputs are stored by the first thread.
+
+Nothing here asks which dialect it prints: binds, pragmas, thread combines and scratch
+declarations are dialect data.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from .cstyle import RenderOptions, _depth_of, _Emitter, _render_iexpr, _size, c_literal, signature
+from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
+from .kir import PRIMS, Call, Cast, Const, Expr, Load, Reduce, ReductionSize, ScalarArg, topo_exprs
+from .reduction import ReductionKernel
+from .schedule import IExpr, IterDomain, LoopNest, ParallelType, ScheduleError, iconst, iop, ivar
+
+COMBINE = {"sum": "{a} += {v};", "prod": "{a} *= {v};",
+           "max": "{a} = {v} > {a} ? {v} : {a};", "min": "{a} = {v} < {a} ? {v} : {a};"}
+_INT_LIMITS = {torch.int64: ("(-9223372036854775807LL - 1)", "9223372036854775807LL")}
+
+
+def identity(op: str, dtype: torch.dtype) -> str:
+    """The C literal every accumulator of ``op`` starts from."""
+    if op in ("sum", "prod"):
+        return c_literal(0 if op == "sum" else 1, dtype)
+    if dtype.is_floating_point:
+        return c_literal(-math.inf if op == "max" else math.inf, dtype)
+    if dtype in _INT_LIMITS:
+        return _INT_LIMITS[dtype][0 if op == "max" else 1]
+    info = torch.iinfo(dtype)
+    return c_literal(info.min if op == "max" else info.max, dtype)
+
+
+def _roots_under(d: IterDomain) -> set[int]:
+    o = d.origin
+    if o[0] == "root":
+        return {o[1]}
+    if o[0] == "merge":
+        return _roots_under(o[1]) | _roots_under(o[2])
+    return _roots_under(o[1])
+
+
+class _Walk:
+    def __init__(self, kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, opts: RenderOptions) -> None:
+        self.k, self.nest, self.d, self.o = kernel, nest, dialect, opts
+        self.T = opts.index_type
+        leaves = nest.leaves
+        red_roots = set(kernel.red_roots)
+        self.red = []
+        for d in leaves:
+            under = _roots_under(d)
+            if under & red_roots and under - red_roots:
+                raise ScheduleError("a leaf mixes kept and reduced roots")
+            self.red.append(bool(under & red_roots))
+        if True not in self.red:
+            raise ScheduleError("the schedule has no reduced leaf")
+        self.first = self.red.index(True)
+        self.bound = [d.ptype in dialect.binds for d in leaves]
+        last = leaves[-1]
+        self.vec = (last.ptype is ParallelType.Vectorize and dialect.vector_registers and self.red[-1]
+                    and opts.predicate_elimination)
+        if last.ptype is ParallelType.Vectorize and dialect.vector_registers and not self.red[-1]:
+            raise ScheduleError("register vectors along a kept axis are not supported in reduction kernels")
+        self.V = last.extent.const if self.vec else None
+        inner = range(self.first, len(leaves))
+        self.loops = [k for k in inner if not self.bound[k] and not (self.vec and k == len(leaves) - 1)]
+        self.lane_leaves = [k for k in inner if not self.red[k] and not self.bound[k]]
+        for k in self.lane_leaves:
+            if leaves[k].extent.const is None:
+                raise ScheduleError("kept leaves inside the reduction loops need constant extents")
+        self.L = math.prod(leaves[k].extent.const for k in self.lane_leaves)
+        self.persistent = all(self.bound[k] or leaves[k].extent.const is not None for k in inner if self.red[k])
+        self.cache_leaves = [k for k in inner if not self.bound[k]]
+        leaf_idx = {d.id: ivar(f"i{k}") for k, d in enumerate(leaves)}
+        if self.vec:
+            leaf_idx[last.id] = iconst(0)
+        self.idx = nest.domain_indices(leaf_idx)
+        self.root_idx = [self.idx[r.id] for r in nest.roots]
+        self.prefix_vars = {f"i{k}" for k in range(self.first)} | {f"i{k}" for k in inner if self.bound[k]}
+        self.lane_vars = {f"i{k}" for k in self.lane_leaves}
+        self._checks()
+        self._offsets()
+        self._analyze()
+
+    # -- bounds checks ----------------------------------------------------------------------
+    def _checks(self) -> None:
+        nest, leaves = self.nest, self.nest.leaves
+        checks = nest.split_checks()
+        self.fold: Optional[tuple] = None
+        if self.o.predicate_elimination:
+            ids = {d.id for d in checks}
+            checks = [d for d in checks if not (d.origin[0] == "outer" and d.origin[1].id in ids)]
+            inner = leaves[self.loops[-1]] if self.loops else None
+            if (not self.vec and inner is not None and self.loops[-1] == len(leaves) - 1
+                    and inner.origin[0] == "inner" and inner.origin[3] and any(d is inner.origin[1] for d in checks)):
+                base = nest.domain_indices({**{d.id: ivar(f"i{k}") for k, d in enumerate(leaves)},
+                                            inner.id: iconst(0)})[inner.origin[1].id]
+                self.fold = (inner, inner.origin[1], base)
+                checks = [d for d in checks if d is not inner.origin[1]]
+        preds = [(self.idx[d.id], d.extent) for d in checks]
+        for k, d in enumerate(leaves):
+            if self.bound[k] and d.extent.const is None:   # the launch rounds blockDim up
+                preds.append((ivar(f"i{k}"), d.extent))
+        if not self.o.predicate_elimination:
+            preds += [(self.root_idx[r], ivar(f"n{r}")) for r in range(len(nest.roots))]
+        kept_vars = self.prefix_vars | self.lane_vars
+        self.kept_preds = [p for p in preds if p[0].vars() <= kept_vars]
+        self.preds = preds
+
+    # -- offsets and hoisted index values ----------------------------------------------------
+    def _offsets(self) -> None:
+        red_roots = set(self.k.red_roots)
+        self.offsets: list[IExpr] = []
+        kparts = []
+        for p, t in enumerate(self.k.tensors):
+            parts = [iconst(0), iconst(0)]
+            for r, kind in enumerate(t.dim_kinds):
+                term = None
+                if kind == "unit":
+                    term = self.root_idx[r]
+                elif kind == "strided":
+                    term = iop("*", self.root_idx[r], ivar(f"st{p}_{r}"))
+                if term is not None:
+                    j = int(r in red_roots)
+                    parts[j] = iop("+", parts[j], term)
+            kparts.append(parts[0])
+            self.offsets.append(iop("+", parts[0], parts[1]))
+        depth = {f"i{k}": k + 1 for k in range(self.first)}
+        depth.update({f"i{k}": 0 for k in range(len(self.nest.leaves)) if self.bound[k] and self.red[k]})
+        self.names: dict[IExpr, str] = {}
+        self.decls: dict[int, list[tuple[str, IExpr]]] = {}
+        if not self.o.index_hoist:
+            return
+        wanted = sorted(self.root_idx + kparts + self.offsets + [a for a, _ in self.preds], key=_size)
+        allowed = set(depth)
+        for e in wanted:
+            if e.op in ("var", "const") or e in self.names or not e.vars() <= allowed:
+                continue
+            name = f"x{len(self.names)}"
+            self.decls.setdefault(_depth_of(e, depth), []).append((name, e))
+            self.names[e] = name
+
+    def ix(self, e: IExpr) -> str:
+        return _render_iexpr(e, self.names)
+
+    def emit_decls(self, em: _Emitter, depth: int) -> None:
+        for name, e in self.decls.get(depth, []):
+            em(f"const {self.T} {name} = {_render_iexpr(e, {x: v for x, v in self.names.items() if x != e})};")
+
+    # -- expressions -------------------------------------------------------------------------
+    def _analyze(self) -> None:
+        k = self.k
+        self.exprs = k.exprs()
+        self.depth: dict[int, int] = {}
+        self.full: dict[int, bool] = {}
+        for e in self.exprs:
+            args = getattr(e, "args", ()) or ((e.arg,) if isinstance(e, Cast) else ())
+            dep = max([self.depth[id(a)] for a in args], default=0)
+            if isinstance(e, Reduce):
+                self.depth[id(e)] = dep + 1
+                self.full[id(e)] = False
+            else:
+                self.depth[id(e)] = dep
+                self.full[id(e)] = (not k.is_row(e.tensor)) if isinstance(e, Load) else any(
+                    self.full[id(a)] for a in args)
+        self.reduces = [e for e in self.exprs if isinstance(e, Reduce)]
+        self.n_phases = max(self.depth[id(r)] for r in self.reduces)
+        self.row_stores = [(p, e) for p, e in k.stores if k.is_row(p)]
+        self.pass_stores: dict[int, list] = {}
+        for p, e in k.stores:
+            if not k.is_row(p):
+                self.pass_stores.setdefault(self.depth[id(e)] + 1, []).append((p, e))
+        self.n_passes = max([self.n_phases] + list(self.pass_stores))
+        self.hoisted = self.L == 1
+        self.acc = {id(r): f"acc{j}" for j, r in enumerate(self.reduces)}
+        # tensors loaded in more than one pass are kept in registers by the persistent schedule
+        uses: dict[int, list[int]] = {}
+        for p in range(1, self.n_passes + 1):
+            for e in self.pass_order(p):
+                if isinstance(e, Load) and self.full[id(e)]:
+                    uses.setdefault(e.tensor, []).append(p)
+        self.cached = {t: ps[0] for t, ps in uses.items() if len(ps) > 1} if self.persistent else {}
+
+    def pass_roots(self, p: int) -> list[Expr]:
+        return [r.args[0] for r in self.reduces if self.depth[id(r)] == p] + [e for _, e in self.pass_stores.get(p, [])]
+
+    def stop(self, e: Expr) -> bool:
+        return isinstance(e, (Reduce, Const)) or (self.hoisted and not self.full[id(e)])
+
+    def pass_order(self, p: int) -> list[Expr]:
+        return self.order_from(self.pass_roots(p))
+
+    def order_from(self, roots: list[Expr]) -> list[Expr]:
+        seen: set[int] = set()
+        out: list[Expr] = []
+
+        def visit(e: Expr) -> None:
+            if id(e) in seen:
+                return
+            seen.add(id(e))
+            if self.stop(e) and e not in roots:
+                return
+            if not isinstance(e, Reduce):
+                for a in getattr(e, "args", ()) or ((e.arg,) if isinstance(e, Cast) else ()):
+                    visit(a)
+            out.append(e)
+
+        for r in roots:
+            visit(r)
+        return [e for e in out if not isinstance(e, (Reduce, Const))]
+
+    def text(self, e: Expr, names: dict[int, str], raw_load) -> str:
+        ct = COMPUTE_TYPES[e.dtype]
+        if isinstance(e, Load):
+            return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(raw_load(e))
+        if isinstance(e, ScalarArg):
+            return f"(({ct})({self.k.scalars[e.index].name}))"
+        if isinstance(e, ReductionSize):
+            return f"(({ct})(" + " * ".join(f"n{r}" for r in self.k.red_roots) + "))"
+        if isinstance(e, Cast):
+            a = names[id(e.arg)]
+            return f"(({a}) != 0)" if e.dtype == torch.bool else f"(({ct})({a}))"
+        assert isinstance(e, Call), e
+        return PRIMS[e.op][1].format(*[names[id(a)] for a in e.args])
+
+    def base_names(self, lane: str) -> dict[int, str]:
+        names = {id(e): c_literal(e.value, e.dtype) for e in self.exprs if isinstance(e, Const)}
+        for r in self.reduces:
+            names[id(r)] = self.acc[id(r)] + lane
+        names.update(getattr(self, "hnames", {}))
+        return names
+
+    # -- index strings -------------------------------------------------------------------------
+    def lane(self) -> str:
+        return self._linear(self.lane_leaves, bracket=True) if self.L > 1 else ""
+
+    def _linear(self, ks: list[int], bracket: bool = False) -> str:
+        terms, stride = [], 1
+        for k in reversed(ks):
+            var = "v" if self.vec and k == len(self.nest.leaves) - 1 else f"i{k}"
+            terms.append(var if stride == 1 else f"{var} * {stride}")
+            stride *= self.nest.leaves[k].extent.const
+        text = " + ".join(reversed(terms)) or "0"
+        return f"[{text}]" if bracket else text
+
+    def cache_size(self) -> int:
+        return math.prod(self.nest.leaves[k].extent.const for k in self.cache_leaves)
+
+    # -- emission ------------------------------------------------------------------------------
+    def open_leaf(self, em: _Emitter, i: int, pragma: Optional[str] = None) -> None:
+        d, T = self.nest.leaves[i], self.T
+        var, ext = f"i{i}", self.ix(d.extent)
+        if self.fold is not None and d is self.fold[0]:
+            lim = f"({self.ix(self.fold[1].extent)} - {self.ix(self.fold[2])})"
+            ext = f"({lim} < {ext} ? {lim} : {ext})"
+        if d.ptype in self.d.binds:
+            em(self.d.binds[d.ptype].format(T=T, i=var))
+            return
+        if pragma is not None:
+            if pragma:
+                em(pragma)
+        elif d.ptype in (ParallelType.BIDx, ParallelType.BIDy) and self.d.parallel_pragma and not self.parallel_done:
+            work = " * ".join(f"n{r}" for r in range(self.k.n_dims)) or "1"
+            em(self.d.parallel_pragma.format(work=work, threshold=self.o.omp_threshold))
+            self.parallel_done = True
+        elif d.ptype is ParallelType.Vectorize and self.d.simd_pragma:
+            em(self.d.simd_pragma)
+        elif d.ptype is ParallelType.Unroll and d.extent.const is not None:
+            em(self.d.unroll_pragma.format(ext=d.extent.const))
+        em(self.d.loops[d.ptype].format(T=T, i=var, ext=ext) + " {")
+        em.depth += 1
+
+    def simd_pragma(self, reds: list[Reduce]) -> str:
+        """The simd pragma of a loop that accumulates ``reds``: with reduction clauses, or none."""
+        clauses = []
+        for r in reds:
+            j = self.acc[id(r)]
+            if r.op not in self.d.simd_reduction:
+                return ""
+            clauses.append(f" reduction({self.d.simd_reduction[r.op]}:{j})")
+            if self.nan_flag(r):
+                if "or" not in self.d.simd_reduction:
+                    return ""
+                clauses.append(f" reduction({self.d.simd_reduction['or']}:nan{j[3:]})")
+        return self.d.simd_pragma + "".join(clauses) if self.d.simd_pragma else ""
+
+    @staticmethod
+    def nan_flag(r: Reduce) -> bool:
+        return r.op in ("max", "min") and r.dtype.is_floating_point
+
+    def raw_load(self, p: int, e: Load) -> str:
+        t = self.k.tensors[e.tensor]
+        if e.tensor in self.cached and self.cached[e.tensor] < p:
+            return f"c_{t.name}[{self._linear(self.cache_leaves)}]"
+        if self.vec and self.full[id(e)]:
+            return f"s_{t.name}" if t.dim_kinds[-1] == "bcast" else f"b_{t.name}[v]"
+        return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
+
+    def row_load(self, e: Load) -> str:
+        t = self.k.tensors[e.tensor]
+        raw = f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
+        if self.kept_preds and self.hoisted:
+            cond = " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds)
+            return f"(({cond}) ? {raw} : ({STORAGE_TYPES[t.dtype]})0)"
+        return raw
+
+    def emit_exprs(self, em: _Emitter, order: list[Expr], names: dict[int, str], p: int) -> None:
+        for n, e in enumerate(order):
+            if id(e) in names:
+                continue
+            raw = (lambda x: self.raw_load(p, x)) if self.full[id(e)] else self.row_load
+            text = self.text(e, names, raw)
+            name = f"e{n}"
+            em(f"const {COMPUTE_TYPES[e.dtype]} {name} = {text};")
+            names[id(e)] = name
+            if isinstance(e, Load) and self.cached.get(e.tensor) == p:
+                em(f"c_{self.k.tensors[e.tensor].name}[{self._linear(self.cache_leaves)}] = {name};")
+
+    def emit_row(self, em: _Emitter, p: int) -> None:
+        names = self.base_names("")
+        for e in self.exprs:
+            if self.full[id(e)] or isinstance(e, (Const, Reduce)) or self.depth[id(e)] != p:
+                continue
+            name = f"h{len(self.hnames)}"
+            em(f"const {COMPUTE_TYPES[e.dtype]} {name} = {self.text(e, names, self.row_load)};")
+            self.hnames[id(e)] = names[id(e)] = name
+
+    def emit_pass(self, em: _Emitter, p: int) -> None:
+        reds = [r for r in self.reduces if self.depth[id(r)] == p]
+        L, lane = self.L, self.lane()
+        for r in reds:
+            j, ct, init = self.acc[id(r)], COMPUTE_TYPES[r.dtype], identity(r.op, r.dtype)
+            flag = f"nan{j[3:]}"
+            if L == 1:
+                em(f"{ct} {j} = {init};")
+                if self.nan_flag(r):
+                    em(f"int {flag} = 0;")
+            else:
+                em(f"{ct} {j}[{L}];")
+                em(f"for (int l = 0; l < {L}; ++l) {j}[l] = {init};")
+                if self.nan_flag(r):
+                    em(f"int {flag}[{L}] = {{0}};")
+        outer = em.depth
+        for i in self.loops:
+            simd = (self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and reds)
+            self.open_leaf(em, i, self.simd_pragma(reds) if simd else None)
+        if self.preds:
+            em("if (" + " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.preds) + ") {")
+            em.depth += 1
+        self.emit_body(em, p, reds, lane)
+        while em.depth > outer:
+            em.depth -= 1
+            em("}")
+        bound_red = [i for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
+        if bound_red and L > 1:
+            raise ScheduleError("thread-bound reduced leaves with lane accumulators are not supported")
+        for r in reds:
+            j = self.acc[id(r)]
+            if self.nan_flag(r):
+                nan = c_literal(math.nan, r.dtype)
+                if L == 1:
+                    em(f"{j} = nan{j[3:]} ? {nan} : {j};")
+                else:
+                    em(f"for (int l = 0; l < {L}; ++l) {j}[l] = nan{j[3:]}[l] ? {nan} : {j}[l];")
+            for i in bound_red:
+                em(self.d.thread_reduce[self.nest.leaves[i].ptype].format(acc=j, op=r.op))
+
+    def emit_body(self, em: _Emitter, p: int, reds: list[Reduce], lane: str) -> None:
+        order = self.pass_order(p)
+        names = self.base_names(lane)
+        stores = self.pass_stores.get(p, [])
+        V = self.V
+        if self.vec:
+            for e in order:
+                if not isinstance(e, Load) or not self.full[id(e)] or self.cached.get(e.tensor, p) < p:
+                    continue
+                t = self.k.tensors[e.tensor]
+                st, off = STORAGE_TYPES[t.dtype], self.ix(self.offsets[e.tensor])
+                if t.dim_kinds[-1] == "bcast":
+                    em(f"const {st} s_{t.name} = {t.name}[{off}];")
+                else:
+                    em(f"{st} b_{t.name}[{V}];")
+                    em(f"gf_load<{V}>(b_{t.name}, {t.name} + {off});")
+            for q, _ in stores:
+                t = self.k.tensors[q]
+                em(f"{STORAGE_TYPES[t.dtype]} b_{t.name}[{V}];")
+            em("#pragma unroll")
+            em(f"for (int v = 0; v < {V}; ++v) {{")
+            em.depth += 1
+        self.emit_exprs(em, order, names, p)
+        for r in reds:
+            j, v = self.acc[id(r)] + lane, names[id(r.args[0])]
+            em(COMBINE[r.op].format(a=j, v=v))
+            if self.nan_flag(r):
+                em(f"nan{self.acc[id(r)][3:]}{lane} |= {v} != {v};")
+        for q, e in stores:
+            t = self.k.tensors[q]
+            val = STORE_CONVERT.get(t.dtype, "{0}").format(names[id(e)])
+            em(f"b_{t.name}[v] = {val};" if self.vec else f"{t.name}[{self.ix(self.offsets[q])}] = {val};")
+        if self.vec:
+            em.depth -= 1
+            em("}")
+            for q, _ in stores:
+                t = self.k.tensors[q]
+                em(f"gf_store<{V}>({t.name} + {self.ix(self.offsets[q])}, b_{t.name});")
+
+    def emit_row_stores(self, em: _Emitter) -> None:
+        if not self.row_stores:
+            return
+        outer = em.depth
+        for i in self.lane_leaves:
+            self.open_leaf(em, i, self.d.simd_pragma if self.nest.leaves[i].ptype is ParallelType.Vectorize else "")
+        leaders = [f"i{i} == 0" for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
+        conds = [f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds] + leaders
+        if conds:
+            em("if (" + " && ".join(conds) + ") {")
+            em.depth += 1
+        names = self.base_names(self.lane())
+        if not self.hoisted:
+            self.emit_exprs(em, self.order_from([e for _, e in self.row_stores]), names, self.n_passes + 1)
+        for q, e in self.row_stores:
+            t = self.k.tensors[q]
+            val = STORE_CONVERT.get(t.dtype, "{0}").format(names[id(e)])
+            em(f"{t.name}[{self.ix(self.offsets[q])}] = {val};")
+        while em.depth > outer:
+            em.depth -= 1
+            em("}")
+
+    def render(self, fname: str, max_threads: int) -> str:
+        em, k, d, leaves = _Emitter(), self.k, self.d, self.nest.leaves
+        self.parallel_done = False
+        self.hnames: dict[int, str] = {}
+        out = [f"{d.kernel_prefix.format(block=max_threads)} {fname}(" + ", ".join(signature(k, d, self.o)) + ") {"]
+        bound_red = [i for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
+        if bound_red:
+            em(d.shared_decl)
+        for i in range(self.first, len(leaves)):
+            if self.bound[i]:
+                em(d.binds[leaves[i].ptype].format(T=self.T, i=f"i{i}"))
+        self.emit_decls(em, 0)
+        for i in range(self.first):
+            self.open_leaf(em, i)
+            self.emit_decls(em, i + 1)
+        for t in sorted(self.cached):
+            em(f"{COMPUTE_TYPES[k.tensors[t].dtype]} c_{k.tensors[t].name}[{self.cache_size()}];")
+        if self.hoisted:
+            self.emit_row(em, 0)
+        for p in range(1, self.n_passes + 1):
+            self.emit_pass(em, p)
+            if self.hoisted:
+                self.emit_row(em, p)
+        self.emit_row_stores(em)
+        while em.depth > 1:
+            em.depth -= 1
+            em("}")
+        return "\n".join(out + em.lines + ["}"])
+
+
+def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, fname: str,
+                     opts: Optional[RenderOptions] = None, max_threads: int = 512) -> str:
+    """One reduction kernel function in ``dialect`` (see the module docstring)."""
+    return _Walk(kernel, nest, dialect, opts or RenderOptions()).render(fname, max_threads)
+
+
+def render_reduction_source(functions: list[str], dialect: Dialect) -> str:
+    return dialect.prelude() + "\n" + dialect.reduction_prelude + "\n\n" + "\n\n".join(functions) + "\n"

@@ -1,0 +1,256 @@
+"""Lowering of a fusion group that holds reductions or normalizations to kernel IR.
+
+Pointwise groups broadcast right-aligned and go through ``lower.py``; a group with a reduction
+(or a normalization whose parameters line up with a middle dim, like batch norm's channel) has
+loop axes given by ``ops.axes.analyze``. Steps:
+
+1. Axes: every tensor dim of the group walks one axis (or is a broadcast). The domain is all
+   axes; the reduced ones are those the group's reductions combine.
+2. Roots: kept axes first, then reduced axes, each in the stride order of the reference tensor
+   (the widest value, preferring a reduction's input), so a row-wise reduction ends with the
+   contiguous dim. Adjacent roots of one class coalesce when every tensor is dense across them.
+3. Tensor params as in pointwise lowering (``bcast`` / ``unit`` / ``strided`` per root).
+4. Nodes lower through their rows; reduction rows build ``Reduce`` expressions (the four
+   primitives) and ``ReductionSize``. A reduction over size-1 dims only is the identity.
+
+The kernel is size-free: root extents and strides are run-time arguments, like pointwise ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+import torch
+
+from ..ir.graph import Graph, Node, Value
+from ..ir.types import TensorType
+from ..ops import bind, lookup
+from ..ops.axes import Axes, analyze, is_reduction_node
+from ..ops.table import OpCall
+from .kir import Expr, ExprBuilder, Kernel, Load, Reduce, ScalarParam, TensorParam, compute_dtype, topo_exprs
+from .lower import LoweringError, TensorPlan
+
+
+@dataclass
+class ReductionKernel(Kernel):
+    """A kernel whose roots end with ``red_roots`` (reduced); ``kind`` is ``inner`` (the reduced
+    roots are contiguous in the reference tensor), ``outer`` or ``none`` (no reduction)."""
+
+    red_roots: tuple[int, ...] = ()
+    kind: str = "none"
+
+    def reductions(self) -> list[Reduce]:
+        return [e for e in self.exprs() if isinstance(e, Reduce)]
+
+    def is_row(self, p: int) -> bool:
+        """True when tensor param ``p`` does not vary along the reduced roots."""
+        kinds = self.tensors[p].dim_kinds
+        return all(kinds[r] == "bcast" for r in self.red_roots)
+
+
+@dataclass
+class OutputPlan:
+    dtype: torch.dtype
+    axes: tuple[Optional[int], ...]    # per dim: the axis it walks, None for size 1
+    order: tuple[int, ...]             # profiled stride order (non-broadcast dims, outer -> inner)
+    device: torch.device
+
+
+@dataclass
+class ReductionPlan:
+    root_axes: list[list[int]]                     # per root: the axes it covers, outer -> inner
+    axis_source: dict[int, tuple[int, int]]        # axis -> (group input index, tensor dim)
+    tensors: list[TensorPlan]
+    outputs: list[OutputPlan]
+    scalar_inputs: list[int]
+    red_roots: tuple[int, ...]
+    aliases: dict[int, int] = field(default_factory=dict)
+    reduce_ops: tuple[str, ...] = ()
+
+
+class _Builder(ExprBuilder):
+    """An ExprBuilder whose reductions become identities while lowering a trivial reduction node."""
+
+    trivial = False
+
+    def reduce(self, op: str, e: Expr, dtype: Optional[torch.dtype] = None) -> Expr:
+        if self.trivial:
+            return self.cast(e, dtype or e.dtype)
+        return super().reduce(op, e, dtype)
+
+    def reduction_size(self, dtype: torch.dtype) -> Expr:
+        if self.trivial:
+            return self.const(1, dtype)
+        return super().reduction_size(dtype)
+
+
+def _dense(t: TensorType) -> TensorType:
+    return replace(t, contiguity=tuple(True for _ in t.stride_order))
+
+
+def _reference(nodes: list[Node], axes: Axes, sub: Graph) -> Value:
+    """The value whose layout orders the loops: a reduction's input, else the widest output."""
+    for n in nodes:
+        if axes.node_reduced.get(n):
+            row = lookup(n.kind)
+            v = bind(row, n)[0][row.promote[0]]
+            if isinstance(v, Value):
+                return v
+    values = [o for o in sub.outputs] + [v for v in sub.inputs if isinstance(v.type, TensorType)]
+    return max(values, key=lambda v: len([a for a in axes.of.get(v, ()) if a is not None]))
+
+
+def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKernel, ReductionPlan]:
+    """Lower a fusion subgraph holding reductions / normalizations to a kernel and launch plan."""
+    nodes = list(sub.block.nodes)
+    axes = analyze(nodes)
+    if isinstance(axes, str):
+        raise LoweringError(axes)
+    outs = sub.outputs
+    for o in outs:
+        if not isinstance(o.type, TensorType) or not o.type.complete:
+            raise LoweringError(f"output %{o.name} has no complete profiled type")
+    tensor_inputs = [(i, v) for i, v in enumerate(sub.inputs) if isinstance(v.type, TensorType)]
+    for _, v in tensor_inputs:
+        if not v.type.complete:
+            raise LoweringError(f"input %{v.name} has no complete profiled type")
+
+    # 1. axes and their sources
+    def axes_of(v: Value) -> tuple[Optional[int], ...]:
+        return axes.of.get(v, tuple(None for _ in v.type.sizes))
+
+    source: dict[int, tuple[int, int]] = {}
+    for i, v in tensor_inputs:
+        for d, a in enumerate(axes_of(v)):
+            if a is not None:
+                source.setdefault(a, (i, d))
+    domain = {a for v in list(sub.inputs) + list(outs) if isinstance(v.type, TensorType) for a in axes_of(v) if a is not None}
+    domain |= set(axes.reduced)
+    missing = sorted(domain - set(source))
+    if missing:
+        raise LoweringError(f"loop axes {missing} are not sized by any input")
+
+    # 2. roots: kept axes, then reduced axes, in the reference's stride order
+    ref_value = _reference(nodes, axes, sub)
+    ref, ref_axes = ref_value.type, axes_of(ref_value)
+    order = [ref_axes[d] for d in ref.stride_order if ref_axes[d] is not None]
+    order = sorted(domain - set(order)) + order
+    kept = [a for a in order if a not in axes.reduced]
+    red = [a for a in order if a in axes.reduced]
+
+    io_types = [(v.type, axes_of(v)) for _, v in tensor_inputs] + [(_dense(o.type), axes_of(o)) for o in outs]
+
+    def contiguous_pair(t: TensorType, ax: tuple, a: int, b: int) -> bool:
+        m = {x: d for d, x in enumerate(ax) if x is not None}
+        if a not in m and b not in m:
+            return True
+        if a not in m or b not in m:
+            return False
+        pos = t.stride_order.index(m[a])
+        return pos + 1 < len(t.stride_order) and t.stride_order[pos + 1] == m[b] and t.contiguity[pos]
+
+    roots: list[list[int]] = []
+    for cls in (kept, red):
+        start = len(roots)
+        for a in cls:
+            if len(roots) > start and all(contiguous_pair(t, ax, roots[-1][-1], a) for t, ax in io_types):
+                roots[-1].append(a)
+            else:
+                roots.append([a])
+    red_roots = tuple(r for r, g in enumerate(roots) if g[0] in axes.reduced)
+
+    # 3. tensor params
+    params: list[TensorParam] = []
+    tplans: list[TensorPlan] = []
+
+    def add_param(label: str, t: TensorType, ax: tuple, is_output: bool, pos: int) -> int:
+        m = {x: d for d, x in enumerate(ax) if x is not None}
+        kinds, dims = [], []
+        for group in roots:
+            mine = [m[a] for a in group if a in m]
+            dims.append(mine)
+            if not mine:
+                kinds.append("bcast")
+                continue
+            p = t.stride_order.index(mine[-1])
+            kinds.append("unit" if p == len(t.stride_order) - 1 and t.contiguity[p] else "strided")
+        dense = bool(kinds) and all(k != "bcast" for k in kinds) and kinds[-1] == "unit" and all(
+            contiguous_pair(t, ax, roots[r][-1], roots[r + 1][0]) for r in range(len(roots) - 1))
+        params.append(TensorParam(label, t.dtype, is_output, tuple(kinds), dense))
+        tplans.append(TensorPlan(label, is_output, pos, dims, t.dtype))
+        return len(params) - 1
+
+    b = _Builder()
+    env: dict[Value, Any] = {}
+    scalars: list[ScalarParam] = []
+    scalar_inputs: list[int] = []
+    for i, v in enumerate(sub.inputs):
+        if isinstance(v.type, TensorType):
+            k = add_param(f"t{len(params)}", v.type, axes_of(v), False, i)
+            env[v] = b.load(k, v.type.dtype)
+            continue
+        dt = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}.get(v.type.name)
+        if dt is None:
+            env[v] = None           # a shape list only the eager fallback reads
+            continue
+        scalars.append(ScalarParam(f"a{len(scalars)}", dt))
+        scalar_inputs.append(i)
+        env[v] = b.arg(len(scalars) - 1, dt)
+
+    # 4. expressions
+    for node in nodes:
+        if node.kind == "prim::Constant":
+            env[node.output] = node.attrs.get("value")
+            continue
+        if node.kind == "prim::ListConstruct":
+            env[node.output] = [env[v] for v in node.inputs]
+            continue
+        row = lookup(node.kind)
+        if row is None:
+            raise LoweringError(f"{node.where()} has no op-table row")
+        args_v, consts, parts = bind(row, node)
+        args = {k: (env[v] if isinstance(v, Value) else v) for k, v in args_v.items()}
+        if row.kind == "cast":
+            out_dtype, compute = node.output.type.dtype, compute_dtype(node.output.type.dtype)
+        else:
+            out_dtype, compute = row.result_dtypes(parts, consts)
+        b.trivial = is_reduction_node(node) and not axes.node_reduced.get(node)
+        result = row.lower(OpCall(args, parts, out_dtype, compute, b))
+        b.trivial = False
+        results = result if isinstance(result, tuple) else (result,)
+        for o, e in zip(node.outputs, results):
+            dt = o.type.dtype
+            e = b.cast(e, compute_dtype(dt))
+            if dt in (torch.float16, torch.bfloat16) and row.kind == "cast":
+                e = b.call("round_half" if dt == torch.float16 else "round_bf16", e)
+            env[o] = e
+
+    stores, outputs, aliases = [], [], {}
+    for k, o in enumerate(outs):
+        t = o.type
+        outputs.append(OutputPlan(t.dtype, axes_of(o), t.stride_order, t.device))
+        e = env[o]
+        if isinstance(e, Load):
+            src = sub.inputs[tplans[e.tensor].position]
+            if src.type.dtype == t.dtype and src.type.sizes == t.sizes and src.type.stride_order == t.stride_order:
+                aliases[k] = tplans[e.tensor].position
+                continue
+        if not isinstance(e, Expr):
+            e = b.const(e, t.dtype)
+        p = add_param(f"t{len(params)}", _dense(t), axes_of(o), True, k)
+        stores.append((p, b.cast(e, compute_dtype(t.dtype))))
+
+    reduces = [e for e in topo_exprs([e for _, e in stores]) if isinstance(e, Reduce)]
+    if reduces and not red_roots:
+        raise LoweringError("the group reduces, but no reduced loop axis is left")
+    kind = "none"
+    if red_roots and reduces:
+        ref_param = next((p for p, t in enumerate(params) if not t.is_output and t.dim_kinds[red_roots[-1]] == "unit"),
+                         None)
+        kind = "inner" if ref_param is not None else "outer"
+    elif red_roots:
+        raise LoweringError("reduced loop axes without a reduction")
+    kernel = ReductionKernel(name, params, scalars, len(roots), stores, red_roots=red_roots, kind=kind)
+    plan = ReductionPlan(roots, source, tplans, outputs, scalar_inputs, red_roots, aliases,
+                         tuple(sorted({e.op for e in reduces})))
+    return kernel, plan

@@ -1,0 +1,125 @@
+"""Reduction schedulers: a heuristic lists ``ReductionParams``; each schedule is a sequence of the
+pointwise scheduler's primitives (merge / split / reorder / parallelize) on the roots
+``[kept..., reduced...]`` of a ``ReductionKernel``.
+
+Kernels never specialize on sizes, so one kernel source holds a few variants and the launcher
+picks one from the run-time row size (``cuda`` only; the CPU has one variant):
+
+- inner, persistent (GPU): kept -> BIDx (grid-stride over rows); reduced -> ``split(V)``
+  (vector lanes), ``split(P, inner_split=False)`` -> ``[Unroll(P), TIDx(ceilDiv(R / V, P)), V]``.
+  The TIDx extent is a run-time value (the launcher sets blockDim.x to it, rounded to a warp),
+  each thread keeps its ``P * V`` elements in registers, so softmax / layer norm read the row
+  once however many passes they make.
+- inner, multi-pass (GPU, rows too wide to persist): ``[BIDx, Serial, TIDx(512), V]``; every
+  pass re-reads the row (from L2 when it fits).
+- outer (GPU): kept -> ``[BIDx, TIDx(32)]`` (coalesced along the contiguous kept dim), reduced ->
+  ``[Serial, TIDy(16)]``, combined across TIDy at the end of each pass.
+- inner (CPU): kept -> BIDx (OpenMP over rows), reduced -> one simd loop per pass.
+- outer (CPU): kept -> ``split(W)`` -> ``[BIDx, Serial(reduced), Vectorize(W)]``: W accumulators
+  per thread, simd across the contiguous kept dim.
+- none (normalizations without a reduction, e.g. batch-norm inference): the pointwise schedule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .pointwise import PointwiseParams, schedule_pointwise, vector_width
+from .reduction import ReductionKernel
+from .schedule import LoopNest, ParallelType
+
+MAX_THREADS = 512          # launch bound of the inner GPU schedules
+REGISTER_ELEMENTS = 32     # elements a persistent thread holds per cached tensor
+MULTIPASS_THREADS = 512
+OUTER_BLOCK = (32, 16)
+CPU_LANES = 16
+
+
+@dataclass(frozen=True)
+class ReductionParams:
+    target: str                 # "cuda" | "cpu"
+    kind: str                   # "inner" | "outer" | "none"
+    persistent: int = 0         # P: register chunks per thread (0: passes re-read memory)
+    vector: int = 1             # V: elements per vector access
+    block: tuple[int, int] = (0, 1)   # constant (TIDx, TIDy) extents; TIDx 0 = set at launch
+    max_threads: int = MAX_THREADS
+    lanes: int = 1              # CPU outer: kept elements per thread
+
+    @property
+    def tag(self) -> str:
+        if self.kind != "inner" or self.target != "cuda":
+            return f"{self.kind}_v{self.vector}"
+        return f"p{self.persistent}_v{self.vector}" if self.persistent else f"mp_v{self.vector}"
+
+
+def reduction_variants(kernel: ReductionKernel, target: str) -> list[ReductionParams]:
+    """Every variant the kernel source holds, in the order the launcher tests them."""
+    if kernel.kind == "none":
+        if target == "cpu":
+            return [ReductionParams("cpu", "none")]
+        v = vector_width(kernel)
+        out = [ReductionParams("cuda", "none", vector=1, block=(128, 1), max_threads=128)]
+        return out + ([ReductionParams("cuda", "none", vector=v, block=(128, 1), max_threads=128)] if v > 1 else [])
+    if target == "cpu":
+        return [ReductionParams("cpu", kernel.kind, lanes=CPU_LANES if kernel.kind == "outer" else 1)]
+    if kernel.kind == "outer":
+        return [ReductionParams("cuda", "outer", block=OUTER_BLOCK, max_threads=OUTER_BLOCK[0] * OUTER_BLOCK[1])]
+    out = []
+    widths = [1]
+    v = vector_width(kernel)
+    if v > 1:
+        widths.append(v)
+    for w in widths:
+        chunks = [p for p in (1, 2, 4, 8, 16) if p * w <= REGISTER_ELEMENTS]
+        if w == 1:
+            chunks = [1, chunks[-1]]
+        out += [ReductionParams("cuda", "inner", persistent=p, vector=w) for p in chunks]
+        out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1)))
+    return out
+
+
+def schedule_reduction(kernel: ReductionKernel, params: ReductionParams) -> LoopNest:
+    """The loop nest of one variant (see the module docstring)."""
+    P = ParallelType
+    if params.kind == "none":
+        pw = PointwiseParams(params.target, vector=params.vector, block=params.block[0] or 128, unroll=1)
+        return schedule_pointwise(kernel, pw)
+    nest = LoopNest(kernel.n_dims)
+    n_kept = kernel.n_dims - len(kernel.red_roots)
+    for _ in range(n_kept - 1):
+        nest.merge(0)
+    r = 1 if n_kept else 0
+    for _ in range(len(kernel.red_roots) - 1):
+        nest.merge(r)
+    if params.target == "cpu":
+        if params.kind == "outer":
+            nest.split(0, params.lanes)
+            nest.reorder({1: 2, 2: 1})
+            nest.parallelize(2, P.Vectorize)
+        else:
+            nest.parallelize(r, P.Vectorize)
+        return _rows(nest, n_kept)
+    if params.kind == "outer":
+        tx, ty = params.block
+        nest.split(0, tx)
+        nest.parallelize(1, P.TIDx)
+        nest.split(2, ty)
+        nest.parallelize(3, P.TIDy)
+        return _rows(nest, n_kept)
+    if params.vector > 1:
+        nest.split(r, params.vector)
+    if params.persistent:
+        nest.split(r, params.persistent, inner_split=False)
+        nest.parallelize(r, P.Unroll)
+    else:
+        nest.split(r, params.block[0])
+    nest.parallelize(r + 1, P.TIDx)
+    if params.vector > 1:
+        nest.parallelize(r + 2, P.Vectorize)
+    return _rows(nest, n_kept)
+
+
+def _rows(nest: LoopNest, n_kept: int) -> LoopNest:
+    """Kept rows (the outermost leaf) go to blocks: OpenMP threads on the CPU."""
+    if n_kept:
+        nest.parallelize(0, ParallelType.BIDx)
+    return nest

@@ -1,0 +1,459 @@
+"""Reduction and normalization rows of the op table.
+
+Every row here decomposes into the four reduction primitives of the kernel IR (``sum``,
+``prod``, ``max``, ``min``; ``ExprBuilder.reduce``) plus pointwise primitives, so the kernel
+IR and the renderers know nothing about softmax or layer norm. Variance is two-pass
+(``sum((x - mean)^2)``), which matches eager to rounding. A row also gives its ``DimPlan``
+(``ops/axes.py``): which dims of its input it reduces and how its outputs and parameter tensors
+line up with the input.
+
+Arguments are bound by the node's TorchScript schema (``aten::sum`` has overloads of different
+arity); dims, keepdim, dtype, correction and eps must be constants, and ``dim`` lists built by
+``prim::ListConstruct`` from constants count as constants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+from ..codegen.kir import FLOAT_TYPES, INT_TYPES, Expr, compute_dtype
+from ..ir.graph import Node, Value
+from ..ir.types import TensorType
+from .axes import DimPlan
+from .table import OpCall, OpRow, register
+
+_SCALAR_TYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+                 torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
+                 torch.quint8, torch.qint32, torch.bfloat16]
+
+
+def scalar_type(code: Any) -> Optional[torch.dtype]:
+    """A ``ScalarType`` constant (TorchScript passes its enum value) as a torch dtype."""
+    if code is None or isinstance(code, torch.dtype):
+        return code
+    return _SCALAR_TYPES[int(code)]
+
+
+@dataclass
+class ReductionRow(OpRow):
+    """A row whose node reduces dims or lines tensors up other than by right alignment."""
+
+    n_outputs: int = 1
+    overloads: tuple = ()                       # argument-name tuples, by arity, for schema-less nodes
+    planner: Optional[Callable[[Node, dict, dict], Union[DimPlan, str]]] = None
+    out_dtype: Optional[Callable[[torch.dtype, dict], Union[torch.dtype, str]]] = None
+    shape_args: tuple[str, ...] = ()            # list args whose values the kernel never reads
+
+    def names_for(self, node: Node) -> tuple[str, ...]:
+        schema = getattr(node.schema, "schema", "") or ""
+        if schema:
+            names = tuple(a.name for a in torch._C.parse_schema(schema).arguments)
+            if all(n in self.arg_names for n in names):
+                return names
+        fits = [o for o in self.overloads if len(o) >= len(node.inputs)]
+        if len(fits) > 1:
+            typed = [o for o in fits if all(not (n == "unbiased") or node.inputs[i].type.name == "bool"
+                                            for i, n in enumerate(o[:len(node.inputs)]))]
+            fits = typed or fits
+        return fits[0] if fits else self.arg_names
+
+    def input_dtype(self, parts) -> torch.dtype:
+        return parts[self.promote[0]].dtype
+
+    def result_dtypes(self, parts, consts) -> tuple[torch.dtype, torch.dtype]:
+        out = self.out_dtype(self.input_dtype(parts), consts) if self.out_dtype else self.input_dtype(parts)
+        if isinstance(out, str):
+            raise TypeError(out)
+        return out, compute_dtype(out)
+
+    def dim_plan(self, node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+        return self.planner(node, args, consts)
+
+
+# -- dims -----------------------------------------------------------------------------------
+def _rank(v: Any) -> int:
+    return v.type.rank if isinstance(v, Value) and isinstance(v.type, TensorType) else 0
+
+
+def normalize_dims(dims: Any, rank: int) -> Union[tuple[int, ...], str]:
+    """``dim`` argument -> sorted non-negative dims (None or [] means every dim)."""
+    if dims is None or dims == []:
+        return tuple(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) for d in dims):
+        return f"dims {dims!r} are not constant ints"
+    span = max(rank, 1)
+    out = []
+    for d in dims:
+        if not -span <= d < span:
+            return f"dim {d} is out of range for a rank-{rank} tensor"
+        out.append(d % span)
+    if len(set(out)) != len(out):
+        return f"dim list {dims!r} repeats a dim"
+    return tuple(sorted(d for d in out if d < rank))
+
+
+def _reduce_plan(node: Node, args: dict, consts: dict, dim_arg: str = "dim", keep_arg: str = "keepdim",
+                 tensor: str = "self") -> Union[DimPlan, str]:
+    rank = _rank(args[tensor])
+    dims = normalize_dims(args.get(dim_arg), rank)
+    if isinstance(dims, str):
+        return dims
+    keep = bool(args.get(keep_arg, False))
+    out = tuple(None if d in dims else d for d in range(rank)) if keep else tuple(d for d in range(rank) if d not in dims)
+    return DimPlan(rank, {tensor: tuple(range(rank))}, [out] * len(node.outputs), dims)
+
+
+def _softmax_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+    rank = _rank(args["self"])
+    dims = normalize_dims(args["dim"], rank)
+    if isinstance(dims, str):
+        return dims
+    return DimPlan(rank, {"self": tuple(range(rank))}, [tuple(range(rank))], dims)
+
+
+def _norm_len(v: Any) -> Optional[int]:
+    """Length of a ``normalized_shape`` argument: a constant list or a ``prim::ListConstruct``."""
+    if isinstance(v, (list, tuple)):
+        return len(v)
+    if isinstance(v, int):
+        return 1
+    if isinstance(v, Value) and v.node is not None and v.node.kind == "prim::ListConstruct":
+        return len(v.node.inputs)
+    return None
+
+
+def _layer_norm_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+    rank = _rank(args["input"])
+    k = _norm_len(args["normalized_shape"])
+    if k is None:
+        return "normalized_shape is not a list literal (its length must be known)"
+    if not 0 < k <= rank:
+        return f"normalized_shape of length {k} for a rank-{rank} input"
+    plan = {"input": tuple(range(rank))}
+    for name in ("weight", "bias"):
+        if isinstance(args.get(name), Value):
+            if _rank(args[name]) != k:
+                return f"{name} has rank {_rank(args[name])}, normalized_shape has {k} dims"
+            plan[name] = tuple(range(rank - k, rank))
+    red = tuple(range(rank - k, rank))
+    outs = [tuple(range(rank))] + [tuple(None if d in red else d for d in range(rank))] * (len(node.outputs) - 1)
+    return DimPlan(rank, plan, outs, red)
+
+
+def _channel_plan(reduce_spatial: bool):
+    def plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+        rank = _rank(args["input"])
+        if rank < 2:
+            return f"{node.kind} needs an input of rank >= 2"
+        p = {"input": tuple(range(rank))}
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            if isinstance(args.get(name), Value):
+                if _rank(args[name]) != 1:
+                    return f"{name} must be 1-D"
+                p[name] = (1,)
+        red = tuple(range(2, rank)) if reduce_spatial and args.get("use_input_stats") else ()
+        return DimPlan(rank, p, [tuple(range(rank))], red)
+    return plan
+
+
+def _sum_to_size_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+    t_in, t_out = args["self"].type, node.outputs[0].type
+    rank, orank = t_in.rank, t_out.rank
+    if orank > rank:
+        return "sum_to_size to a larger rank"
+    off = rank - orank
+    red = [d for d in range(off)]
+    out = []
+    for j in range(orank):
+        d = off + j
+        if t_out.sizes[j] == 1 and t_in.sizes[d] != 1:
+            red.append(d)
+            out.append(None)
+        else:
+            out.append(d)
+    return DimPlan(rank, {"self": tuple(range(rank))}, [tuple(out)], tuple(red))
+
+
+# -- dtypes ---------------------------------------------------------------------------------
+def _is_int(dt: torch.dtype) -> bool:
+    return dt in INT_TYPES or dt == torch.bool
+
+
+def _sum_dtype(dt: torch.dtype, consts: dict) -> torch.dtype:
+    given = scalar_type(consts.get("dtype"))
+    if given is not None:
+        return given
+    return torch.int64 if _is_int(dt) else dt
+
+
+def _float_dtype(what: str):
+    def rule(dt: torch.dtype, consts: dict) -> Union[torch.dtype, str]:
+        given = scalar_type(consts.get("dtype"))
+        if given is not None:
+            return given
+        if _is_int(dt):
+            return f"{what} of integer input needs dtype= (eager raises)"
+        return dt
+    return rule
+
+
+def _softmax_dtype(dt: torch.dtype, consts: dict) -> Union[torch.dtype, str]:
+    if consts.get("half_to_float"):
+        return torch.float32
+    return _float_dtype("softmax")(dt, consts)
+
+
+def _same_float(dt: torch.dtype, consts: dict) -> Union[torch.dtype, str]:
+    return dt if dt in FLOAT_TYPES else f"integer input ({dt}) is not fused for this op"
+
+
+def _same_nonbool(dt: torch.dtype, consts: dict) -> Union[torch.dtype, str]:
+    return dt if dt != torch.bool else "bool input is not fused for this op"
+
+
+# -- lowerings ------------------------------------------------------------------------------
+def _x(call: OpCall, name: str = "self") -> Expr:
+    return call.x(name)
+
+
+def _sum(call: OpCall) -> Expr:
+    """sum(self)"""
+    return call.b.reduce("sum", _x(call), call.compute)
+
+
+def _mean_of(call: OpCall, x: Expr) -> Expr:
+    return call.b.div(call.b.reduce("sum", x, call.compute), call.b.reduction_size(call.compute))
+
+
+def _mean(call: OpCall) -> Expr:
+    """sum(self) / N"""
+    return _mean_of(call, _x(call))
+
+
+def _prim_reduce(op: str):
+    def lower(call: OpCall) -> Expr:
+        return call.b.reduce(op, _x(call), call.compute)
+    lower.__doc__ = f"{op}(self)"
+    return lower
+
+
+def _correction(call: OpCall) -> float:
+    c = call.args.get("correction")
+    if c is not None:
+        return float(c)
+    unbiased = call.args.get("unbiased")
+    return 1.0 if unbiased is None or unbiased else 0.0
+
+
+def _var_mean(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
+    """two-pass variance: sum((x - mean)^2) / max(N - correction, 0), and the mean"""
+    b = call.b
+    mean = _mean_of(call, x)
+    d = b.sub(x, mean)
+    m2 = b.reduce("sum", b.mul(d, d), call.compute)
+    dof = b.call("maximum", b.sub(b.reduction_size(call.compute), call.const(_correction(call))), call.const(0))
+    return b.div(m2, dof), mean
+
+
+def _var(call: OpCall) -> Expr:
+    """sum((x - mean)^2) / max(N - correction, 0)"""
+    return _var_mean(call, _x(call))[0]
+
+
+def _std(call: OpCall) -> Expr:
+    """sqrt(var)"""
+    return call.b.call("sqrt", _var(call))
+
+
+def _var_mean_pair(call: OpCall) -> tuple[Expr, Expr]:
+    """(var, mean)"""
+    return _var_mean(call, _x(call))
+
+
+def _std_mean_pair(call: OpCall) -> tuple[Expr, Expr]:
+    """(std, mean)"""
+    var, mean = _var_mean(call, _x(call))
+    return call.b.call("sqrt", var), mean
+
+
+def _softmax(call: OpCall) -> Expr:
+    """exp(x - max(x)) / sum(exp(x - max(x)))"""
+    b, x = call.b, _x(call)
+    e = b.call("exp", b.sub(x, b.reduce("max", x, call.compute)))
+    return b.div(e, b.reduce("sum", e, call.compute))
+
+
+def _log_softmax(call: OpCall) -> Expr:
+    """x - max(x) - log(sum(exp(x - max(x))))"""
+    b, x = call.b, _x(call)
+    shifted = b.sub(x, b.reduce("max", x, call.compute))
+    return b.sub(shifted, b.call("log", b.reduce("sum", b.call("exp", shifted), call.compute)))
+
+
+def _affine(call: OpCall, y: Expr) -> Expr:
+    if isinstance(call.args.get("weight"), Expr):
+        y = call.b.mul(y, call.x("weight"))
+    if isinstance(call.args.get("bias"), Expr):
+        y = call.b.add(y, call.x("bias"))
+    return y
+
+
+def _normalize(call: OpCall) -> tuple[Expr, Expr, Expr]:
+    b, x = call.b, _x(call, "input")
+    mean = _mean_of(call, x)
+    d = b.sub(x, mean)
+    var = b.div(b.reduce("sum", b.mul(d, d), call.compute), b.reduction_size(call.compute))
+    rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
+    return _affine(call, b.mul(d, rstd)), mean, rstd
+
+
+def _layer_norm(call: OpCall) -> Expr:
+    """(x - mean) * rsqrt(var + eps) [* weight] [+ bias]"""
+    return _normalize(call)[0]
+
+
+def _native_layer_norm(call: OpCall) -> tuple[Expr, Expr, Expr]:
+    """(layer_norm(x), mean, rstd)"""
+    return _normalize(call)
+
+
+def _rms_norm(call: OpCall) -> Expr:
+    """x * rsqrt(mean(x^2) + eps) [* weight]"""
+    b, x = call.b, _x(call, "input")
+    eps = call["eps"]
+    if eps is None:
+        eps = torch.finfo(call.out_dtype).eps
+    ms = _mean_of(call, b.mul(x, x))
+    return _affine(call, b.mul(x, b.call("rsqrt", b.add(ms, call.const(eps)))))
+
+
+def _batch_norm(call: OpCall) -> Expr:
+    """(x - running_mean) * rsqrt(running_var + eps) [* weight] [+ bias]"""
+    b, x = call.b, _x(call, "input")
+    invstd = b.call("rsqrt", b.add(call.x("running_var"), call.const(call["eps"])))
+    return _affine(call, b.mul(b.sub(x, call.x("running_mean")), invstd))
+
+
+def _instance_norm(call: OpCall) -> Expr:
+    """per (n, c): (x - mean) * rsqrt(var + eps) [* weight] [+ bias]; running stats when not use_input_stats"""
+    if not call["use_input_stats"]:
+        return _batch_norm(call)
+    return _normalize(call)[0]
+
+
+# -- checks ---------------------------------------------------------------------------------
+def _need_const(*names: str):
+    def check(node: Node, args: dict, consts: dict) -> Optional[str]:
+        for n in names:
+            if n in args and n not in consts:
+                return f"argument {n!r} of {node.kind} must be a constant"
+        return None
+    return check
+
+
+def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    if consts.get("training") is not False:
+        return "batch_norm in training mode (or with a run-time training flag) is not fused"
+    if not isinstance(args.get("running_mean"), Value) or not isinstance(args.get("running_var"), Value):
+        return "batch_norm inference needs running_mean and running_var tensors"
+    return _need_const("eps")(node, args, consts)
+
+
+def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    use = consts.get("use_input_stats")
+    if use is None:
+        return "instance_norm with a run-time use_input_stats is not fused"
+    stats = isinstance(args.get("running_mean"), Value) or isinstance(args.get("running_var"), Value)
+    if use and stats:
+        return "instance_norm with input stats updates the running stats in place; not fused"
+    if not use and not stats:
+        return "instance_norm without input stats needs running stats"
+    return _need_const("eps")(node, args, consts)
+
+
+CHECKS: dict[str, Callable[[Node, dict, dict], Optional[str]]] = {}
+
+
+def reduction(name: str, aten: tuple[str, ...], kind: str, args: tuple[str, ...], lower, *, planner=None,
+              out_dtype=None, overloads: tuple = (), consts: tuple[str, ...] = (), n_outputs: int = 1,
+              shape_args: tuple[str, ...] = (), check=None, eager=None, doc: str = "") -> ReductionRow:
+    first = args[0].split("=")[0]
+    row = ReductionRow(name, aten, kind, args, "none", (first,), consts=consts, decomp=lower, eager=eager, doc=doc,
+                       n_outputs=n_outputs, overloads=overloads, planner=planner or _reduce_plan,
+                       out_dtype=out_dtype, shape_args=shape_args)
+    register(row)
+    CHECKS[name] = check or _need_const(*consts)
+    return row
+
+
+_DIMS = ("self", "dim=None", "keepdim=False", "dtype=None")
+_DIM_OVERLOADS = (("self", "dim", "keepdim", "dtype"), ("self", "dtype"))
+reduction("sum", ("aten::sum",), "reduction", _DIMS, _sum, out_dtype=_sum_dtype, overloads=_DIM_OVERLOADS,
+          consts=("dim", "keepdim", "dtype"), eager=torch.sum, doc="sum over dims (int inputs sum in int64)")
+reduction("mean", ("aten::mean",), "reduction", _DIMS, _mean, out_dtype=_float_dtype("mean"),
+          overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), eager=torch.mean, doc="sum / N")
+reduction("prod", ("aten::prod",), "reduction", _DIMS, _prim_reduce("prod"), out_dtype=_sum_dtype,
+          overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), eager=torch.prod, doc="product over dims")
+for _n, _op in (("amax", "max"), ("amin", "min")):
+    reduction(_n, (f"aten::{_n}",), "reduction", ("self", "dim=[]", "keepdim=False"), _prim_reduce(_op),
+              out_dtype=_same_nonbool, consts=("dim", "keepdim"), eager=getattr(torch, _n),
+              doc=f"{_op} over dims, NaN propagating")
+
+_VAR = ("self", "dim=None", "unbiased=None", "correction=None", "keepdim=False")
+_VAR_OVERLOADS = (("self", "unbiased"), ("self", "dim", "unbiased", "keepdim"), ("self", "dim", "correction", "keepdim"))
+for _n, _fn, _k in (("var", _var, 1), ("std", _std, 1), ("var_mean", _var_mean_pair, 2),
+                    ("std_mean", _std_mean_pair, 2)):
+    reduction(_n, (f"aten::{_n}",), "reduction", _VAR, _fn, out_dtype=_same_float, overloads=_VAR_OVERLOADS,
+              consts=("dim", "unbiased", "correction", "keepdim"), n_outputs=_k, eager=getattr(torch, _n),
+              doc=f"{_n} with correction (two-pass)")
+reduction("sum_to_size", ("aten::sum_to_size",), "reduction", ("self", "size"), _sum, planner=_sum_to_size_plan,
+          out_dtype=_same_nonbool, shape_args=("size",), eager=lambda self, size: self.sum_to_size(size),
+          doc="sum the dims that size broadcasts")
+
+_SOFTMAX_OVERLOADS = (("self", "dim", "dtype"),)
+reduction("softmax", ("aten::softmax",), "normalization", ("self", "dim", "dtype=None"), _softmax,
+          planner=_softmax_plan, out_dtype=_softmax_dtype, overloads=_SOFTMAX_OVERLOADS, consts=("dim", "dtype"),
+          eager=lambda self, dim, dtype=None: torch.softmax(self, dim, dtype=scalar_type(dtype)),
+          doc="exp(x - max) / sum(exp(x - max)) along dim")
+reduction("log_softmax", ("aten::log_softmax",), "normalization", ("self", "dim", "dtype=None"), _log_softmax,
+          planner=_softmax_plan, out_dtype=_softmax_dtype, overloads=_SOFTMAX_OVERLOADS, consts=("dim", "dtype"),
+          eager=lambda self, dim, dtype=None: torch.log_softmax(self, dim, dtype=scalar_type(dtype)),
+          doc="x - max - log(sum(exp(x - max))) along dim")
+reduction("_softmax", ("aten::_softmax",), "normalization", ("self", "dim", "half_to_float"), _softmax,
+          planner=_softmax_plan, out_dtype=_softmax_dtype, consts=("dim", "half_to_float"),
+          eager=torch._softmax, doc="softmax, optionally half -> float")
+reduction("_log_softmax", ("aten::_log_softmax",), "normalization", ("self", "dim", "half_to_float"),
+          _log_softmax, planner=_softmax_plan, out_dtype=_softmax_dtype, consts=("dim", "half_to_float"),
+          eager=torch._log_softmax, doc="log_softmax, optionally half -> float")
+
+_LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")
+reduction("layer_norm", ("aten::layer_norm",), "normalization", _LN, _layer_norm, planner=_layer_norm_plan,
+          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",),
+          eager=lambda input, ns, weight=None, bias=None, eps=1e-5, cudnn_enable=True:
+          torch.layer_norm(input, ns, weight, bias, eps),
+          doc="(x - mean) * rsqrt(var + eps) * weight + bias over the last dims")
+reduction("native_layer_norm", ("aten::native_layer_norm",), "normalization",
+          ("input", "normalized_shape", "weight", "bias", "eps"), _native_layer_norm, planner=_layer_norm_plan,
+          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), n_outputs=3,
+          eager=torch.native_layer_norm, doc="(layer_norm, mean, rstd)")
+reduction("rms_norm", ("aten::rms_norm",), "normalization", ("input", "normalized_shape", "weight=None", "eps=None"),
+          _rms_norm, planner=_layer_norm_plan, out_dtype=_same_float, consts=("eps",),
+          shape_args=("normalized_shape",), eager=torch.rms_norm, doc="x * rsqrt(mean(x^2) + eps) * weight")
+reduction("batch_norm", ("aten::batch_norm",), "normalization",
+          ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
+           "cudnn_enabled"), _batch_norm, planner=_channel_plan(False), out_dtype=_same_float,
+          consts=("training", "eps"), check=_batch_norm_check,
+          eager=lambda input, w, b, rm, rv, training, momentum, eps, cudnn=True:
+          torch.batch_norm(input, w, b, rm, rv, training, momentum, eps, cudnn),
+          doc="inference batch norm with running stats (channel dim 1, any memory format)")
+reduction("instance_norm", ("aten::instance_norm",), "normalization",
+          ("input", "weight", "bias", "running_mean", "running_var", "use_input_stats", "momentum", "eps",
+           "cudnn_enabled"), _instance_norm, planner=_channel_plan(True), out_dtype=_same_float,
+          consts=("use_input_stats", "eps"), check=_instance_norm_check,
+          eager=lambda input, w, b, rm, rv, use, momentum, eps, cudnn=True:
+          torch.instance_norm(input, w, b, rm, rv, use, momentum, eps, cudnn),
+          doc="per-sample, per-channel normalization over the spatial dims")
