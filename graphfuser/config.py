@@ -159,9 +159,15 @@ class Config:
         raise AttributeError(name)
 
     def set(self, **kwargs: Any) -> None:
-        """Set knobs by name (the API level of precedence)."""
-        _merge(self._values, kwargs, "graphfuser.config")
-        self._validate()
+        """Set knobs by name (the API level of precedence); a rejected value changes nothing."""
+        saved = copy.deepcopy(self._values)
+        try:
+            _merge(self._values, kwargs, "graphfuser.config")
+            self._validate()
+        except Exception:
+            self._values = saved
+            self._validate()
+            raise
 
     @contextlib.contextmanager
     def override(self, **kwargs: Any) -> Iterator["Config"]:

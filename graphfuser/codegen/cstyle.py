@@ -26,6 +26,7 @@ class RenderOptions:
     index_hoist: bool = True
     predicate_elimination: bool = True
     omp_threshold: int = 65536
+    fast_div: bool = False          # 32-bit index: divide by run-time extents with magic numbers
 
 
 def c_literal(value, dtype: torch.dtype) -> str:
@@ -53,12 +54,19 @@ class _Emitter:
         self.lines.append("  " * self.depth + text)
 
 
-def _render_iexpr(e: IExpr, names: dict[IExpr, str]) -> str:
+def _render_iexpr(e: IExpr, names: dict[IExpr, str], divs: Optional[dict] = None) -> str:
+    """C text of an index expression; with ``divs`` (fast division on), ``/`` and ``%`` by a
+    run-time extent use host-computed magic numbers (multiply-high and shift) instead of an
+    integer division."""
     if e in names:
         return names[e]
     if e.op in ("var", "const"):
         return str(e.a)
-    a, b = _render_iexpr(e.a, names), _render_iexpr(e.b, names)
+    a, b = _render_iexpr(e.a, names, divs), _render_iexpr(e.b, names, divs)
+    if divs is not None and e.op in ("/", "%") and e.b.const is None:
+        k = divs.setdefault(e.b, len(divs))
+        q = f"gf_udiv({a}, dm{k}, ds{k})"
+        return q if e.op == "/" else f"({a} - {q} * {b})"
     if e.op == "ceildiv":
         return f"(({a} + {b} - 1) / {b})"
     if e.op == "min":
@@ -91,7 +99,10 @@ def signature(kernel: Kernel, dialect: Dialect, opts: RenderOptions) -> list[str
 
 
 def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str,
-                    opts: Optional[RenderOptions] = None) -> str:
+                    opts: Optional[RenderOptions] = None, info: Optional[dict] = None) -> str:
+    """C text of one kernel function. ``info`` (if given) receives ``divisors``: the run-time
+    extents divided by with magic numbers, whose (multiplier, shift) pairs follow the other
+    arguments."""
     opts = opts or RenderOptions()
     T = opts.index_type
     leaves = nest.leaves
@@ -159,8 +170,10 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
             name = f"x{len(named)}"
             decls.setdefault(_depth_of(e, var_depth), []).append((name, e))
             named[e] = name
+    divs: Optional[dict] = {} if (opts.fast_div and dialect.fast_div) else None
+
     def ix(e: IExpr) -> str:
-        return _render_iexpr(e, named)
+        return _render_iexpr(e, named, divs)
 
     em = _Emitter()
     block = 1
@@ -168,10 +181,9 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
         if d.ptype in (ParallelType.TIDx, ParallelType.TIDy):
             block *= d.extent.const or 1
     prefix = dialect.kernel_prefix.format(block=block)
-    out = [f"{prefix} {fname}(" + ", ".join(signature(kernel, dialect, opts)) + ") {"]
     work = " * ".join(f"n{r}" for r in range(kernel.n_dims)) or "1"
     for name, e in decls.get(0, []):
-        em(f"const {T} {name} = {_render_iexpr(e, {k: v for k, v in named.items() if k != e})};")
+        em(f"const {T} {name} = {_render_iexpr(e, {k: v for k, v in named.items() if k != e}, divs)};")
     parallel_done = False
     for k in range(n_loops):
         d = leaves[k]
@@ -194,7 +206,7 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
             em(dialect.loops[d.ptype].format(T=T, i=i, ext=ext) + " {")
             em.depth += 1
         for name, e in decls.get(k + 1, []):
-            em(f"const {T} {name} = {_render_iexpr(e, {x: v for x, v in named.items() if x != e})};")
+            em(f"const {T} {name} = {_render_iexpr(e, {x: v for x, v in named.items() if x != e}, divs)};")
     if preds:
         em("if (" + " && ".join(f"{ix(a)} < {ix(b)}" for a, b in preds) + ") {")
         em.depth += 1
@@ -205,7 +217,13 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
     while em.depth > 1:
         em.depth -= 1
         em("}")
-    out += em.lines
+    params = signature(kernel, dialect, opts)
+    if divs:
+        order = sorted(divs.items(), key=lambda kv: kv[1])
+        params += [f"unsigned int dm{k}, unsigned int ds{k}" for _, k in order]
+        if info is not None:
+            info["divisors"] = [str(d) for d, _ in order]
+    out = [f"{prefix} {fname}(" + ", ".join(params) + ") {"] + em.lines
     out.append("}")
     return "\n".join(out)
 

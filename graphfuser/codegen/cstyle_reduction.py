@@ -152,10 +152,11 @@ class _Walk:
         self.decls: dict[int, list[tuple[str, IExpr]]] = {}
         if not self.o.index_hoist:
             return
-        wanted = sorted(self.root_idx + kparts + self.offsets + [a for a, _ in self.preds], key=_size)
-        allowed = set(depth)
+        extents = [d.extent for d in self.nest.leaves] + [b for _, b in self.preds]
+        wanted = sorted(self.root_idx + kparts + self.offsets + [a for a, _ in self.preds] + extents, key=_size)
+        loop_vars = {f"i{k}" for k in range(len(self.nest.leaves))}
         for e in wanted:
-            if e.op in ("var", "const") or e in self.names or not e.vars() <= allowed:
+            if e.op in ("var", "const") or e in self.names or not (e.vars() & loop_vars) <= set(depth):
                 continue
             name = f"x{len(self.names)}"
             self.decls.setdefault(_depth_of(e, depth), []).append((name, e))

@@ -156,6 +156,9 @@ _CUDA_HALF = r"""
 GF_FN float gf_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 GF_FN unsigned short gf_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 GF_FN float gf_b2f(unsigned short h) { return __int_as_float(((int)h) << 16); }
+/* n / d for 0 <= n < 2^31 with m, s precomputed on the host: s = ceil(log2 d),
+   m = 2^32 (2^s - d) / d + 1 (round-up method). */
+GF_FN int gf_udiv(int n, unsigned int m, unsigned int s) { return (int)((__umulhi((unsigned int)n, m) + (unsigned int)n) >> s); }
 GF_FN unsigned short gf_f2b(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 template <typename T, int N> struct alignas(sizeof(T) * N) gf_vec { T v[N]; };
 template <int N, typename T> GF_FN void gf_load(T* dst, const T* src) {
@@ -272,6 +275,7 @@ class Dialect:
     shared_decl: str = ""
     simd_reduction: dict = field(default_factory=dict)
     reduction_prelude: str = ""
+    fast_div: bool = False                              # gf_udiv (multiply-high + shift) exists
 
     def prelude(self) -> str:
         return "\n".join([self.headers, f"#define GF_FN {self.qualifier}", self.constants_text(),
@@ -325,6 +329,7 @@ CUDA = Dialect(
     },
     binds={P.TIDx: "const {T} {i} = threadIdx.x;", P.TIDy: "const {T} {i} = threadIdx.y;"},
     vector_registers=True,
+    fast_div=True,
     thread_reduce={P.TIDx: "{acc} = gf_block_reduce_x<gf_op_{op}>({acc}, gf_smem);",
                    P.TIDy: "{acc} = gf_block_reduce_y<gf_op_{op}>({acc}, gf_smem);"},
     shared_decl="__shared__ double gf_smem[1024];",

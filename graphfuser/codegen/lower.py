@@ -164,6 +164,7 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
             env[v] = b.arg(len(scalars) - 1, dt)
 
     # 4. expressions
+    same: dict[Value, Value] = {v: v for v in sub.inputs if isinstance(v.type, TensorType)}
     for node in sub.block.nodes:
         if node.kind == "prim::Constant":
             env[node.output] = node.attrs.get("value")
@@ -181,20 +182,26 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
         call = OpCall(args, parts, out_dtype, compute, b)
         e = row.lower(call)
         e = b.cast(e, compute_dtype(out_dtype))
-        if out_dtype in (torch.float16, torch.bfloat16) and row.kind == "cast":
+        src_t = node.inputs[0].type if node.inputs else None
+        already = isinstance(src_t, TensorType) and src_t.dtype == out_dtype   # a no-op cast
+        if out_dtype in (torch.float16, torch.bfloat16) and row.kind == "cast" and not already:
             e = b.call("round_half" if out_dtype == torch.float16 else "round_bf16", e)
         env[node.output] = e
+        if already and node.inputs[0] in same and _returns_self(node, row.name):
+            same[node.output] = same[node.inputs[0]]
 
     stores, outputs, aliases = [], [], {}
     for k, (o, t) in enumerate(zip(outs, out_types)):
         e = env[o]
         sizes = tuple(1 if s == 1 else -1 for s in t.sizes)
         outputs.append((t.dtype, sizes, t.stride_order, t.device))
-        if isinstance(e, Load):
-            src = sub.inputs[tplans[e.tensor].position]
+        if o in same:
+            # eager returns its input itself here (a group input, x.to(x.dtype), dropout in eval
+            # mode): so do we. Ops that merely compute the identity (floor of an int) allocate.
+            src = same[o]
             if src.type.dtype == t.dtype and src.type.rank == t.rank and src.type.sizes == t.sizes \
                     and src.type.stride_order == t.stride_order:
-                aliases[k] = tplans[e.tensor].position
+                aliases[k] = sub.inputs.index(src)
                 continue
         if not isinstance(e, Expr):
             e = b.const(e, t.dtype)
@@ -203,6 +210,16 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     kernel = Kernel(name, params, scalars, n_roots, stores)
     plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided)
     return kernel, plan
+
+
+def _returns_self(node, row_name: str) -> bool:
+    """Whether eager returns the input tensor itself (not a copy) when the dtype is unchanged."""
+    if row_name == "dropout":
+        return True           # fused only with train=False or p=0, where eager returns the input
+    if node.kind not in ("aten::to", "aten::type_as"):
+        return False          # aten::_to_copy always copies
+    # x.to(..., copy=True) copies: any constant True after self (copy, or non_blocking) -> copy
+    return not any(v.is_constant and v.constant() is True for v in node.inputs[1:])
 
 
 def _dense(t: TensorType) -> TensorType:

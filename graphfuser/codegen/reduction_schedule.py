@@ -71,7 +71,7 @@ def reduction_variants(kernel: ReductionKernel, target: str) -> list[ReductionPa
     for w in widths:
         chunks = [p for p in (1, 2, 4, 8, 16) if p * w <= REGISTER_ELEMENTS]
         if w == 1:
-            chunks = [1, chunks[-1]]
+            chunks = [4]          # ragged rows: up to 4 * MAX_THREADS elements stay in registers
         out += [ReductionParams("cuda", "inner", persistent=p, vector=w) for p in chunks]
         out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1)))
     return out

@@ -26,6 +26,7 @@ from ..codegen.lower import LaunchPlan, lower_group
 from ..codegen.pointwise import PointwiseParams, pointwise_heuristics, schedule_pointwise
 from ..codegen.schedule import LoopNest, ScheduleError
 from ..config import config
+from ..ops.axes import needs_axes
 from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
 from ..log import dump, jit_log, warn
@@ -33,7 +34,7 @@ from .fusion import FusionFailure
 from .fusion_eager import eager_runner
 
 _MEMORY: dict[tuple, Callable] = {}
-STATS = {"memory_hits": 0, "builds": 0}
+STATS = {"memory_hits": 0, "builds": 0, "build_seconds": 0.0}
 
 
 def canonical_key(sub: Graph, target: str) -> tuple:
@@ -94,6 +95,7 @@ class CompiledGroup:
         self.kernel, self.plan = lower_group(sub, name, coalesce=self.scheduler.coalesce)
         self.source = ""
         self.variants: list[tuple[str, LoopNest, PointwiseParams, str]] = []   # (fname, nest, params, index type)
+        self.divisors: list[list[str]] = []     # per variant: extents divided by with magic numbers
         self.build()
 
     def build(self) -> None:
@@ -114,8 +116,12 @@ class CompiledGroup:
                         continue
                     nest = self.scheduler.schedule(k, self.plan, params)
                     fname = f"{self.name}_{vtag}_{tag}"
-                    fns.append(render_function(k, nest, CUDA, fname, _render_opts(itype)))
+                    info: dict = {}
+                    opts = _render_opts(itype)
+                    opts.fast_div = itype == "int"
+                    fns.append(render_function(k, nest, CUDA, fname, opts, info))
                     self.variants.append((fname, nest, params, itype))
+                    self.divisors.append(info.get("divisors", []))
             self.source = render_source(fns, CUDA)
         fname, nest, params, _ = self.variants[-1]
         dump("fusion_ir", f"Fusion IR of {self.name}", str(self.sub))
@@ -220,24 +226,57 @@ def _launcher_source(cg: CompiledGroup) -> str:
             small = "total < 2147483647" + "".join(f" and q{s_} * n{r} < 2147483647"
                                                     for s_, (p, r) in enumerate(stride_args(k)))
             L.append(f"        small = {small}")
+            launch = ("_fns[{i}].launch((grid if grid < _maxgrid else _maxgrid, 1, 1), _block, _stream(_devidx), "
+                      + ", ".join(call_args) + "{extra})")
+            dnames: dict[str, str] = {}
+            for divs in cg.divisors:
+                for d in divs:
+                    dnames.setdefault(d, f"d{len(dnames)}")
+
+            def emit(i: int, indent: str, grid: str) -> None:
+                L.append(f"{indent}grid = {grid}")
+                extra = "".join(f", {dnames[d]}m, {dnames[d]}s" for d in cg.divisors[i])
+                L.append(indent + launch.format(i=i, extra=extra))
+
             blk = cg.variants[0][2].block * cg.variants[0][2].unroll
+            vblk = V * cg.variants[-1][2].block * cg.variants[-1][2].unroll
+            flat, vgrid = f"(total + {blk - 1}) // {blk}", f"(total + {vblk - 1}) // {vblk}"
+            if dnames:
+                L.append("        if small:")
+            for d, nm in dnames.items():
+                L.append(f"            {nm}m, {nm}s = _magic({d})")
             if V > 1:
                 aligned = " | ".join(f"p{p}" for p in vec_tensors) or "0"
                 strides_ok = "".join(f" and q{s_} % {V} == 0" for s_ in range(len(strides)))
                 L.append(f"        vec = n{max(k.n_dims, 1) - 1} % {V} == 0 and not (({aligned}) & 15){strides_ok}")
-                L.append("        f = (_fns[1] if vec else _fns[0]) if small else (_fns[3] if vec else _fns[2])")
-                L.append(f"        grid = (total + {V * blk - 1}) // {V * blk} if vec else (total + {blk - 1}) // {blk}")
+                for branch, (vi, si) in (("small", (1, 0)), ("not small", (3, 2))):
+                    L.append(f"        if {branch} and vec:")
+                    emit(vi, "            ", vgrid)
+                    L.append(f"        elif {branch}:")
+                    emit(si, "            ", flat)
             else:
-                L.append("        f = _fns[0] if small else _fns[1]")
-                L.append(f"        grid = (total + {blk - 1}) // {blk}")
-            L.append(f"        f.launch((grid if grid < _maxgrid else _maxgrid, 1, 1), _block, _stream(_devidx), "
-                     f"{', '.join(call_args)})")
+                L.append("        if small:")
+                emit(0, "            ", flat)
+                L.append("        else:")
+                emit(1, "            ", flat)
     L.append(f"    return {ret}")
     body = L[1:]
     params = ", ".join(f"x{i}" for i in range(n_in))
     return "\n".join([L[0], "    if _broken:", f"        return _eager({params})", "    try:"]
                      + ["    " + ln for ln in body]
                      + ["    except Exception as e:", f"        return _fail(e, ({params}{',' if n_in == 1 else ''}))"]) + "\n"
+
+
+_MAGIC: dict[int, tuple[int, int]] = {}
+
+
+def magic_divisor(d: int) -> tuple[int, int]:
+    """(multiplier, shift) so that n // d == (umulhi(n, m) + n) >> s for 0 <= n, d < 2**31."""
+    hit = _MAGIC.get(d)
+    if hit is None:
+        s = (d - 1).bit_length() if d > 1 else 0
+        hit = _MAGIC[d] = (((1 << 32) * ((1 << s) - d)) // d + 1) & 0xFFFFFFFF, s
+    return hit
 
 
 def _full_order(order: tuple[int, ...], sizes: tuple[int, ...]) -> list[int]:
@@ -271,14 +310,16 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
         arch = cuda_driver.device_arch(idx)
         cubin = nvrtc.compile_cubin(cg.source, cg.variants[0][0], arch)
         fns = []
-        for fname, nest, params, itype in cg.variants:
-            vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds
+        for (fname, nest, params, itype), divs in zip(cg.variants, cg.divisors):
+            vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds + \
+                ["u32", "u32"] * len(divs)
             fns.append(cuda_driver.CudaKernel(cubin, fname, idx, vk))
         ns["_fns"] = fns
         ns["_stream"] = cuda_driver.raw_stream
         ns["_devidx"] = idx
         ns["_block"] = (cg.variants[0][2].block, 1, 1)
         ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
+        ns["_magic"] = magic_divisor
     src = _launcher_source(cg)
     cg.launcher_source = src
     ns.update({"_broken": False, "_eager": None, "_fail": None})
@@ -334,13 +375,20 @@ def compile_group(group: Node, scheduler: Optional[PointwiseScheduler] = None,
     cg = None
     t0 = time.perf_counter()
     try:
-        cg = CompiledGroup(sub, target, device, name, scheduler)
-        launcher = _build_launcher(cg)
+        if scheduler is None and needs_axes(sub.block.nodes):   # reductions / normalizations
+            from .compiled_reduction import ReductionGroup, build_reduction_launcher
+
+            cg = ReductionGroup(sub, target, device, name)
+            launcher = build_reduction_launcher(cg)
+        else:
+            cg = CompiledGroup(sub, target, device, name, scheduler)
+            launcher = _build_launcher(cg)
     except Exception as e:  # compile error, unsupported lowering, missing toolchain
         if scheduler is not None and isinstance(e, ScheduleError):
             raise  # an illegal hand schedule is the user's error, not a reason to fall back
         return _failed(group, name, sub, cg.source if cg else "", e)
     STATS["builds"] += 1
+    STATS["build_seconds"] += time.perf_counter() - t0
     jit_log("kernel_cache", 1, f"built {name} for {group.kind} in {1e3 * (time.perf_counter() - t0):.1f} ms")
     runner = _guard_launch(launcher, group, name, sub, cg)
     _MEMORY[key] = runner

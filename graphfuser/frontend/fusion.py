@@ -46,6 +46,7 @@ from .scheduling import UserScheduler
 if TYPE_CHECKING:  # pragma: no cover
     from .fusion_definition import FusionDefinition
 
+_SCALAR_DTYPES = {"float": torch.float64, "int": torch.int64, "bool": torch.bool, "complex": torch.complex128}
 _LOCK = threading.RLock()
 _RECORDS: list["FusionRecord"] = []
 _BY_KEY: dict[str, "FusionRecord"] = {}
@@ -122,6 +123,7 @@ class FusionRecord:
             sg.block.returns = [sg.outputs[i] for i in scalar_pos]
             scalar_fn = build_program(dce(sg), name="scalars", tuple_return=True).fn
         n_out = len(g.outputs)
+        scalar_dtypes = [_SCALAR_DTYPES.get(g.outputs[i].type.name) for i in scalar_pos]
 
         def run(xs: list) -> list:
             outs: list[Any] = [None] * n_out
@@ -130,8 +132,8 @@ class FusionRecord:
                 for i, j in zip(tensor_pos, order):
                     outs[i] = res[j]
             if scalar_fn is not None:
-                for i, value in zip(scalar_pos, scalar_fn(*xs)):
-                    outs[i] = torch.tensor(value)
+                for i, dt, value in zip(scalar_pos, scalar_dtypes, scalar_fn(*xs)):
+                    outs[i] = torch.tensor(value, dtype=dt)
             return outs
 
         return run

@@ -481,7 +481,10 @@ class FusionDefinition:
         schema, n = select_overload(kind, values, droppable)
         values, consts = values[:n], consts[:n]
         for i in range(n, min(len(schema.arguments), len(row.arg_names))):
-            v, cnode = self._operand(default_of(schema, i), row, row.arg_names[i], True)
+            arg = row.arg_names[i]      # spell the overload's defaults out, as TorchScript does
+            if schema.arguments[i].name != arg and arg not in row.ignored:
+                break
+            v, cnode = self._operand(default_of(schema, i), row, arg, True)
             values.append(v)
             consts.append(cnode)
         tensor_out = any(v.type.is_tensor for v in values)

@@ -79,14 +79,20 @@ def _schemas(kind: str) -> list:
 
 
 def select_overload(kind: str, inputs: list[Value], droppable: list[bool]) -> tuple[Any, int]:
-    """The first overload of ``kind`` taking ``inputs`` (trailing inputs with ``droppable`` set may
-    be left off); returns (schema, number of inputs kept)."""
+    """The first overload of ``kind`` taking ``inputs``; returns (schema, number of inputs kept).
+
+    Trailing inputs with ``droppable`` set (at their default) are left off first, as a script
+    would not spell them: ``to(t, 6)`` is ``aten::to.dtype``, not an overload whose later
+    keyword arguments happen to accept ``None``. They are added back one by one until an
+    overload matches.
+    """
     kinds = [_kind(v) for v in inputs]
     schemas = _schemas(kind)
+    least = len(inputs)
+    while least > 0 and droppable[least - 1]:
+        least -= 1
     for lenient in (False, True):
-        for n in range(len(inputs), -1, -1):
-            if n < len(inputs) and not droppable[n]:
-                break
+        for n in range(least, len(inputs) + 1):
             for s in schemas:
                 if _matches(s, kinds[:n], lenient):
                     return s, n

@@ -166,7 +166,10 @@ class ScheduleState:
                 raise ScheduleError(f"{t!r}.parallelize({axis}, {ptype!r}): not a ParallelType")
             if ptype is ParallelType.Vectorize:
                 self._check_vectorize(t, axis)
-        getattr(nest, op)(*args)
+        try:
+            getattr(nest, op)(*args)
+        except ScheduleError as e:
+            raise ScheduleError(str(e) if str(e).startswith(repr(t)) else f"{t!r}.{e}") from None
         self.logs[t.index].append((op, args))
 
     def _check_vectorize(self, t: "Tensor", axis: int) -> None:

@@ -139,7 +139,7 @@ def capture(obj: Any) -> Captured:
     conv.convert_block(tgraph.block() if hasattr(tgraph, "block") else tgraph, g.block,
                        [(i, None) for i in tgraph.inputs()])
     schema = scripted.forward.schema if module is not None else scripted.schema
-    args = [a for a in schema.arguments if a.name != "self"]
+    args = list(schema.arguments)[1:] if module is not None else list(schema.arguments)
     defaults = {a.name: a.default_value for a in args if a.default_value is not None
                 or a.has_default_value()} if args else {}
     name = type(obj).__name__ if module is not None else getattr(obj, "__name__", "fn")

@@ -34,6 +34,7 @@ from .errors import LaunchError
 ARG_CTYPES: dict[str, type] = {
     "ptr": ctypes.c_uint64,   # a device pointer, passed as int (tensor.data_ptr())
     "i32": ctypes.c_int32,
+    "u32": ctypes.c_uint32,
     "i64": ctypes.c_int64,
     "f32": ctypes.c_float,
     "f64": ctypes.c_double,
@@ -41,7 +42,7 @@ ARG_CTYPES: dict[str, type] = {
 
 
 # struct codes with C alignment ("@") matching ARG_CTYPES.
-_STRUCT_CODES = {"ptr": "Q", "i32": "i", "i64": "q", "f32": "f", "f64": "d"}
+_STRUCT_CODES = {"ptr": "Q", "i32": "i", "u32": "I", "i64": "q", "f32": "f", "f64": "d"}
 
 
 def _driver():

@@ -1,0 +1,61 @@
+"""Command line: ``python -m graphfuser <command>``.
+
+Commands::
+
+    python -m graphfuser ops            # the op table: what fd.ops.<name> and the fuser support
+    python -m graphfuser ops --kind pointwise
+
+A command is a function taking the parsed arguments; add one with ``_command`` below.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Optional
+
+
+def ops_command(args: argparse.Namespace) -> int:
+    """Print the op table (the rows behind ``fd.ops`` and ``help(FusionDefinition.Operators)``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .frontend.fusion_definition import sync_operators
+    from .ops import ROWS, op_listing
+
+    sync_operators()
+    table = Table(title=f"graphfuser op table ({len(ROWS)} rows)", show_lines=False)
+    for col in ("fd.ops", "signature", "aten", "kind", "promotion", "doc"):
+        table.add_column(col, overflow="fold")
+    for name, aten, kind, promotion, doc in op_listing():
+        if args.kind and kind != args.kind:
+            continue
+        table.add_row(name, f"({', '.join(ROWS[name].args)})", aten, kind, promotion, doc)
+    Console(soft_wrap=False, width=args.width).print(table)
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "ops": (ops_command, "list the op table (fd.ops operators)"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m graphfuser", description="graphfuser command line")
+    sub = p.add_subparsers(dest="command", metavar="command")
+    ops = sub.add_parser("ops", help=COMMANDS["ops"][1])
+    ops.add_argument("--kind", help="only rows of this kind (pointwise, cast, reduction ...)")
+    ops.add_argument("--width", type=int, default=None, help="table width (default: the terminal's)")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return COMMANDS[args.command][0](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
