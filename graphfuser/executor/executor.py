@@ -9,6 +9,7 @@ regenerated.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Callable, Optional
 
@@ -67,9 +68,22 @@ class ScriptedFunction:
         self._sites: dict[Node, FusionSite] = {}       # group or fallback node -> site
         self._runners: dict[Node, Callable] = {}
         self._pending: list[tuple] = []
+        self._fast: Optional[Callable] = None           # steady state: host program, self bound
+        self._nargs = len(self._captured.arg_names)
 
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = self._fast
+        if fast is not None and not kwargs and len(args) == self._nargs:
+            try:
+                out = fast(*args)
+            except Exception:
+                self._check_args(self._bind(args, {}))
+                raise
+            _state.graph = self._optimized
+            if self._pending:
+                self._respecialize()
+            return out
         args = self._bind(args, kwargs)
         program = self._program
         if program is not None:
@@ -196,6 +210,8 @@ class ScriptedFunction:
 
     def _rebuild(self) -> None:
         self._program = build_program(self._optimized, name="forward", special=self._special)
+        fn = self._program.fn
+        self._fast = functools.partial(fn, self._module) if self._module is not None else fn
 
     # -- re-specialization ---------------------------------------------------------------
     def request_respecialization(self, site: FusionSite, inputs: tuple, sig: tuple) -> None:

@@ -84,8 +84,6 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
         if not isinstance(o.type, TensorType) or not o.type.complete:
             return "output type was not profiled (the node never ran, or its layout changed between runs)"
     out = node.outputs[0].type
-    if any(o.type.requires_grad for o in node.outputs):
-        return "output requires grad: fused kernels have no autograd, so this op runs eagerly (use torch.no_grad() for inference)"
     if out.dtype not in FUSIBLE_DTYPES:
         return f"dtype {out.dtype} is not fused"
     if device_type is not None and out.device.type != device_type:

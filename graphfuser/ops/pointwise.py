@@ -280,13 +280,17 @@ def _pow(call: OpCall) -> Expr:
 
 
 def _pow_check(consts, parts) -> Optional[str]:
-    if all(_is_int(p.dtype) for p in parts.values()):
-        return "integer pow with a tensor or large exponent is not fused"
+    # Integer pow is exact (wrapping) square-and-multiply for a constant exponent >= 0. A negative
+    # integer exponent makes eager raise (a scalar exponent) or truncate (a tensor one): the
+    # kernel cannot tell a run-time exponent's sign from the guards, so those stay eager.
+    e = consts.get("exponent")
+    if all(_is_int(p.dtype) for p in parts.values()) and not (isinstance(e, int) and e >= 0):
+        return "integer pow with a run-time or negative exponent is not fused (eager raises or truncates)"
     return None
 
 
 register(OpRow("pow", ("aten::pow",), "pointwise", ("self", "exponent"), "default", ("self", "exponent"),
-               decomp=_pow, check=None, eager=torch.pow, doc="self ** exponent"))
+               decomp=_pow, check=_pow_check, eager=torch.pow, doc="self ** exponent"))
 binary("fmod", check=_reject_int("integer fmod"), doc="C fmod: remainder with the sign of self")
 binary("remainder", check=_reject_int("integer remainder"), doc="Python remainder: sign of other")
 

@@ -396,7 +396,7 @@ _GENERATED: dict[tuple, tuple[Callable, list[Entry], list[tuple[Entry, str]]]] =
 
 
 def _compile_source(name: str, src: str) -> Callable:
-    filename = f"<graphfuser generated {name}>"
+    filename = f"<graphfuser_generated_{name}>"   # no spaces: node sources keep it
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)   # inspect finds it
     ns: dict[str, Any] = {"__name__": "graphfuser_generated_ops", "torch": torch}
     exec(compile(src, filename, "exec"), ns)
@@ -477,26 +477,27 @@ def compare(entries: list[Entry], got: tuple, want: tuple, where: str, opmath: O
     return problems
 
 
+def _line(n) -> Optional[int]:
+    """Line of the generated function a node comes from (None for constants and library code)."""
+    if not n.source or n.kind.startswith("prim::") or not n.source.startswith("<graphfuser_generated"):
+        return None
+    return int(n.source.rsplit(":", 2)[1])
+
+
 def fused_lines(g) -> set[int]:
     """Source lines (of the generated function) of nodes inside fusion groups."""
-    lines = set()
-    for group in fusion_groups(g):
-        for n in group.subgraph.nodes():
-            if n.source and not n.kind.startswith("prim::"):
-                lines.add(int(n.source.rsplit(":", 2)[1]))
-    return lines
+    return {_line(n) for group in fusion_groups(g) for n in group.subgraph.nodes()} - {None}
 
 
 def unfused_reasons(g, entries: list[Entry]) -> dict[int, str]:
     """Entry index -> fusible()'s reason, for every entry whose nodes were left outside groups."""
     inside = fused_lines(g)
+    assert inside, "no fused node carries its source line: the check below would see nothing"
     out = {}
     for n in g.all_nodes():
-        if not n.source or n.kind.startswith("prim::") or not n.source.startswith("<graphfuser generated"):
-            continue
-        line = int(n.source.rsplit(":", 2)[1])
-        k = line - FIRST_LINE
-        if 0 <= k < len(entries) and line not in inside:
+        line = _line(n)
+        k = None if line is None else line - FIRST_LINE
+        if k is not None and 0 <= k < len(entries) and line not in inside:
             out[k] = fusible(n, "cpu") or "fusible() says ok, but the partition left it out"
     return out
 
@@ -556,6 +557,9 @@ UNFUSED: dict[str, Callable[[Entry, torch.dtype, str], bool]] = {
     "fmod": lambda e, dt, r: _int_compute(e, dt) and "integer fmod" in r,
     "remainder": lambda e, dt, r: _int_compute(e, dt) and "integer remainder" in r,
     "pow": lambda e, dt, r: _int_compute(e, dt) and "integer pow" in r,
+    "clamp": lambda e, dt, r: dt == torch.bool and "on bool is not fused" in r,
+    "clamp_min": lambda e, dt, r: dt == torch.bool and "on bool is not fused" in r,
+    "clamp_max": lambda e, dt, r: dt == torch.bool and "on bool is not fused" in r,
 }
 
 
@@ -572,3 +576,31 @@ def test_eager_errors_raise(family: str, dtype: torch.dtype) -> None:
         for _ in range(3):
             with pytest.raises(Exception):
                 sf(*inputs)
+
+
+def test_every_pointwise_row_is_covered() -> None:
+    covered = {e.row for entries in FAMILIES.values() for e in entries}
+    missing = sorted(r.name for r in ROWS.values() if r.kind in ("pointwise", "cast") and r.name not in covered)
+    assert not missing, f"op-table rows without a per-op test entry: {missing}"
+
+
+def test_runtime_scalar_that_eager_rejects() -> None:
+    """Guards do not look at scalar values: an int ** (run-time int) that turns negative after
+    profiling must raise as eager does, never return 1s."""
+    def int_pow(x, i: int):
+        return torch.pow(x, i) + 1
+
+    x = torch.arange(-3, 5)
+    sf = graphfuser.script(int_pow)
+    for _ in range(3):
+        torch.testing.assert_close(sf(x, 3), int_pow(x, 3))
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        sf(x, -1)
+    # a tensor exponent: eager truncates 2 ** -k to 0 for integers
+    def int_pow_tensor(x, y):
+        return torch.pow(x, y) * 1
+
+    y = torch.arange(-3, 5)
+    sf = graphfuser.script(int_pow_tensor)
+    for _ in range(3):
+        torch.testing.assert_close(sf(torch.full((8,), 2), y), int_pow_tensor(torch.full((8,), 2), y))
