@@ -148,6 +148,7 @@ class Config:
         v["enable"] = parse_token_list(v["enable"], ENABLE_OPTIONS, "PYTORCH_NVFUSER_ENABLE")
         v["dump"] = parse_token_list(v["dump"], DUMP_OPTIONS, "PYTORCH_NVFUSER_DUMP")
         self._log_levels = parse_log_level(v["log_level"] or "")
+        self.fusion_on = bool(v["enabled"])     # read on every fused call: a plain attribute
         if int(v["profiling_runs"]) < 1:
             raise ConfigError("profiling_runs must be >= 1")
 

@@ -15,8 +15,8 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
 - outer (GPU): kept -> ``[BIDx, TIDx(32)]`` (coalesced along the contiguous kept dim), reduced ->
   ``[Serial, TIDy(16)]``, combined across TIDy at the end of each pass.
 - inner (CPU): kept -> BIDx (OpenMP over rows), reduced -> one simd loop per pass.
-- outer (CPU): kept -> ``split(W)`` -> ``[BIDx, Serial(reduced), Vectorize(W)]``: W accumulators
-  per thread, simd across the contiguous kept dim.
+- outer (CPU): kept -> ``split(W)`` -> ``[BIDx, Serial(reduced), Unroll(W)]``: W accumulators
+  per thread across the contiguous kept dim (an unrolled loop the compiler vectorizes).
 - none (normalizations without a reduction, e.g. batch-norm inference): the pointwise schedule.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ def schedule_reduction(kernel: ReductionKernel, params: ReductionParams) -> Loop
         if params.kind == "outer":
             nest.split(0, params.lanes)
             nest.reorder({1: 2, 2: 1})
-            nest.parallelize(2, P.Vectorize)
+            nest.parallelize(2, P.Unroll)      # W lanes of the contiguous kept dim (gcc vectorizes them)
         else:
             nest.parallelize(r, P.Vectorize)
         return _rows(nest, n_kept)

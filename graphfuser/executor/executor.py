@@ -74,7 +74,7 @@ class ScriptedFunction:
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fast = self._fast
-        if fast is not None and not kwargs and len(args) == self._nargs:
+        if fast is not None and not kwargs and len(args) == self._nargs and config.fusion_on:
             try:
                 out = fast(*args)
             except Exception:
@@ -86,7 +86,7 @@ class ScriptedFunction:
             return out
         args = self._bind(args, kwargs)
         program = self._program
-        if program is not None:
+        if program is not None and config.fusion_on:
             try:
                 out = program.fn(*args)
             except Exception:

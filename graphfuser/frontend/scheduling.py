@@ -273,14 +273,14 @@ class ScheduleState:
             if self.logs[other.index] != self.logs[ref.index]:
                 raise ScheduleError(f"outputs {ref!r} and {other!r} are scheduled differently; the whole fusion "
                                     "is one loop nest, so schedule them alike (or only one of them)")
-        rank = max(h.ndim for h in fd._handles if h.is_tensor)
-        if ref.ndim != rank:
-            raise ScheduleError(f"{ref!r} has rank {ref.ndim}, the fusion iterates over {rank} dims: "
-                                "schedule the highest-rank output")
         for node in fd.graph.block.nodes:
             row = lookup(node.kind)
             if row is not None and row.kind not in ("pointwise", "cast"):
                 raise ScheduleError(f"hand schedules cover pointwise fusions; {row.name} is a {row.kind} op")
+        rank = max(h.ndim for h in fd._handles if h.is_tensor)
+        if ref.ndim != rank:
+            raise ScheduleError(f"{ref!r} has rank {ref.ndim}, the fusion iterates over {rank} dims: "
+                                "schedule the highest-rank output")
         return UserScheduler(ref.ndim, tuple(self.logs[ref.index]))
 
     def loop_nest_str(self, t: "Tensor") -> str:

@@ -528,7 +528,7 @@ def test_op_rows(family: str, dtype: torch.dtype, layout: str) -> None:
     problems = []
     for call in range(3):
         with warnings.catch_warnings():
-            warnings.simplefilter("error", UserWarning)   # a compile failure warns: make it fail here
+            warnings.simplefilter("error", RuntimeWarning)   # a compile failure warns: fail here
             got = sf(*inputs)
         problems += compare(entries, got, want, f"call {call}", opmath)
         if counts is None and sf._optimized is not None:

@@ -1,0 +1,292 @@
+"""Reductions and normalizations fused into one kernel: scripted == eager on the CPU, and NVRTC
+compiles the CUDA source of every group these tests build (every variant of it).
+
+Each case is run by ``run_case``: fallback disabled (a lowering or compile error fails the
+test), the group count asserted, every call compared with eager, then the group's CUDA source
+rendered and compiled for sm_90. GPU execution of the same matrix is in
+``tests/cuda/test_cuda_reductions.py``.
+"""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.config import config
+from graphfuser.executor.compiled_reduction import ReductionGroup
+from graphfuser.runtime import nvrtc
+
+from helpers import fusion_groups
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+TOL = {torch.float16: dict(rtol=5e-3, atol=5e-3), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+       torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-9, atol=1e-9)}
+_COMPILED: set[str] = set()
+
+
+def nvrtc_compile(sf: graphfuser.ScriptedFunction) -> int:
+    """Compile the CUDA source of every fusion group of ``sf``; returns how many were compiled."""
+    ok, why = nvrtc.available()
+    if not ok:
+        pytest.skip(f"NVRTC unavailable: {why}")
+    n = 0
+    for g in fusion_groups(sf._optimized):
+        cg = ReductionGroup(g.subgraph, "cuda", torch.device("cuda", 0), "k")
+        if cg.source not in _COMPILED:
+            nvrtc.compile_cubin(cg.source, cg.variants[0][0], 90)
+            _COMPILED.add(cg.source)
+        n += 1
+    return n
+
+
+def _flat(x) -> list:
+    return [t for e in x for t in _flat(e)] if isinstance(x, (tuple, list)) else [x]
+
+
+def run_case(fn, *inputs, groups: int = 1, tol=None, cuda: bool = True) -> graphfuser.ScriptedFunction:
+    expected = fn(*inputs)
+    if tol is None:
+        dts = [t.dtype for t in _flat(expected)]
+        tol = max((TOL.get(d, dict(rtol=0, atol=0)) for d in dts), key=lambda t: t["rtol"])
+    sf = graphfuser.script(fn)
+    with config.override(disable=["fallback"]):
+        for i in range(3):
+            torch.testing.assert_close(sf(*inputs), expected, **tol, msg=lambda m: f"call {i}: {m}")
+    found = fusion_groups(sf._optimized)
+    assert len(found) == groups, f"expected {groups} group(s):\n{sf._optimized}"
+    if cuda:
+        nvrtc_compile(sf)
+    return sf
+
+
+def make(*shape, dtype=torch.float32, layout="dense", low=None):
+    """A tensor of ``shape`` laid out as ``layout``: dense, transposed (last two dims swapped in
+    memory), sliced (every other element of a wider tensor along the last dim)."""
+    def rnd(s):
+        t = torch.randn(s, dtype=torch.float64) if low is None else torch.rand(s, dtype=torch.float64) + low
+        return t.to(dtype) if dtype.is_floating_point else (t * 10).round().to(dtype)
+    if layout == "transposed" and len(shape) >= 2:
+        return rnd(shape[:-2] + (shape[-1], shape[-2])).transpose(-1, -2)
+    if layout == "sliced":
+        return rnd(shape[:-1] + (2 * shape[-1],))[..., ::2]
+    return rnd(shape)
+
+
+# -- plain reductions: one horizontal group per (dims, keepdim) ----------------------------
+def reds_last(x):
+    return x.sum(-1), x.mean(-1), x.amax(-1), x.amin(-1), x.var(-1), x.std(-1, unbiased=False)
+
+
+def reds_first_keep(x):
+    return x.sum(0, keepdim=True), x.mean(0, keepdim=True), x.amax(0, keepdim=True), x.var(0, keepdim=True)
+
+
+def reds_two(x):
+    return x.sum([0, 2]), x.mean([-1, 0]), x.amin([0, 2]), torch.var_mean(x, [0, 2], correction=0)
+
+
+def reds_all(x):
+    return x.sum(), x.mean(), x.amax(), torch.std_mean(x)
+
+
+def prod_last(x):
+    return x.prod(-1), x.prod(1, keepdim=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", ["dense", "transposed", "sliced"])
+def test_reductions_last_dim(dtype, layout):
+    run_case(reds_last, make(5, 37, dtype=dtype, layout=layout))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["dense", "transposed"])
+def test_reductions_first_dim_keepdim(dtype, layout):
+    run_case(reds_first_keep, make(33, 19, dtype=dtype, layout=layout))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_reductions_two_dims(dtype):
+    run_case(reds_two, make(6, 5, 7, dtype=dtype))
+
+
+def test_reductions_all_dims_and_size_one():
+    run_case(reds_all, make(3, 1, 41))
+    run_case(reds_last, make(4, 1, 1), tol=dict(rtol=1e-5, atol=1e-5, equal_nan=True))  # var of 1 elem: nan
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_prod(dtype):
+    run_case(prod_last, make(4, 9, dtype=dtype, low=0.5))
+
+
+def int_reds(x):
+    return x.sum(-1), x.sum(0, dtype=torch.float32), x.amax(-1), x.amin(0, keepdim=True), x.prod(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8])
+def test_integer_reductions(dtype):
+    sf = run_case(int_reds, make(6, 5, dtype=dtype))
+    assert sf(make(6, 5, dtype=dtype))[0].dtype == torch.int64
+
+
+def bool_sum(x):
+    return (x > 0).sum(-1), (x > 0).sum(0)
+
+
+def test_bool_sum_is_int64():
+    run_case(bool_sum, make(7, 9), groups=2)
+
+
+def nan_max(x):
+    return x.amax(-1), x.amin(-1), x.sum(-1)
+
+
+def test_nan_propagates():
+    x = make(4, 21)
+    x[1, 5] = float("nan")
+    x[2, 0] = float("inf")
+    run_case(nan_max, x, tol=dict(rtol=1e-5, atol=1e-5, equal_nan=True))
+
+
+# -- normalizations -----------------------------------------------------------------------
+def softmaxes(x):
+    return torch.softmax(x, -1), torch.log_softmax(x, -1)
+
+
+def softmax_outer(x):
+    return torch.softmax(x, 0), torch.log_softmax(x, 0)
+
+
+def softmax_float(x):
+    return torch.softmax(x, -1, dtype=torch.float32), torch.log_softmax(x, 1, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", ["dense", "transposed", "sliced"])
+def test_softmax(dtype, layout):
+    run_case(softmaxes, make(7, 45, dtype=dtype, layout=layout))
+
+
+def test_softmax_outer_and_dtype():
+    run_case(softmax_outer, make(29, 6))
+    run_case(softmax_float, make(5, 30, dtype=torch.bfloat16))
+
+
+def layer_norms(x, w, b):
+    n = x.shape[-1]
+    return F.layer_norm(x, [n], w, b, 1e-5), F.layer_norm(x, [n], None, None, 1e-3)
+
+
+def native_ln(x, w, b):
+    return torch.native_layer_norm(x, [x.shape[-2], x.shape[-1]], w, b, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", ["dense", "sliced"])
+def test_layer_norm(dtype, layout):
+    run_case(layer_norms, make(3, 5, 40, dtype=dtype, layout=layout), make(40, dtype=dtype), make(40, dtype=dtype))
+
+
+def test_native_layer_norm_two_dims():
+    run_case(native_ln, make(4, 3, 10), make(3, 10), make(3, 10))
+
+
+def rms_chain(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def rms_builtin(x, w):
+    return F.rms_norm(x, [x.shape[-1]], w, 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rms_norm(dtype):
+    sf = run_case(rms_chain, make(6, 50, dtype=dtype), make(50, dtype=dtype))
+    assert "aten::mean" in str(fusion_groups(sf._optimized)[0].subgraph)
+    run_case(rms_builtin, make(6, 50, dtype=dtype), make(50, dtype=dtype))
+
+
+def bn_eval(x, rm, rv, w, b):
+    return F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "3d"])
+def test_batch_norm_inference(dtype, layout):
+    shape = (2, 6, 5, 3) if layout != "3d" else (4, 6, 7)
+    x = make(*shape, dtype=dtype)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    rm, rv = make(6, dtype=dtype), make(6, dtype=dtype, low=0.5)
+    run_case(bn_eval, x, rm, rv, make(6, dtype=dtype), make(6, dtype=dtype))
+
+
+def inorm(x, w, b):
+    return F.instance_norm(x, None, None, w, b, True, 0.1, 1e-5)
+
+
+def test_instance_norm():
+    run_case(inorm, make(2, 3, 5, 7), make(3), make(3))
+
+
+def grad_sum(g, x):
+    return (g * 2.0).sum_to_size(x.shape)
+
+
+def test_sum_to_size():
+    run_case(grad_sum, make(4, 5, 6), make(5, 1))
+
+
+# -- fusion around reductions ---------------------------------------------------------------
+def bias_softmax_cast(x, b):
+    return torch.softmax(x + b, -1).to(torch.float16)
+
+
+def broadcast_sum(t0, t1):
+    return ((t0 + t1) * 3).sum(-1)
+
+
+def manual_softmax(x):
+    m = x.amax(-1, keepdim=True)
+    e = (x - m).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def two_domains(x):
+    return x.sum(-1).sum(-1)
+
+
+def transposed_broadcast(x):
+    return x - x.sum(1)
+
+
+def test_producers_and_consumers_fuse():
+    run_case(bias_softmax_cast, make(6, 33), make(33))
+    run_case(broadcast_sum, make(4, 1, 40), make(4, 7, 40))
+    run_case(manual_softmax, make(5, 70))
+
+
+def test_split_when_one_kernel_cannot_hold_it(caplog):
+    caplog.set_level(logging.INFO, logger="graphfuser")
+    run_case(two_domains, make(3, 4, 5), groups=0)   # two lone reductions: not fused alone
+    with config.override(single_node_mode=True, log_level=">partition"):
+        run_case(two_domains, make(3, 4, 5), groups=2)
+        run_case(transposed_broadcast, make(6, 6), groups=2)
+    log = caplog.text
+    assert "not merged with group 0: reductions over different axes cannot share one kernel" in log
+    assert "would walk one loop axis with two of its dims" in log
+
+
+def test_wide_rows_and_new_sizes_reuse_the_kernel():
+    sf = run_case(softmaxes, make(3, 70000))
+    from graphfuser.executor import compiled
+
+    builds = compiled.STATS["builds"]
+    for shape in [(5, 333), (1, 1000)]:
+        x = make(*shape)
+        torch.testing.assert_close(sf(x), softmaxes(x), **TOL[torch.float32])
+    assert compiled.STATS["builds"] == builds
