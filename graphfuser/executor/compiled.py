@@ -267,6 +267,27 @@ def _launcher_source(cg: CompiledGroup) -> str:
                      + ["    except Exception as e:", f"        return _fail(e, ({params}{',' if n_in == 1 else ''}))"]) + "\n"
 
 
+def _dumping_cpu(fn: Callable, cg: "CompiledGroup", kinds: list[str]) -> Callable:
+    """The CPU kernel call with the ``launch_param`` / ``kernel_args`` dumps in front."""
+    n_idx = cg.kernel.n_dims
+
+    def call(*args):
+        n_ptr = len(cg.kernel.tensors)
+        if config.dumps("launch_param"):
+            extents = args[n_ptr:n_ptr + n_idx]
+            total = 1
+            for e in extents:
+                total *= e
+            threads = "OpenMP" if total > int(config.cpu["omp_threshold"]) else "1 thread"
+            print(f"[launch_param] {cg.name}: extents={list(extents)} ({threads})")
+        if config.dumps("kernel_args"):
+            shown = ", ".join(f"{k}={v:#x}" if k == "ptr" else f"{k}={v}" for k, v in zip(kinds, args))
+            print(f"[kernel_args] {cg.name}({shown})")
+        fn(*args)
+
+    return call
+
+
 _MAGIC: dict[int, tuple[int, int]] = {}
 
 
@@ -303,6 +324,8 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
 
         so = compile_cpp(cg.source)
         ns["_fn"] = CpuKernel(so, cg.name, kinds)
+        if config.dumps("launch_param") or config.dumps("kernel_args"):
+            ns["_fn"] = _dumping_cpu(ns["_fn"], cg, kinds)
     else:
         from ..runtime import cuda_driver, nvrtc
 

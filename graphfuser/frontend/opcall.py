@@ -6,9 +6,10 @@ trailing arguments at their default may be dropped to find an overload (``aten::
 two scalars), and the chosen overload's remaining defaults are filled in, so ``fd.ops.cast(t,
 DataType.Half)`` is ``aten::to(%t, 5, False, False, None)`` like a scripted ``t.half()``.
 
-Output types are inferred at definition time by running the overload on meta tensors (symbolic
-dims get one placeholder size, broadcast dims size 1): dtype, rank and broadcast dims of every
-intermediate are known before any input is seen. Execution re-derives complete types from the
+Output types are inferred at definition time by running the overload on tiny stand-in tensors
+(ones; symbolic dims get one placeholder size, broadcast dims size 1; CPU tensors rather than
+meta ones, whose first use imports torch's decompositions for seconds): dtype, rank and
+broadcast dims of every intermediate are known before any input is seen. Execution re-derives complete types from the
 actual inputs by profiling.
 """
 from __future__ import annotations
@@ -113,11 +114,11 @@ def call_op(call: AtenCall, args: list[Any]) -> Any:
 
 
 def meta_value(v: Value) -> Any:
-    """A stand-in for ``v`` at definition time: a meta tensor, a sample scalar, or the constant."""
+    """A stand-in for ``v`` at definition time: a small tensor of ones, a sample scalar, or the constant."""
     t = v.type
     if isinstance(t, TensorType):
         sizes = [1 if s == 1 else PLACEHOLDER for s in t.sizes]
-        return torch.empty(sizes, dtype=t.dtype, device="meta")
+        return torch.ones(sizes, dtype=t.dtype)
     if v.is_constant:
         return v.constant()
     return _SAMPLES.get(t.name, 1)
