@@ -21,8 +21,9 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import dce, functionalize, insert_guards, partition, wrap_group
+from ..passes import dce, fold_constant_ifs, functionalize, insert_guards, partition, wrap_group
 from .fusion import FusionFailure, FusionSite, make_group_runner
+from ..ops.axes import input_axes
 from .guards import always_true, make_guard
 from .hostgen import HostProgram, build_program
 from .profile import ProfileRecord
@@ -166,6 +167,7 @@ class ScriptedFunction:
         self._record.apply()
         g = self._work
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
+        fold_constant_ifs(g)
         functionalize(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)
         groups = partition(g)
@@ -197,7 +199,7 @@ class ScriptedFunction:
             if node not in self._runners:
                 group = node.owner.nodes[node.owner.nodes.index(node) + 1].blocks[0].nodes[0]
                 rank = max((o.type.rank or 0) for o in group.subgraph.outputs)
-                self._runners[node] = make_guard(node.attrs["types"], rank)
+                self._runners[node] = make_guard(node.attrs["types"], rank, input_axes(group.subgraph))
             return self._runners[node]
         if kind == "prim::FallbackGraph":
             site = self._sites.get(node)

@@ -1,5 +1,7 @@
 """Graph passes, run in this order by the executor (``PIPELINE``).
 
+0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
+                  they do not act as barriers (before everything that looks at blocks)
 1. functionalize  in-place ops on intermediates become functional (must precede partition,
                   which never fuses in-place ops)
 2. partition      the graph fuser: fusion groups from the op table's verdicts and the knobs
@@ -10,7 +12,8 @@ from .dce import dce
 from .functionalize import functionalize
 from .guard import insert_guards, wrap_group
 from .partition import partition
+from .simplify import fold_constant_ifs
 
-PIPELINE = ("functionalize", "partition", "insert_guards", "dce")
+PIPELINE = ("fold_constant_ifs", "functionalize", "partition", "insert_guards", "dce")
 
-__all__ = ["PIPELINE", "functionalize", "partition", "insert_guards", "wrap_group", "dce"]
+__all__ = ["PIPELINE", "fold_constant_ifs", "functionalize", "partition", "insert_guards", "wrap_group", "dce"]

@@ -29,6 +29,7 @@ import pytest
 import torch
 
 import graphfuser
+from graphfuser.executor import compiled
 from graphfuser.ops import ROWS, fusible
 from helpers import TOLERANCES, fallback_counter, fusion_groups
 
@@ -297,6 +298,15 @@ FAMILY_LAYOUTS = {"ops": LAYOUTS, "special": ["dense", "transposed"], "overflow"
                   "functional": ["dense"]}
 
 
+# Layouts that also run at sizes above the OpenMP threshold (the kernel is reused; comparing
+# ~190 outputs of 75k elements is what costs): two per dtype, rotating, so every layout gets it.
+BIG_LAYOUTS = {
+    "ops": lambda dt: [LAYOUTS[DTYPES.index(dt) % 6], LAYOUTS[(DTYPES.index(dt) + 3) % 6]],
+    "overflow": lambda dt: ["sliced"],
+    "special": lambda dt: ["transposed"] if dt == torch.float32 else [],
+}
+
+
 # -- inputs ---------------------------------------------------------------------------------------
 def _values(shape: tuple, dtype: torch.dtype, role: str, gen: torch.Generator) -> torch.Tensor:
     """Dense values for an input: signed, away from 0 for divisors, exactly representable."""
@@ -335,7 +345,7 @@ def _overflow_values(shape: tuple, dtype: torch.dtype, role: str, gen: torch.Gen
 
 
 def _place(v: torch.Tensor, layout: str) -> torch.Tensor:
-    """The same values as ``v`` (3-D, [4, 6, 8]) in ``layout``."""
+    """The same values as ``v`` (3-D) in ``layout``."""
     if layout == "dense":
         return v.clone()
     if layout == "transposed":
@@ -348,18 +358,24 @@ def _place(v: torch.Tensor, layout: str) -> torch.Tensor:
     raise AssertionError(layout)
 
 
-def make_inputs(family: str, dtype: torch.dtype, layout: str, seed: int = 0) -> tuple:
+def make_inputs(family: str, dtype: torch.dtype, layout: str, seed: int = 0, big: bool = False) -> tuple:
+    """Inputs of a family in a layout. ``big``: same layout, other sizes (> the OpenMP threshold,
+    no multiple of the CPU chunk or a vector width): the kernel must be reused and stay right."""
     gen = torch.Generator().manual_seed(seed + DTYPES.index(dtype) * 97 + LAYOUTS.index(layout))
     values = {"special": _special_values, "overflow": _overflow_values}.get(family, _values)
-    shape = (2, 3, 4, 5) if layout == "channels_last" else (4, 6, 8)
+    if layout == "channels_last":
+        shape = (3, 19, 37, 41) if big else (2, 3, 4, 5)
+    else:
+        shape = (61, 33, 37) if big else (4, 6, 8)
+    b, _, n = shape[0], shape[1], shape[-1]
 
     def tensor(role: str) -> torch.Tensor:
         if layout == "channels_last":
             return values(shape, dtype, role, gen).contiguous(memory_format=torch.channels_last)
         if layout == "expanded":
-            return values((4, 1, 8), dtype, role, gen).expand(4, 6, 8)
+            return values((b, 1, n), dtype, role, gen).expand(*shape)
         if layout == "broadcast":
-            return values((4, 1, 8) if role == "x" else shape, dtype, role, gen)
+            return values((b, 1, n) if role == "x" else shape, dtype, role, gen)
         return _place(values(shape, dtype, role, gen), layout)
 
     x = tensor("x")
@@ -534,6 +550,15 @@ def test_op_rows(family: str, dtype: torch.dtype, layout: str) -> None:
         if counts is None and sf._optimized is not None:
             counts = fallback_counter(sf)
     g = sf._optimized
+    builds = compiled.STATS["builds"]
+    if family in BIG_LAYOUTS and layout in BIG_LAYOUTS[family](dtype):
+        big = make_inputs(family, dtype, layout, big=True)
+        big_want = fn(*big)
+        big_opmath = None
+        if opmath is not None:
+            big_opmath = fn(*[a.float() if isinstance(a, torch.Tensor) and a.dtype == dtype else a for a in big])
+        problems += compare(entries, sf(*big), big_want, f"sizes {tuple(big[0].shape)}", big_opmath)
+        assert compiled.STATS["builds"] == builds, "new sizes built a new kernel"
     assert fusion_groups(g), f"no CpuFusionGroup:\n{g}"
     assert counts is not None and counts["fallback"] == 0, f"fused path did not run:\n{g}"
     assert "CpuFusionGroup" in str(graphfuser.last_executed_optimized_graph())
@@ -569,13 +594,15 @@ def test_eager_errors_raise(family: str, dtype: torch.dtype) -> None:
     """Where the row's eager reference raises for a dtype, the scripted function raises too."""
     _, _, errors = family_function(family, dtype)
     inputs = make_inputs(family, dtype, "dense")
-    for e, msg in errors:
-        name = f"err_{family}_{ROWS[e.row].name}"
+    for k, (e, msg) in enumerate(errors):
+        name = f"err_{family}_{str(dtype).replace('torch.', '')}_{k}"   # unique: TorchScript caches by name
         fn = _compile_source(name, _source(name, family, [e]))
         sf = graphfuser.script(fn)
         for _ in range(3):
-            with pytest.raises(Exception):
+            with pytest.raises(Exception) as info:
                 sf(*inputs)
+            got = f"{type(info.value).__name__}: {info.value}"
+            assert got.split(":")[0] == msg.split(":")[0], f"{e.expr}: eager says {msg!r}, scripted {got!r}"
 
 
 def test_every_pointwise_row_is_covered() -> None:
@@ -604,3 +631,55 @@ def test_runtime_scalar_that_eager_rejects() -> None:
     sf = graphfuser.script(int_pow_tensor)
     for _ in range(3):
         torch.testing.assert_close(sf(torch.full((8,), 2), y), int_pow_tensor(torch.full((8,), 2), y))
+
+
+# -- type promotion across tensors of different dtypes --------------------------------------------
+MIXED = [
+    E("add", "x + y", "x", "y"), E("add", "torch.add(x, y, alpha=2)", "x", "y", 2), E("sub", "x - y", "x", "y"),
+    E("mul", "x * y", "x", "y"), E("div", "x / y", "x", "y"), E("maximum", "torch.maximum(x, y)", "x", "y"),
+    E("eq", "x == y", "x", "y"), E("lt", "x < y", "x", "y"), E("where", "torch.where(x > y, x, y)", "cond_xy", "x", "y"),
+    E("clamp", "torch.clamp(x, y)", "x", "y"), E("atan2", "torch.atan2(x, y)", "x", "y"),
+    E("bitwise_or", "x | y", "x", "y"), E("logical_and", "torch.logical_and(x, y)", "x", "y"),
+    E("add", "x + y.sum()", "x", "y"), E("mul", "x * y[0, 0]", "x", "y"),
+]
+MIXED_PAIRS = [(torch.float16, torch.float32), (torch.bfloat16, torch.float16), (torch.int32, torch.int64),
+               (torch.int32, torch.float16), (torch.bool, torch.int32), (torch.bool, torch.float32),
+               (torch.int64, torch.float64), (torch.uint8, torch.int8), (torch.int16, torch.bfloat16)]
+
+
+def _mixed_values(dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (4, 6), generator=gen).bool()
+    if not dtype.is_floating_point:
+        return torch.randint(1, 9, (4, 6), generator=gen).to(dtype)
+    return (torch.randn(4, 6, generator=gen) * 3).to(dtype)
+
+
+@pytest.mark.parametrize("a,b", [pytest.param(a, b, id=f"{a}-{b}".replace("torch.", "")) for a, b in MIXED_PAIRS])
+def test_mixed_dtype_promotion(a: torch.dtype, b: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(7)
+    x, y = _mixed_values(a, gen), _mixed_values(b, gen)
+    entries = []
+    for e in MIXED:
+        try:
+            args, kw = _ref_args(e, {"x": x, "y": y})
+            ROWS[e.row].eager(*args, **kw)
+            eval(e.expr, {"torch": torch, "x": x, "y": y})   # x + y.sum(): y.sum() is not a row
+        except Exception:
+            continue
+        entries.append(e)
+    name = f"mixed_{str(a)[6:]}_{str(b)[6:]}"
+    fn = _compile_source(name, _source(name, "special", entries))   # signature (x, y)
+    want = fn(x, y)
+    sf = graphfuser.script(fn)
+    problems = []
+    for call in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            got = sf(x, y)
+        problems += compare(entries, got, want, f"call {call}")
+    assert fusion_groups(sf._optimized), sf._optimized
+    unfused = unfused_reasons(sf._optimized, entries)
+    problems += [f"o{k} = {entries[k].expr} not fused: {r}" for k, r in unfused.items()
+                 if not (entries[k].row == "bitwise_or" and "bitwise" in r)]
+    assert not problems, "\n".join(problems)

@@ -1,4 +1,7 @@
 """dce: unused pure nodes go; side effects and values read by nested blocks stay."""
+import torch
+
+import graphfuser
 from graphfuser.ir import parse_graph, print_graph, verify
 from graphfuser.passes import PIPELINE, dce
 from helpers import FT, assert_in_order, assert_not_in
@@ -83,4 +86,20 @@ graph(%x : {F}, %c : bool):
 
 
 def test_pipeline_order():
-    assert PIPELINE == ("functionalize", "partition", "insert_guards", "dce")
+    assert PIPELINE == ("fold_constant_ifs", "functionalize", "partition", "insert_guards", "dce")
+
+
+def test_constant_ifs_fold_so_functional_wrappers_fuse():
+    import torch.nn.functional as F
+
+    def f(x):
+        return F.silu(F.leaky_relu(x, 0.1) * 2.0) + F.hardtanh(x)
+
+    sf = graphfuser.script(f)
+    x = torch.randn(100, 10)
+    for _ in range(3):
+        out = sf(x)
+    torch.testing.assert_close(out, f(x))
+    text = str(graphfuser.last_executed_optimized_graph())
+    assert text.count("with prim::CpuFusionGroup") == 1, text
+    assert "RaiseException" not in text.split("with")[0]

@@ -1,0 +1,81 @@
+"""Fold ``prim::If`` nodes whose condition is a constant (the taken block is inlined), and the
+scalar comparisons of constants that such conditions are made of.
+
+``torch.nn.functional`` wrappers script to ``If(inplace) ... else ...`` around the op with a
+constant flag; without this pass those Ifs would be barriers that keep each op in its own group.
+"""
+from __future__ import annotations
+
+import operator
+
+from ..ir.graph import Block, Graph
+from ..log import jit_log
+
+
+_SCALAR_OPS = {
+    "aten::eq": operator.eq, "aten::ne": operator.ne, "aten::lt": operator.lt, "aten::le": operator.le,
+    "aten::gt": operator.gt, "aten::ge": operator.ge, "aten::__not__": operator.not_,
+    "aten::__and__": lambda a, b: a and b, "aten::__or__": lambda a, b: a or b,
+    "aten::__is__": operator.is_, "aten::__isnot__": operator.is_not, "aten::neg": operator.neg,
+}
+_SCALAR_TYPES = ("int", "float", "bool", "NoneType")
+
+
+def _fold_scalar(block: Block, node) -> bool:
+    """Evaluate a comparison / logic op whose inputs are all scalar constants."""
+    fn = _SCALAR_OPS.get(node.kind)
+    if fn is None or len(node.outputs) != 1 or node.outputs[0].type.name not in ("bool", "int", "float"):
+        return False
+    if not all(v.is_constant and v.type.name in _SCALAR_TYPES for v in node.inputs):
+        return False
+    value = fn(*[v.constant() for v in node.inputs])
+    const = block.graph.create("prim::Constant", [], [node.outputs[0].type], {"value": value})
+    block.insert_before(node, const)
+    for user, i in list(node.outputs[0].uses):
+        user.replace_input(i, const.output)
+    block.replace_return_everywhere(node.outputs[0], const.output)
+    block.remove(node)
+    return True
+
+
+def _fold_block(block: Block) -> int:
+    folded = 0
+    for node in list(block.nodes):
+        for b in node.blocks:
+            folded += _fold_block(b)
+        if _fold_scalar(block, node):
+            folded += 1
+            continue
+        if node.kind != "prim::If" or not node.inputs[0].is_constant:
+            continue
+        cond = node.inputs[0].constant()
+        if not isinstance(cond, bool):
+            continue
+        taken = node.blocks[0 if cond else 1]
+        for inner in list(taken.nodes):
+            taken.nodes.remove(inner)
+            block.insert_before(node, inner)
+        for out, ret in zip(node.outputs, taken.returns):
+            for user, i in list(out.uses):
+                user.replace_input(i, ret)
+            block.replace_return_everywhere(out, ret)
+        for b in node.blocks:
+            _drop_all(b)
+        block.remove(node)
+        folded += 1
+        jit_log("partition", 2, f"folded prim::If on constant {cond}")
+    return folded
+
+
+def _drop_all(block: Block) -> None:
+    for inner in block.nodes:
+        for b in inner.blocks:
+            _drop_all(b)
+        inner.drop_inputs()
+
+
+def fold_constant_ifs(graph: Graph) -> Graph:
+    """Fold scalar comparisons of constants and Ifs on constant conditions, to a fixed point."""
+    while _fold_block(graph.block):
+        pass
+    return graph
