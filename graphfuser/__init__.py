@@ -83,3 +83,15 @@ __all__ = [
     "set_enabled", "set_single_node_mode", "set_horizontal_mode", "set_guard_mode", "set_skip_node_kind",
     "fuser", "enable_logging",
 ]
+
+
+_FRONTEND = ("Fusion", "FusionDefinition", "DataType", "ParallelType", "ComputeAtMode")
+
+
+def __getattr__(name: str) -> Any:
+    """nvFuser's Python frontend, loaded on first use: ``graphfuser.FusionDefinition``."""
+    if name in _FRONTEND:
+        from . import frontend
+
+        return getattr(frontend, name)
+    raise AttributeError(f"module 'graphfuser' has no attribute {name!r}")

@@ -31,8 +31,9 @@ import torch
 
 from .cstyle import RenderOptions, _depth_of, _Emitter, _render_iexpr, _size, c_literal, signature
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import PRIMS, Call, Cast, Const, Expr, Load, Reduce, ReductionSize, ScalarArg, topo_exprs
+from .kir import PRIMS, Call, Cast, Const, Expr, Load, Reduce, ReductionSize, ScalarArg
 from .reduction import ReductionKernel
+from .reduction_passes import PassPlan
 from .schedule import IExpr, IterDomain, LoopNest, ParallelType, ScheduleError, iconst, iop, ivar
 
 COMBINE = {"sum": "{a} += {v};", "prod": "{a} *= {v};",
@@ -61,9 +62,11 @@ def _roots_under(d: IterDomain) -> set[int]:
     return _roots_under(o[1])
 
 
-class _Walk:
-    def __init__(self, kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, opts: RenderOptions) -> None:
+class _Walk(PassPlan):
+    def __init__(self, kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, opts: RenderOptions,
+                 online: bool = False, scratch: bool = False) -> None:
         self.k, self.nest, self.d, self.o = kernel, nest, dialect, opts
+        self.want_online = online
         self.T = opts.index_type
         leaves = nest.leaves
         red_roots = set(kernel.red_roots)
@@ -92,6 +95,10 @@ class _Walk:
         self.L = math.prod(leaves[k].extent.const for k in self.lane_leaves)
         self.persistent = all(self.bound[k] or leaves[k].extent.const is not None for k in inner if self.red[k])
         self.cache_leaves = [k for k in inner if not self.bound[k]]
+        # CPU rows re-read memory each pass, but computed values (softmax's exponentials) can
+        # go to a per-row scratch array when the dialect has one (one runtime-extent loop)
+        self.scratch = (scratch and not self.persistent and dialect.row_scratch and self.L == 1
+                        and len(self.loops) == 1 and not self.vec)
         leaf_idx = {d.id: ivar(f"i{k}") for k, d in enumerate(leaves)}
         if self.vec:
             leaf_idx[last.id] = iconst(0)
@@ -169,68 +176,6 @@ class _Walk:
         for name, e in self.decls.get(depth, []):
             em(f"const {self.T} {name} = {_render_iexpr(e, {x: v for x, v in self.names.items() if x != e})};")
 
-    # -- expressions -------------------------------------------------------------------------
-    def _analyze(self) -> None:
-        k = self.k
-        self.exprs = k.exprs()
-        self.depth: dict[int, int] = {}
-        self.full: dict[int, bool] = {}
-        for e in self.exprs:
-            args = getattr(e, "args", ()) or ((e.arg,) if isinstance(e, Cast) else ())
-            dep = max([self.depth[id(a)] for a in args], default=0)
-            if isinstance(e, Reduce):
-                self.depth[id(e)] = dep + 1
-                self.full[id(e)] = False
-            else:
-                self.depth[id(e)] = dep
-                self.full[id(e)] = (not k.is_row(e.tensor)) if isinstance(e, Load) else any(
-                    self.full[id(a)] for a in args)
-        self.reduces = [e for e in self.exprs if isinstance(e, Reduce)]
-        self.n_phases = max(self.depth[id(r)] for r in self.reduces)
-        self.row_stores = [(p, e) for p, e in k.stores if k.is_row(p)]
-        self.pass_stores: dict[int, list] = {}
-        for p, e in k.stores:
-            if not k.is_row(p):
-                self.pass_stores.setdefault(self.depth[id(e)] + 1, []).append((p, e))
-        self.n_passes = max([self.n_phases] + list(self.pass_stores))
-        self.hoisted = self.L == 1
-        self.acc = {id(r): f"acc{j}" for j, r in enumerate(self.reduces)}
-        # tensors loaded in more than one pass are kept in registers by the persistent schedule
-        uses: dict[int, list[int]] = {}
-        for p in range(1, self.n_passes + 1):
-            for e in self.pass_order(p):
-                if isinstance(e, Load) and self.full[id(e)]:
-                    uses.setdefault(e.tensor, []).append(p)
-        self.cached = {t: ps[0] for t, ps in uses.items() if len(ps) > 1} if self.persistent else {}
-
-    def pass_roots(self, p: int) -> list[Expr]:
-        return [r.args[0] for r in self.reduces if self.depth[id(r)] == p] + [e for _, e in self.pass_stores.get(p, [])]
-
-    def stop(self, e: Expr) -> bool:
-        return isinstance(e, (Reduce, Const)) or (self.hoisted and not self.full[id(e)])
-
-    def pass_order(self, p: int) -> list[Expr]:
-        return self.order_from(self.pass_roots(p))
-
-    def order_from(self, roots: list[Expr]) -> list[Expr]:
-        seen: set[int] = set()
-        out: list[Expr] = []
-
-        def visit(e: Expr) -> None:
-            if id(e) in seen:
-                return
-            seen.add(id(e))
-            if self.stop(e) and e not in roots:
-                return
-            if not isinstance(e, Reduce):
-                for a in getattr(e, "args", ()) or ((e.arg,) if isinstance(e, Cast) else ()):
-                    visit(a)
-            out.append(e)
-
-        for r in roots:
-            visit(r)
-        return [e for e in out if not isinstance(e, (Reduce, Const))]
-
     def text(self, e: Expr, names: dict[int, str], raw_load) -> str:
         ct = COMPUTE_TYPES[e.dtype]
         if isinstance(e, Load):
@@ -261,12 +206,14 @@ class _Walk:
         for k in reversed(ks):
             var = "v" if self.vec and k == len(self.nest.leaves) - 1 else f"i{k}"
             terms.append(var if stride == 1 else f"{var} * {stride}")
-            stride *= self.nest.leaves[k].extent.const
+            stride *= self.nest.leaves[k].extent.const or 1   # (scratch: one runtime loop)
         text = " + ".join(reversed(terms)) or "0"
         return f"[{text}]" if bracket else text
 
-    def cache_size(self) -> int:
-        return math.prod(self.nest.leaves[k].extent.const for k in self.cache_leaves)
+    def cache_size(self) -> str:
+        if self.scratch:
+            return self.ix(self.nest.leaves[self.loops[0]].extent)
+        return str(math.prod(self.nest.leaves[k].extent.const for k in self.cache_leaves))
 
     # -- emission ------------------------------------------------------------------------------
     def open_leaf(self, em: _Emitter, i: int, pragma: Optional[str] = None) -> None:
@@ -295,6 +242,8 @@ class _Walk:
     def simd_pragma(self, reds: list[Reduce]) -> str:
         """The simd pragma of a loop that accumulates ``reds``: with reduction clauses, or none."""
         clauses = []
+        if any(id(r) in self.first_of or id(r) in self.second_of for r in reds):
+            return ""                       # an online update is no OpenMP reduction
         for r in reds:
             j = self.acc[id(r)]
             if r.op not in self.d.simd_reduction:
@@ -312,8 +261,6 @@ class _Walk:
 
     def raw_load(self, p: int, e: Load) -> str:
         t = self.k.tensors[e.tensor]
-        if e.tensor in self.cached and self.cached[e.tensor] < p:
-            return f"c_{t.name}[{self._linear(self.cache_leaves)}]"
         if self.vec and self.full[id(e)]:
             return f"s_{t.name}" if t.dim_kinds[-1] == "bcast" else f"b_{t.name}[v]"
         return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
@@ -335,8 +282,8 @@ class _Walk:
             name = f"e{n}"
             em(f"const {COMPUTE_TYPES[e.dtype]} {name} = {text};")
             names[id(e)] = name
-            if isinstance(e, Load) and self.cached.get(e.tensor) == p:
-                em(f"c_{self.k.tensors[e.tensor].name}[{self._linear(self.cache_leaves)}] = {name};")
+            if self.cached.get(id(e)) == p:
+                em(f"{self.cache_name[id(e)]}[{self._linear(self.cache_leaves)}] = {name};")
 
     def emit_row(self, em: _Emitter, p: int) -> None:
         names = self.base_names("")
@@ -348,7 +295,7 @@ class _Walk:
             self.hnames[id(e)] = names[id(e)] = name
 
     def emit_pass(self, em: _Emitter, p: int) -> None:
-        reds = [r for r in self.reduces if self.depth[id(r)] == p]
+        reds = [r for r in self.reduces if self.phase[id(r)] == p]
         L, lane = self.L, self.lane()
         for r in reds:
             j, ct, init = self.acc[id(r)], COMPUTE_TYPES[r.dtype], identity(r.op, r.dtype)
@@ -357,6 +304,9 @@ class _Walk:
                 em(f"{ct} {j} = {init};")
                 if self.nan_flag(r):
                     em(f"int {flag} = 0;")
+                if id(r) in self.first_of:
+                    for line in self.first_of[id(r)].decls(ct):
+                        em(line)
             else:
                 em(f"{ct} {j}[{L}];")
                 em(f"for (int l = 0; l < {L}; ++l) {j}[l] = {init};")
@@ -384,17 +334,33 @@ class _Walk:
                     em(f"{j} = nan{j[3:]} ? {nan} : {j};")
                 else:
                     em(f"for (int l = 0; l < {L}; ++l) {j}[l] = nan{j[3:]}[l] ? {nan} : {j}[l];")
+            first, second = self.first_of.get(id(r)), self.second_of.get(id(r))
+            if first is not None and not first.fused:
+                for line in first.after_first(j, COMPUTE_TYPES[r.dtype]):
+                    em(line)
+                continue                      # combined once the second reduction is done
+            if second is not None and second.fused:
+                continue                      # combined with its first
+            pair = first or second
             for i in bound_red:
-                em(self.d.thread_reduce[self.nest.leaves[i].ptype].format(acc=j, op=r.op))
+                ptype = self.nest.leaves[i].ptype
+                if pair is not None:
+                    em(pair.combine(self.d.thread_reduce_pair[(pair.kind, ptype)],
+                                    self.acc[id(pair.first)], self.acc[id(pair.second)]))
+                else:
+                    em(self.d.thread_reduce[ptype].format(acc=j, op=r.op))
 
     def emit_body(self, em: _Emitter, p: int, reds: list[Reduce], lane: str) -> None:
         order = self.pass_order(p)
         names = self.base_names(lane)
+        if self.cache_name:
+            ci = self._linear(self.cache_leaves)
+            names.update({k: f"{c}[{ci}]" for k, c in self.cache_name.items() if self.cached[k] < p})
         stores = self.pass_stores.get(p, [])
         V = self.V
         if self.vec:
             for e in order:
-                if not isinstance(e, Load) or not self.full[id(e)] or self.cached.get(e.tensor, p) < p:
+                if not isinstance(e, Load) or not self.full[id(e)]:
                     continue
                 t = self.k.tensors[e.tensor]
                 st, off = STORAGE_TYPES[t.dtype], self.ix(self.offsets[e.tensor])
@@ -411,8 +377,17 @@ class _Walk:
             em.depth += 1
         self.emit_exprs(em, order, names, p)
         for r in reds:
-            j, v = self.acc[id(r)] + lane, names[id(r.args[0])]
-            em(COMBINE[r.op].format(a=j, v=v))
+            pair = self.first_of.get(id(r)) or self.second_of.get(id(r))
+            j = self.acc[id(r)] + lane
+            v = names[id(pair.x if pair else r.args[0])]
+            if pair is not None:
+                stage = "both" if pair.fused else ("first" if r is pair.first else "second")
+                if not (pair.fused and r is pair.second):
+                    for line in pair.lines(stage, self.acc[id(pair.first)], self.acc[id(pair.second)], v,
+                                           COMPUTE_TYPES[r.dtype]):
+                        em(line)
+            else:
+                em(COMBINE[r.op].format(a=j, v=v))
             if self.nan_flag(r):
                 em(f"nan{self.acc[id(r)][3:]}{lane} |= {v} != {v};")
         for q, e in stores:
@@ -463,8 +438,9 @@ class _Walk:
         for i in range(self.first):
             self.open_leaf(em, i)
             self.emit_decls(em, i + 1)
-        for t in sorted(self.cached):
-            em(f"{COMPUTE_TYPES[k.tensors[t].dtype]} c_{k.tensors[t].name}[{self.cache_size()}];")
+        for e in self.exprs:
+            if id(e) in self.cached:
+                em(f"{COMPUTE_TYPES[e.dtype]} {self.cache_name[id(e)]}[{self.cache_size()}];")
         if self.hoisted:
             self.emit_row(em, 0)
         for p in range(1, self.n_passes + 1):
@@ -479,9 +455,12 @@ class _Walk:
 
 
 def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, fname: str,
-                     opts: Optional[RenderOptions] = None, max_threads: int = 512) -> str:
-    """One reduction kernel function in ``dialect`` (see the module docstring)."""
-    return _Walk(kernel, nest, dialect, opts or RenderOptions()).render(fname, max_threads)
+                     opts: Optional[RenderOptions] = None, max_threads: int = 512, online: bool = False,
+                     scratch: bool = False) -> str:
+    """One reduction kernel function in ``dialect`` (see the module docstring). ``online``: fuse
+    softmax's max and sum passes (for schedules that re-read memory every pass); ``scratch``:
+    keep computed values for later passes in a per-row array (the dialect's ``row_scratch``)."""
+    return _Walk(kernel, nest, dialect, opts or RenderOptions(), online, scratch).render(fname, max_threads)
 
 
 def render_reduction_source(functions: list[str], dialect: Dialect) -> str:

@@ -225,6 +225,59 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_x(T v, double* raw) {
   T r = lane < (int)(blockDim.x >> 5) ? smem[base + lane] : Op::template id<T>();
   return gf_warp_reduce<Op>(r, 32);
 }
+template <typename T> GF_FN void gf_online_merge(T& m, T& s, T m2, T s2) {
+  const T mn = gf_maximum(m, m2);
+  s = (m == mn ? s : s * gf_exp(m - mn)) + (m2 == mn ? s2 : s2 * gf_exp(m2 - mn));
+  m = mn;
+}
+template <typename T> GF_FN void gf_block_online_x(T& m, T& s, double* raw) {
+  T* smem = reinterpret_cast<T*>(raw);
+  const int w = blockDim.x < 32 ? blockDim.x : 32;
+  for (int o = w / 2; o > 0; o >>= 1)
+    gf_online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+  if (blockDim.x <= 32) return;
+  const int lane = threadIdx.x & 31, base = threadIdx.y * 64;
+  __syncthreads();
+  if (lane == 0) { smem[base + (threadIdx.x >> 5)] = m; smem[base + 32 + (threadIdx.x >> 5)] = s; }
+  __syncthreads();
+  const bool in = lane < (int)(blockDim.x >> 5);
+  T m2 = in ? smem[base + lane] : gf_lowest<T>(), s2 = in ? smem[base + 32 + lane] : (T)0;
+  for (int o = 16; o > 0; o >>= 1)
+    gf_online_merge(m2, s2, __shfl_xor_sync(0xffffffffu, m2, o), __shfl_xor_sync(0xffffffffu, s2, o));
+  m = m2;
+  s = s2;
+}
+template <typename T> GF_FN void gf_chan_merge(T& n, T& s, T& m2, T n2, T s2, T m22) {
+  if (n2 == (T)0) return;
+  if (n == (T)0) { n = n2; s = s2; m2 = m22; return; }
+  const T nn = n + n2, d = s2 / n2 - s / n;
+  m2 = m2 + m22 + d * d * (n * n2 / nn);
+  s = s + s2;
+  n = nn;
+}
+template <typename T> GF_FN void gf_block_chan_x(T& n, T& s, T& m2, double* raw) {
+  T* smem = reinterpret_cast<T*>(raw);
+  const int w = blockDim.x < 32 ? blockDim.x : 32;
+  for (int o = w / 2; o > 0; o >>= 1) {
+    const T n2 = __shfl_xor_sync(0xffffffffu, n, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    const T q2 = __shfl_xor_sync(0xffffffffu, m2, o);
+    gf_chan_merge(n, s, m2, n2, s2, q2);
+  }
+  if (blockDim.x <= 32) return;
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, base = threadIdx.y * 96;
+  __syncthreads();
+  if (lane == 0) { smem[base + wid] = n; smem[base + 32 + wid] = s; smem[base + 64 + wid] = m2; }
+  __syncthreads();
+  const bool in = lane < (int)(blockDim.x >> 5);
+  n = in ? smem[base + lane] : (T)0;
+  s = in ? smem[base + 32 + lane] : (T)0;
+  m2 = in ? smem[base + 64 + lane] : (T)0;
+  for (int o = 16; o > 0; o >>= 1) {
+    const T n2 = __shfl_xor_sync(0xffffffffu, n, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    const T q2 = __shfl_xor_sync(0xffffffffu, m2, o);
+    gf_chan_merge(n, s, m2, n2, s2, q2);
+  }
+}
 template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
   T* smem = reinterpret_cast<T*>(raw);
   __syncthreads();
@@ -272,9 +325,11 @@ class Dialect:
     # axis ({acc}, {op}); shared_decl: the scratch those combines use; simd_reduction: the
     # OpenMP reduction identifier of each op for simd loops that accumulate.
     thread_reduce: dict = field(default_factory=dict)
+    thread_reduce_pair: dict = field(default_factory=dict)     # (pair kind, axis): {a} {b} {n}
     shared_decl: str = ""
     simd_reduction: dict = field(default_factory=dict)
     reduction_prelude: str = ""
+    row_scratch: bool = False                           # variable-length per-row arrays (VLAs)
     fast_div: bool = False                              # gf_udiv (multiply-high + shift) exists
 
     def prelude(self) -> str:
@@ -308,6 +363,7 @@ CPP = Dialect(
     simd_pragma="#pragma omp simd",
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
+    row_scratch=True,
     constants={"GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )
@@ -332,6 +388,8 @@ CUDA = Dialect(
     fast_div=True,
     thread_reduce={P.TIDx: "{acc} = gf_block_reduce_x<gf_op_{op}>({acc}, gf_smem);",
                    P.TIDy: "{acc} = gf_block_reduce_y<gf_op_{op}>({acc}, gf_smem);"},
+    thread_reduce_pair={("softmax", P.TIDx): "gf_block_online_x({a}, {b}, gf_smem);",
+                        ("variance", P.TIDx): "gf_block_chan_x({n}, {a}, {b}, gf_smem);"},
     shared_decl="__shared__ double gf_smem[1024];",
     reduction_prelude=_CUDA_REDUCTION,
     constants={"GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",

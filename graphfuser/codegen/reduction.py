@@ -27,7 +27,8 @@ from ..ir.types import TensorType
 from ..ops import bind, lookup
 from ..ops.axes import Axes, analyze, is_reduction_node
 from ..ops.table import OpCall
-from .kir import Expr, ExprBuilder, Kernel, Load, Reduce, ScalarParam, TensorParam, compute_dtype, topo_exprs
+from .kir import (Call, Cast, Expr, ExprBuilder, Kernel, Load, Reduce, ScalarParam, TensorParam, compute_dtype,
+                  topo_exprs)
 from .lower import LoweringError, TensorPlan
 
 
@@ -251,6 +252,33 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
     elif red_roots:
         raise LoweringError("reduced loop axes without a reduction")
     kernel = ReductionKernel(name, params, scalars, len(roots), stores, red_roots=red_roots, kind=kind)
+    kernel.stores = _multiply_by_row_reciprocals(kernel, b)
     plan = ReductionPlan(roots, source, tplans, outputs, scalar_inputs, red_roots, aliases,
                          tuple(sorted({e.op for e in reduces})))
     return kernel, plan
+
+
+def _multiply_by_row_reciprocals(kernel: ReductionKernel, b: ExprBuilder) -> list:
+    """``x / s`` with ``s`` a per-row value (softmax's sum) -> ``x * (1 / s)``: one division per
+    row instead of one per element (what eager's CPU softmax does too; within an ulp)."""
+    new: dict[int, Expr] = {}
+    full: dict[int, bool] = {}
+    for e in topo_exprs([e for _, e in kernel.stores]):
+        args = getattr(e, "args", None) or ((e.arg,) if isinstance(e, Cast) else ())
+        nargs = [new[id(a)] for a in args]
+        if isinstance(e, Load):
+            full[id(e)], new[id(e)] = not kernel.is_row(e.tensor), e
+            continue
+        full[id(e)] = not isinstance(e, Reduce) and any(full[id(a)] for a in args)
+        if isinstance(e, Reduce):
+            new[id(e)] = b._intern(Reduce(e.op, tuple(nargs), e.dtype))
+        elif isinstance(e, Cast):
+            new[id(e)] = b.cast(nargs[0], e.dtype)
+        elif isinstance(e, Call) and e.op == "div" and e.dtype.is_floating_point and full[id(args[0])] \
+                and not full[id(args[1])]:
+            new[id(e)] = b.mul(nargs[0], b.call("reciprocal", nargs[1]))
+        elif isinstance(e, Call):
+            new[id(e)] = b._intern(Call(e.op, tuple(nargs), e.dtype))
+        else:
+            new[id(e)] = e
+    return [(p, new[id(e)]) for p, e in kernel.stores]

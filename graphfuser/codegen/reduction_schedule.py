@@ -11,7 +11,7 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
   each thread keeps its ``P * V`` elements in registers, so softmax / layer norm read the row
   once however many passes they make.
 - inner, multi-pass (GPU, rows too wide to persist): ``[BIDx, Serial, TIDx(512), V]``; every
-  pass re-reads the row (from L2 when it fits).
+  pass re-reads the row (from L2 when it fits), and softmax's max and sum share one online pass.
 - outer (GPU): kept -> ``[BIDx, TIDx(32)]`` (coalesced along the contiguous kept dim), reduced ->
   ``[Serial, TIDy(16)]``, combined across TIDy at the end of each pass.
 - inner (CPU): kept -> BIDx (OpenMP over rows), reduced -> one simd loop per pass.
@@ -28,10 +28,13 @@ from .reduction import ReductionKernel
 from .schedule import LoopNest, ParallelType
 
 MAX_THREADS = 512          # launch bound of the inner GPU schedules
-REGISTER_ELEMENTS = 32     # elements a persistent thread holds per cached tensor
+REGISTER_ELEMENTS = 16     # elements a persistent thread holds per cached value (H200: more spills)
 MULTIPASS_THREADS = 512
+PERSISTENT_CHUNKS = (1, 2, 4)   # P of the persistent variants (few: each costs NVRTC time)
+MIN_THREADS = 128          # the launcher takes the largest P that leaves a row this many threads
 OUTER_BLOCK = (32, 16)
 CPU_LANES = 16
+SCRATCH_ROWS = 16384       # CPU: longest row whose computed values go to a stack array
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,14 @@ class ReductionParams:
     block: tuple[int, int] = (0, 1)   # constant (TIDx, TIDy) extents; TIDx 0 = set at launch
     max_threads: int = MAX_THREADS
     lanes: int = 1              # CPU outer: kept elements per thread
+    online: bool = False        # softmax's max and sum in one pass (multi-pass GPU schedule)
+    scratch: bool = False       # CPU: computed values for later passes in a per-row array
 
     @property
     def tag(self) -> str:
-        if self.kind != "inner" or self.target != "cuda":
+        if self.target == "cpu":
+            return f"{self.kind}_scratch" if self.scratch else self.kind
+        if self.kind != "inner":
             return f"{self.kind}_v{self.vector}"
         return f"p{self.persistent}_v{self.vector}" if self.persistent else f"mp_v{self.vector}"
 
@@ -60,7 +67,10 @@ def reduction_variants(kernel: ReductionKernel, target: str) -> list[ReductionPa
         out = [ReductionParams("cuda", "none", vector=1, block=(128, 1), max_threads=128)]
         return out + ([ReductionParams("cuda", "none", vector=v, block=(128, 1), max_threads=128)] if v > 1 else [])
     if target == "cpu":
-        return [ReductionParams("cpu", kernel.kind, lanes=CPU_LANES if kernel.kind == "outer" else 1)]
+        if kernel.kind == "outer":
+            return [ReductionParams("cpu", "outer", lanes=CPU_LANES)]
+        # rows up to SCRATCH_ROWS elements keep exp(x - max) & co. on the stack (launcher picks)
+        return [ReductionParams("cpu", "inner", scratch=True), ReductionParams("cpu", "inner")]
     if kernel.kind == "outer":
         return [ReductionParams("cuda", "outer", block=OUTER_BLOCK, max_threads=OUTER_BLOCK[0] * OUTER_BLOCK[1])]
     out = []
@@ -69,11 +79,11 @@ def reduction_variants(kernel: ReductionKernel, target: str) -> list[ReductionPa
     if v > 1:
         widths.append(v)
     for w in widths:
-        chunks = [p for p in (1, 2, 4, 8, 16) if p * w <= REGISTER_ELEMENTS]
+        chunks = [p for p in PERSISTENT_CHUNKS if p * w <= REGISTER_ELEMENTS]
         if w == 1:
             chunks = [4]          # ragged rows: up to 4 * MAX_THREADS elements stay in registers
         out += [ReductionParams("cuda", "inner", persistent=p, vector=w) for p in chunks]
-        out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1)))
+        out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1), online=True))
     return out
 
 

@@ -9,9 +9,11 @@ choice of variant from the run-time row size:
 - vector variants need the innermost reduced extent and every stride of the vectorized tensors
   divisible by the vector width and 16-byte aligned pointers; otherwise the scalar ones run;
 - variants compile (NVRTC) on first use, each from its own source; ``source`` holds them all;
-- among the persistent variants the launcher takes the first whose threads per row
-  (``ceilDiv(ceilDiv(R, V), P)``, rounded up to a warp) fit ``TARGET_THREADS``, then the widest
-  one that fits ``MAX_THREADS``; rows wider than that take the multi-pass variant.
+- among the persistent variants the launcher takes the largest P that leaves a row between
+  ``MIN_THREADS`` and ``MAX_THREADS`` threads (``ceilDiv(ceilDiv(R, V), P)``, rounded up to a
+  warp), else the smallest P that fits; rows wider than that take the multi-pass variant.
+  (Measured on an H200: more than 16 elements per thread spill or starve occupancy, and a
+  multi-pass row re-read from L2 beats them.)
 """
 from __future__ import annotations
 
@@ -24,13 +26,10 @@ from ..codegen.cstyle_reduction import render_reduction, render_reduction_source
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import Call, Cast, Const, Load, Reduce, ReductionSize, ScalarArg
 from ..codegen.reduction import lower_reduction_group
-from ..codegen.reduction_schedule import MAX_THREADS, ReductionParams, reduction_variants, schedule_reduction
-from ..config import config
+from ..codegen.reduction_schedule import (MAX_THREADS, MIN_THREADS, SCRATCH_ROWS, ReductionParams,
+                                          reduction_variants, schedule_reduction)
 from ..ir.graph import Graph
 from ..log import dump
-
-TARGET_THREADS = 256
-
 
 class EmptyReductionError(RuntimeError):
     """max / min over zero elements (eager raises; the fallback reproduces its error)."""
@@ -50,11 +49,12 @@ class ReductionGroup:
         fns: list[str] = []
         for params in reduction_variants(self.kernel, target):
             nest = schedule_reduction(self.kernel, params)
-            fname = f"{name}_{params.tag}" if target == "cuda" else name
+            fname = f"{name}_{params.tag}" if target == "cuda" or self.variants else name
             if params.kind == "none":
                 fns.append(render_function(self.kernel, nest, dialect, fname, opts))
             else:
-                fns.append(render_reduction(self.kernel, nest, dialect, fname, opts, params.max_threads))
+                fns.append(render_reduction(self.kernel, nest, dialect, fname, opts, params.max_threads,
+                                            params.online, params.scratch))
             self.variants.append((fname, nest, params))
         render = render_source if self.kernel.kind == "none" else render_reduction_source
         self.functions = fns
@@ -103,7 +103,8 @@ def _text(e, names) -> str:
     return f"{e.op}({', '.join(names[id(a)] for a in e.args)})"
 
 
-def _full_order(order: tuple[int, ...], rank: int, size_one: set[int]) -> list[int]:
+def _full_order(order: tuple[int, ...], rank: int) -> list[int]:
+    """All dims outer -> inner: the profiled order with size-1 dims slotted in by position."""
     full = list(order)
     for d in range(rank):
         if d in full:
@@ -134,7 +135,7 @@ def launcher_source(cg: ReductionGroup) -> str:
         rank = len(op.axes)
         sz = ["1" if a is None else size[a] for a in op.axes]
         st, acc = [""] * rank, "1"
-        for d in reversed(_full_order(op.order, rank, set())):
+        for d in reversed(_full_order(op.order, rank)):
             st[d] = acc
             acc = sz[d] if acc == "1" else f"{acc} * {sz[d]}"
         comma = "," if rank == 1 else ""
@@ -154,7 +155,9 @@ def launcher_source(cg: ReductionGroup) -> str:
         L.append("    if nr == 0 and rows:")
         L.append("        raise _Empty('max / min over an empty dim')")
     L.append("    if rows and nr:" if k.kind != "none" else "    if rows * nr:")
-    if cg.target == "cpu":
+    if cg.target == "cpu" and len(cg.variants) > 1:
+        L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)({', '.join(args)})")
+    elif cg.target == "cpu":
         L.append(f"        _fn({', '.join(args)})")
     else:
         L.append(f"        a = ({', '.join(args)},)")
@@ -211,11 +214,14 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         chosen = [(i, p) for i, p in enumerate(variants) if p.vector == w and p.persistent]
         multi = next(i for i, p in enumerate(variants) if p.vector == w and not p.persistent)
         branch = "if"
-        for limit in (TARGET_THREADS, MAX_THREADS):
-            for i, p in chosen:
-                lines.append(f"    {branch} nv <= {limit * p.persistent}:")
-                lines.append(f"        f, tx = _fns[{i}] or _load({i}), (nv + {p.persistent - 1}) // {p.persistent}")
-                branch = "elif"
+        for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
+            P = p.persistent
+            lines.append(f"    {branch} {MIN_THREADS * P} <= nv <= {MAX_THREADS * P}:")
+            lines.append(f"        f, tx = _fns[{i}] or _load({i}), (nv + {P - 1}) // {P}")
+            branch = "elif"
+        i, p = min(chosen, key=lambda c: c[1].persistent)
+        lines.append(f"    elif nv <= {MAX_THREADS * p.persistent}:")
+        lines.append(f"        f, tx = _fns[{i}] or _load({i}), (nv + {p.persistent - 1}) // {p.persistent}")
         lines.append("    else:")
         lines.append(f"        f, tx = _fns[{multi}] or _load({multi}), {variants[multi].block[0]}")
     lines.append("block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)")
@@ -234,7 +240,10 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     if cg.target == "cpu":
         from ..runtime.cpu import CpuKernel, compile_cpp
 
-        ns["_fn"] = CpuKernel(compile_cpp(cg.source), cg.name, kinds)
+        so = compile_cpp(cg.source)
+        ns["_fn"] = CpuKernel(so, cg.variants[0][0], kinds)
+        if len(cg.variants) > 1:
+            ns["_fn2"] = CpuKernel(so, cg.variants[1][0], kinds)
     else:
         from ..runtime import cuda_driver, nvrtc
 

@@ -230,7 +230,7 @@ class ScriptedFunction:
             rec.apply()
             from ..ops import fusible
 
-            reasons = [fusible(n) for n in sub.block.nodes if n.kind != "prim::Constant"]
+            reasons = [fusible(n) for n in sub.block.nodes if n.kind not in ("prim::Constant", "prim::ListConstruct")]
             reasons = [r for r in reasons if r]
             if reasons:
                 jit_log("guard", 1, f"no specialization for new signature of {site.kind}: {reasons[0]}")

@@ -13,7 +13,7 @@ Example (a contiguous 2-D float input)::
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -38,8 +38,13 @@ def _layout_checks(i: int, t: TensorType) -> list[str]:
     return checks
 
 
-def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard") -> tuple[str, dict]:
-    """Python source of a guard over ``types`` (tensor inputs of a group) and its namespace."""
+def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard",
+                 axes: Optional[Sequence[Sequence[Optional[int]]]] = None) -> tuple[str, dict]:
+    """Python source of a guard over ``types`` (tensor inputs of a group) and its namespace.
+
+    ``axes`` (groups with reductions / normalizations: ``ops.axes.input_axes``) names the loop
+    axis of each input dim; dims sharing an axis must agree. Without it, broadcasting is
+    right-aligned to ``out_rank``."""
     ns: dict = {"_grad_enabled": torch.is_grad_enabled}
     conds: list[str] = []
     for i, t in enumerate(types):
@@ -58,12 +63,12 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
             conds.append(f"s{i}[{d}] == 1" if s == 1 else f"s{i}[{d}] != 1")
         conds += _layout_checks(i, t)
         conds.append(f"not x{i}.requires_grad" if not t.requires_grad else "not _grad_enabled()")
-    # Non-broadcast dims aligned to the same output dim must agree (right-aligned broadcasting).
+    # Non-broadcast dims aligned to the same output dim (loop axis) must agree.
     owners: dict[int, tuple[int, int]] = {}
     for i, t in enumerate(types):
         for d, s in enumerate(t.sizes):
-            od = out_rank - t.rank + d
-            if s == 1:
+            od = out_rank - t.rank + d if axes is None else axes[i][d]
+            if s == 1 or od is None:
                 continue
             if od in owners:
                 j, e = owners[od]
@@ -75,8 +80,9 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
     return f"def {name}({args}):\n    return ({body})\n", ns
 
 
-def make_guard(types: Sequence[TensorType], out_rank: int) -> Callable[..., bool]:
-    src, ns = guard_source(types, out_rank)
+def make_guard(types: Sequence[TensorType], out_rank: int,
+               axes: Optional[Sequence[Sequence[Optional[int]]]] = None) -> Callable[..., bool]:
+    src, ns = guard_source(types, out_rank, axes=axes)
     exec(compile(src, "<graphfuser guard>", "exec"), ns)
     fn = ns["guard"]
     fn.source = src

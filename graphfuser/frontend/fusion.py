@@ -159,7 +159,7 @@ class FusionRecord:
         group.subgraph = sub
         reasons = []
         for n in sub.block.nodes:
-            if n.kind == "prim::Constant":
+            if n.kind in ("prim::Constant", "prim::ListConstruct"):   # lists: shapes and dims, as in scripted groups
                 continue
             if n.outputs[0].type.is_tensor:
                 why = fusible(n, device.type)
@@ -244,7 +244,8 @@ class Fusion:
 
     def _require(self, what: str) -> FusionRecord:
         if self._record is None:
-            raise DefinitionError(f"Fusion.{what}: the fusion is not defined yet (use `with FusionDefinition(fs) as fd:`)")
+            raise DefinitionError(f"Fusion.{what}: the fusion is not defined yet "
+                                  "(use `with FusionDefinition(fs) as fd:`)")
         return self._record
 
     def id(self) -> int:

@@ -24,7 +24,6 @@ Example::
 """
 from __future__ import annotations
 
-from inspect import Parameter, Signature
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import torch
@@ -33,18 +32,14 @@ from ..codegen.schedule import ParallelType, ScheduleError
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import BOOL, FLOAT, INT, NONE, STR, TensorType, Type
 from ..ir.verify import verify
-from ..ops import ROWS
 from ..ops.table import OpRow
 from .datatype import DataType
 from .opcall import DefinitionError, default_of, infer_output_type, resolve, select_overload
+from .operators import Operators, sync_operators
 from .scheduling import ComputeAtMode, ScheduleState
 
 if TYPE_CHECKING:  # pragma: no cover
     from .fusion import Fusion
-
-# nvFuser's keyword for a row's argument name (fd.ops accepts both)
-_ALIAS_TO_ROW = {"axes": "dim"}
-
 
 class Tensor:
     """A tensor of a definition (``T<n>``); after ``fd.schedule()`` it carries a loop domain.
@@ -166,69 +161,6 @@ class Scalar:
 
 
 Handle = Union[Tensor, Scalar]
-
-
-# -- fd.ops ----------------------------------------------------------------------------------------
-class Operators:
-    """The operators of a FusionDefinition, one per op-table row: ``fd.ops.add(t0, t1)``.
-
-    Arguments follow the row (aten schema order and defaults); constants may be Python values,
-    ``define_constant`` scalars or ``DataType``\\ s (for dtype arguments). ``cast(t, dtype)``
-    converts the element type (nvFuser's name for ``to``).
-    """
-
-    def __init__(self, fd: "FusionDefinition") -> None:
-        self._fd = fd
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        sync_operators()
-        if name in type(self).__dict__:
-            return getattr(self, name)
-        raise AttributeError(f"fd.ops has no operator {name!r}; see help(FusionDefinition.Operators) or "
-                             "`python -m graphfuser ops`")
-
-    def cast(self, input: Handle, dtype: DataType) -> Tensor:
-        """convert the element type: cast(t, dtype=DataType.Half) (aten::to)"""
-        return self._fd._op(ROWS["to"], {"self": input, "arg1": DataType.of(dtype)}, name="cast")
-
-
-def _make_op(row: OpRow):
-    defaults = row.defaults()
-    params = [Parameter("ops", Parameter.POSITIONAL_ONLY)]
-    params += [Parameter(n, Parameter.POSITIONAL_OR_KEYWORD, default=defaults.get(n, Parameter.empty))
-               for n in row.arg_names]
-    sig = Signature(params)
-
-    def op(*args: Any, **kwargs: Any) -> Handle:
-        for alias, real in _ALIAS_TO_ROW.items():
-            if alias in kwargs and real in row.arg_names:
-                kwargs[real] = kwargs.pop(alias)
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise DefinitionError(f"fd.ops.{row.name}: {e}") from None
-        bound.apply_defaults()
-        ops = bound.arguments.pop("ops")
-        return ops._fd._op(row, dict(bound.arguments))
-
-    op.__name__ = row.name
-    op.__qualname__ = f"Operators.{row.name}"
-    op.__signature__ = sig
-    op.__doc__ = f"{row.doc or row.name}\n\n{row.kind} op ({', '.join(row.aten)})"
-    return op
-
-
-def sync_operators() -> None:
-    """Give ``Operators`` a method for every op-table row registered so far (rows added later,
-    e.g. reductions, appear on the next definition or lookup)."""
-    for name, row in list(ROWS.items()):
-        if name not in Operators.__dict__:
-            setattr(Operators, name, _make_op(row))
-
-
-sync_operators()
 
 
 # -- the definition ------------------------------------------------------------------------------
@@ -449,21 +381,30 @@ class FusionDefinition:
         self._outputs.append(h)
 
     # -- operators -------------------------------------------------------------------------------
-    def _operand(self, a: Any, row: OpRow, name: str, const_slot: bool) -> tuple[Value, Optional[Node]]:
-        """The Value for an argument, plus a constant node to insert if it is a new constant."""
+    def _operand(self, a: Any, row: OpRow, name: str, const_slot: bool) -> tuple[Value, list[Node]]:
+        """The Value for an argument, plus the nodes to insert for it (a new constant; a
+        ``prim::ListConstruct`` for a list holding run-time scalars, such as a shape)."""
         what = f"fd.ops.{row.name}: argument {name!r}"
         if isinstance(a, (Tensor, Scalar)):
             self._check_handle(a, what)
             if const_slot and not a.value.is_constant:
-                raise DefinitionError(f"{what} must be a constant, got {'tensor' if a.is_tensor else 'run-time scalar'} {a!r}")
-            return a.value, None
+                kind = "tensor" if a.is_tensor else "run-time scalar"
+                raise DefinitionError(f"{what} must be a constant, got {kind} {a!r}")
+            return a.value, []
+        if isinstance(a, (list, tuple)) and any(isinstance(x, (Tensor, Scalar)) for x in a):
+            items = [self._operand(x, row, name, False) for x in a]
+            if any(v.type.name not in ("int", "float") for v, _ in items):
+                raise DefinitionError(f"{what}: a list holds int or float scalars")
+            kind = "float" if any(v.type.name == "float" for v, _ in items) else "int"
+            node = self.graph.create("prim::ListConstruct", [v for v, _ in items], [Type(f"{kind}[]")])
+            return node.output, [n for _, nodes in items for n in nodes] + [node]
         if isinstance(a, torch.Tensor):
             raise DefinitionError(f"{what} is a torch.Tensor; define inputs with fd.define_tensor() and pass "
                                   "the tensor to execute()")
         if isinstance(a, (DataType, torch.dtype)):
             a = DataType.of(a).code
         node = self.graph.create("prim::Constant", [], [_constant_type(a)], {} if a is None else {"value": a})
-        return node.output, node
+        return node.output, [node]
 
     def _op(self, row: OpRow, args: dict[str, Any], name: Optional[str] = None) -> Handle:
         label = f"fd.ops.{name or row.name}"
@@ -472,9 +413,9 @@ class FusionDefinition:
         values, consts, droppable = [], [], []
         for arg in row.arg_names:
             a = args.get(arg, defaults.get(arg))
-            v, cnode = self._operand(a, row, arg, arg in row.consts)
+            v, nodes = self._operand(a, row, arg, arg in row.consts)
             values.append(v)
-            consts.append(cnode)
+            consts.append(nodes)
             raw = v.constant() if v.is_constant else object()
             droppable.append(arg in defaults and _same(raw, defaults[arg]))
         kind = row.aten[0]
@@ -484,9 +425,9 @@ class FusionDefinition:
             arg = row.arg_names[i]      # spell the overload's defaults out, as TorchScript does
             if schema.arguments[i].name != arg and arg not in row.ignored:
                 break
-            v, cnode = self._operand(default_of(schema, i), row, arg, True)
+            v, nodes = self._operand(default_of(schema, i), row, arg, True)
             values.append(v)
-            consts.append(cnode)
+            consts.append(nodes)
         tensor_out = any(v.type.is_tensor for v in values)
         node = self.graph.create(kind, values, [Type("Tensor") if tensor_out else FLOAT],
                                  out_names=[self._name(tensor_out)])
@@ -498,9 +439,9 @@ class FusionDefinition:
             shown = ", ".join(repr(args.get(a)) for a in row.arg_names if args.get(a) is not None)
             raise DefinitionError(f"{label}({shown}): {str(e).splitlines()[0] if str(e) else type(e).__name__}") \
                 from None
-        for cnode in consts:
-            if cnode is not None:
-                self.graph.block.append(cnode)
+        for nodes in consts:
+            for n in nodes:
+                self.graph.block.append(n)
         self.graph.block.append(node)
         return self._handle(node.output)
 

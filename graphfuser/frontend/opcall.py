@@ -23,8 +23,8 @@ from ..ir.graph import Node, Value
 from ..ir.types import BOOL, FLOAT, INT, TensorType, Type
 from ..ops.promotion import participant_of, result_type
 
-PLACEHOLDER = 2           # the meta size of a symbolic dim
-_SAMPLES = {"int": 1, "float": 1.0, "bool": True, "complex": 1j}
+PLACEHOLDER = 2           # the stand-in size of a symbolic dim
+_SAMPLES = {"int": PLACEHOLDER, "float": 1.0, "bool": True, "complex": 1j}   # an int may be a size
 SCALAR_TYPES = {"int": INT, "float": FLOAT, "bool": BOOL, "complex": Type("complex")}
 
 
@@ -50,6 +50,8 @@ def _accepts(t: str, kind: Any, lenient: bool) -> bool:
         t = t[len("Optional["):-1]
     if kind == "Tensor":
         return t == "Tensor"
+    if isinstance(kind, str) and kind.endswith("[]"):          # a ListConstruct of scalars
+        return t == f"List[{kind[:-2]}]" or (lenient and kind == "int[]" and t == "List[float]")
     if isinstance(kind, tuple):
         value = kind[1]
         if isinstance(value, (list, tuple)):
@@ -113,7 +115,7 @@ def call_op(call: AtenCall, args: list[Any]) -> Any:
     return call.op(*pos, **kw)
 
 
-def meta_value(v: Value) -> Any:
+def stand_in(v: Value) -> Any:
     """A stand-in for ``v`` at definition time: a small tensor of ones, a sample scalar, or the constant."""
     t = v.type
     if isinstance(t, TensorType):
@@ -121,13 +123,15 @@ def meta_value(v: Value) -> Any:
         return torch.ones(sizes, dtype=t.dtype)
     if v.is_constant:
         return v.constant()
+    if v.node is not None and v.node.kind == "prim::ListConstruct":
+        return [stand_in(x) for x in v.node.inputs]
     return _SAMPLES.get(t.name, 1)
 
 
 def infer_output_type(node: Node, schema) -> Type:
     """The output type of ``node``: a TensorType with dtype and symbolic sizes, or a scalar type."""
     if any(v.type.is_tensor for v in node.inputs):
-        out = call_op(node.schema, [meta_value(v) for v in node.inputs])
+        out = call_op(node.schema, [stand_in(v) for v in node.inputs])
         if not isinstance(out, torch.Tensor):
             raise DefinitionError(f"{node.kind} returned {type(out).__name__}, not a tensor")
         return TensorType(dtype=out.dtype, sizes=tuple(1 if s == 1 else -1 for s in out.shape))

@@ -123,7 +123,9 @@ def _op_text(row: OpRow, node: Node, names: dict[Value, str], folded: dict[Value
     parts, keyword = [], False
     for i, (name, text, _) in enumerate(items):
         keyword = keyword or _const_slot(row, i)
-        parts.append(f"{KEYWORD_ALIASES.get(name, name)}={text}" if keyword else text)
+        if text.startswith("["):                      # a dim list: nvFuser's ``axes``
+            name = KEYWORD_ALIASES.get(name, name)
+        parts.append(f"{name}={text}" if keyword else text)
     return f"{row.name}({', '.join(parts)})"
 
 
@@ -150,6 +152,7 @@ def python_definition(graph: Graph, fusion_id: int = 0,
     scalar_dtypes = scalar_dtypes or {}
     names: dict[Value, str] = {}
     folded: dict[Value, Any] = {}
+    inline: dict[Value, str] = {}
     lines = [f"def nvfuser_fusion_id{fusion_id}(fd : FusionDefinition) -> None :"]
 
     def define(v: Value, text: str) -> None:
@@ -177,13 +180,16 @@ def python_definition(graph: Graph, fusion_id: int = 0,
             if node.output in operand and value is not None and not isinstance(value, (str, list, tuple)):
                 define(node.output, f"fd.define_constant({literal(value)})")
             continue
-        if node.kind == "prim::ListConstruct" and all(v.is_constant for v in node.inputs):
-            folded[node.output] = [v.constant() for v in node.inputs]
+        if node.kind == "prim::ListConstruct":
+            if all(v.is_constant for v in node.inputs):
+                folded[node.output] = [v.constant() for v in node.inputs]
+            else:                              # a list of run-time scalars: printed inline
+                inline[node.output] = "[" + ", ".join(names.get(v) or literal(v.constant()) for v in node.inputs) + "]"
             continue
         row = lookup(node.kind)
         if row is None or len(node.outputs) != 1:
             raise ValueError(f"{node.where()} has no fd.ops equivalent")
-        define(node.output, f"fd.ops.{_op_text(row, node, names, folded)}")
+        define(node.output, f"fd.ops.{_op_text(row, node, {**names, **inline}, folded)}")
     for v in graph.outputs:
         if v not in names:
             raise ValueError(f"output %{v.name} is not a defined value")

@@ -15,6 +15,7 @@ non-broadcast dim of the output, in memory order; see ``LoopNest.over_axes``), t
 
 Example (the seed's pointwise schedule)::
 
+    >>> import torch
     >>> from graphfuser.frontend import Fusion, FusionDefinition, ParallelType, ComputeAtMode
     >>> fs = Fusion()
     >>> with FusionDefinition(fs) as fd:
@@ -22,12 +23,13 @@ Example (the seed's pointwise schedule)::
     ...     t3 = fd.ops.add(t0, fd.ops.add(t1, 2.0))
     ...     fd.add_output(t3)
     ...     with fd.schedule():
-    ...         t3.merge(0).split(0, 128).split(0, 4)
-    ...         for t in (t0, t1):
-    ...             t.compute_at(t3, -1, ComputeAtMode.MostInlined)
+    ...         _ = t3.merge(0).split(0, 128).split(0, 4)
+    ...         _ = [t.compute_at(t3, -1, ComputeAtMode.MostInlined) for t in (t0, t1)]
     ...         fd.inline_most()
-    ...         t3.parallelize(0, ParallelType.BIDx).parallelize(1, ParallelType.Unroll)
-    ...         t3.parallelize(2, ParallelType.TIDx).parallelize_all_like()
+    ...         _ = t3.parallelize(0, ParallelType.BIDx).parallelize(1, ParallelType.Unroll)
+    ...         _ = t3.parallelize(2, ParallelType.TIDx).parallelize_all_like()
+    >>> fs.execute([torch.ones(2, 3), torch.ones(2, 3)])[0].sum().item()
+    24.0
 """
 from __future__ import annotations
 

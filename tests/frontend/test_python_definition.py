@@ -124,6 +124,12 @@ def classes_casts(x, y, z):
     return classes(x, y, z), casts(x, y, z)
 
 
+def reductions(x, y, z):
+    """Reduction rows too (lists of dims, a run-time normalized_shape, weights)."""
+    return (torch.softmax(x * 2.0, -1), torch.layer_norm(x, [x.size(-1)], y[0], z[0], 1e-5), x.sum(-1),
+            (x + 1).mean([0], keepdim=True))
+
+
 def _float3(layout: str):
     x = torch.randn(6, 10)
     y = torch.randn(10, 6).t() if "transposed" in layout else torch.randn(6, 10)
@@ -133,16 +139,18 @@ def _float3(layout: str):
 
 # Few functions, many rows each: every group compiles twice here (scripted, then re-defined).
 CASES = [(arith_selects_powers, "transposed+broadcast"), (unary_activations, "dense"),
-         (classes_casts, "transposed")]
+         (classes_casts, "transposed"), (reductions, "dense")]
 
 
 def _inputs_for(sub) -> list:
-    """Random inputs of the group's profiled types (sizes, strides, dtypes)."""
+    """Random inputs of the group's profiled types (sizes, strides, dtypes); an int scalar is the
+    first tensor's last size (it may be a shape, as in layer_norm's normalized_shape)."""
     out = []
+    size = next(v.type.sizes[-1] for v in sub.inputs if isinstance(v.type, TensorType))
     for v in sub.inputs:
         t = v.type
         if not isinstance(t, TensorType):
-            out.append({"int": 3, "bool": True}.get(t.name, 1.25))
+            out.append({"int": size, "bool": True}.get(t.name, 1.25))
             continue
         n = 1 + sum((s - 1) * st for s, st in zip(t.sizes, t.strides))
         if t.dtype.is_floating_point:
