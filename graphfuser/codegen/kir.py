@@ -300,3 +300,40 @@ class Kernel:
 
     def exprs(self) -> list[Expr]:
         return topo_exprs([e for _, e in self.stores])
+
+
+def expr_text(e: Expr, names: dict[int, str]) -> str:
+    """Readable pseudo-code of one expression (operands by their names in ``names``)."""
+    if isinstance(e, Load):
+        return f"load(t{e.tensor})"
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, ScalarArg):
+        return f"a{e.index}"
+    if isinstance(e, ReductionSize):
+        return "reduction_size()"
+    if isinstance(e, Cast):
+        return f"cast({names[id(e.arg)]})"
+    if isinstance(e, Reduce):
+        return f"reduce_{e.op}({names[id(e.args[0])]})"
+    return f"{e.op}({', '.join(names[id(a)] for a in e.args)})"
+
+
+def kernel_ir_text(kernel, nest, header: str) -> str:
+    """The ``kernel_ir`` dump: parameters, then the loop nest with the expression body inside."""
+    lines = [header]
+    for t in kernel.tensors:
+        lines.append(f"  {'out' if t.is_output else 'in '} {t.name}: {t.dtype} dims={list(t.dim_kinds)}"
+                     + (" dense" if getattr(t, "dense", False) else ""))
+    for sp in kernel.scalars:
+        lines.append(f"  arg {sp.name}: {sp.dtype}")
+    names: dict[int, str] = {}
+    body = []
+    for i, e in enumerate(kernel.exprs()):
+        names[id(e)] = f"e{i}"
+        body.append(f"e{i} : {str(e.dtype).replace('torch.', '')} = {expr_text(e, names)}")
+    for p, e in kernel.stores:
+        body.append(f"{kernel.tensors[p].name}[...] = {names[id(e)]}")
+    pad = "\n" + "  " * (len(nest.leaves) + 1)
+    lines.append(nest.loop_nest_str(pad.join(body)))
+    return "\n".join(lines)

@@ -166,28 +166,13 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     # 4. expressions
     same: dict[Value, Value] = {v: v for v in sub.inputs if isinstance(v.type, TensorType)}
     for node in sub.block.nodes:
-        if node.kind == "prim::Constant":
-            env[node.output] = node.attrs.get("value")
+        lower_node(node, env, b)
+        if node.kind in ("prim::Constant", "prim::ListConstruct"):
             continue
-        row = lookup(node.kind)
-        if row is None:
-            raise LoweringError(f"{node.where()} has no op-table row")
-        args_v, consts, parts = bind(row, node)
-        args = {k: (env[v] if isinstance(v, Value) else v) for k, v in args_v.items()}
         out_t = node.output.type
-        if row.kind == "cast":
-            out_dtype, compute = out_t.dtype, compute_dtype(out_t.dtype)
-        else:
-            out_dtype, compute = row.result_dtypes(parts, consts)
-        call = OpCall(args, parts, out_dtype, compute, b)
-        e = row.lower(call)
-        e = b.cast(e, compute_dtype(out_dtype))
         src_t = node.inputs[0].type if node.inputs else None
-        already = isinstance(src_t, TensorType) and src_t.dtype == out_dtype   # a no-op cast
-        if out_dtype in (torch.float16, torch.bfloat16) and row.kind == "cast" and not already:
-            e = b.call("round_half" if out_dtype == torch.float16 else "round_bf16", e)
-        env[node.output] = e
-        if already and node.inputs[0] in same and _returns_self(node, row.name):
+        already = isinstance(src_t, TensorType) and src_t.dtype == out_t.dtype   # a no-op cast
+        if already and node.inputs[0] in same and _returns_self(node, lookup(node.kind).name):
             same[node.output] = same[node.inputs[0]]
 
     stores, outputs, aliases = [], [], {}
@@ -220,6 +205,39 @@ def _returns_self(node, row_name: str) -> bool:
         return False          # aten::_to_copy always copies
     # x.to(..., copy=True) copies: any constant True after self (copy, or non_blocking) -> copy
     return not any(v.is_constant and v.constant() is True for v in node.inputs[1:])
+
+
+def lower_node(node, env: dict, b: ExprBuilder) -> None:
+    """Lower one subgraph node through its op-table row into ``env`` (Value -> Expr or constant).
+
+    Shared by the pointwise and the reduction lowering. Outputs are cast to their compute dtype;
+    a cast to fp16/bf16 rounds to that precision (unless it is a no-op cast), as eager does.
+    """
+    if node.kind == "prim::Constant":
+        env[node.output] = node.attrs.get("value")
+        return
+    if node.kind == "prim::ListConstruct":
+        env[node.output] = [env[v] for v in node.inputs]
+        return
+    row = lookup(node.kind)
+    if row is None:
+        raise LoweringError(f"{node.where()} has no op-table row")
+    args_v, consts, parts = bind(row, node)
+    args = {k: (env[v] if isinstance(v, Value) else v) for k, v in args_v.items()}
+    if row.kind == "cast":
+        out_dtype, compute = node.output.type.dtype, compute_dtype(node.output.type.dtype)
+    else:
+        out_dtype, compute = row.result_dtypes(parts, consts)
+    result = row.lower(OpCall(args, parts, out_dtype, compute, b))
+    results = result if isinstance(result, tuple) else (result,)
+    src_t = node.inputs[0].type if node.inputs else None
+    for o, e in zip(node.outputs, results):
+        dt = o.type.dtype
+        e = b.cast(e, compute_dtype(dt))
+        no_op = isinstance(src_t, TensorType) and src_t.dtype == dt
+        if dt in (torch.float16, torch.bfloat16) and row.kind == "cast" and not no_op:
+            e = b.call("round_half" if dt == torch.float16 else "round_bf16", e)
+        env[o] = e
 
 
 def _dense(t: TensorType) -> TensorType:

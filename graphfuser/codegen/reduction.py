@@ -26,10 +26,9 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import bind, lookup
 from ..ops.axes import Axes, analyze, is_reduction_node
-from ..ops.table import OpCall
 from .kir import (Call, Cast, Expr, ExprBuilder, Kernel, Load, Reduce, ScalarParam, TensorParam, compute_dtype,
                   topo_exprs)
-from .lower import LoweringError, TensorPlan
+from .lower import LoweringError, TensorPlan, lower_node
 
 
 @dataclass
@@ -200,31 +199,9 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
 
     # 4. expressions
     for node in nodes:
-        if node.kind == "prim::Constant":
-            env[node.output] = node.attrs.get("value")
-            continue
-        if node.kind == "prim::ListConstruct":
-            env[node.output] = [env[v] for v in node.inputs]
-            continue
-        row = lookup(node.kind)
-        if row is None:
-            raise LoweringError(f"{node.where()} has no op-table row")
-        args_v, consts, parts = bind(row, node)
-        args = {k: (env[v] if isinstance(v, Value) else v) for k, v in args_v.items()}
-        if row.kind == "cast":
-            out_dtype, compute = node.output.type.dtype, compute_dtype(node.output.type.dtype)
-        else:
-            out_dtype, compute = row.result_dtypes(parts, consts)
         b.trivial = is_reduction_node(node) and not axes.node_reduced.get(node)
-        result = row.lower(OpCall(args, parts, out_dtype, compute, b))
+        lower_node(node, env, b)
         b.trivial = False
-        results = result if isinstance(result, tuple) else (result,)
-        for o, e in zip(node.outputs, results):
-            dt = o.type.dtype
-            e = b.cast(e, compute_dtype(dt))
-            if dt in (torch.float16, torch.bfloat16) and row.kind == "cast":
-                e = b.call("round_half" if dt == torch.float16 else "round_bf16", e)
-            env[o] = e
 
     stores, outputs, aliases = [], [], {}
     for k, o in enumerate(outs):

@@ -21,12 +21,13 @@ import torch
 
 from ..codegen.cstyle import RenderOptions, render_function, render_source, stride_args
 from ..codegen.dialects import CPP, CUDA
-from ..codegen.kir import Kernel
+from ..codegen.kir import Kernel, kernel_ir_text
 from ..codegen.lower import LaunchPlan, lower_group
 from ..codegen.pointwise import PointwiseParams, pointwise_heuristics, schedule_pointwise
 from ..codegen.schedule import LoopNest, ScheduleError
 from ..config import config
 from ..ops.axes import needs_axes
+from ..ir.types import full_stride_order
 from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
 from ..log import dump, jit_log, warn
@@ -132,37 +133,7 @@ class CompiledGroup:
              "cuda" if self.target == "cuda" else "cpp")
 
     def kernel_ir_text(self) -> str:
-        k = self.kernel
-        lines = [f"kernel {k.name}:"]
-        for t in k.tensors:
-            lines.append(f"  {'out' if t.is_output else 'in '} {t.name}: {t.dtype} dims={list(t.dim_kinds)}"
-                         + (" dense" if t.dense else ""))
-        for s in k.scalars:
-            lines.append(f"  arg {s.name}: {s.dtype}")
-        body = []
-        names = {}
-        for i, e in enumerate(k.exprs()):
-            names[id(e)] = f"e{i}"
-            body.append(f"e{i} : {str(e.dtype).replace('torch.', '')} = {_expr_text(e, names)}")
-        for p, e in k.stores:
-            body.append(f"{k.tensors[p].name}[...] = {names[id(e)]}")
-        nest = self.variants[-1][1]
-        lines.append(nest.loop_nest_str("\n".join(body).replace("\n", "\n" + "  " * (len(nest.leaves) + 1))))
-        return "\n".join(lines)
-
-
-def _expr_text(e, names) -> str:
-    from ..codegen.kir import Call, Cast, Const, Load, ScalarArg
-
-    if isinstance(e, Load):
-        return f"load(t{e.tensor})"
-    if isinstance(e, Const):
-        return repr(e.value)
-    if isinstance(e, ScalarArg):
-        return f"a{e.index}"
-    if isinstance(e, Cast):
-        return f"cast({names[id(e.arg)]})"
-    return f"{e.op}({', '.join(names[id(a)] for a in e.args)})"
+        return kernel_ir_text(self.kernel, self.variants[-1][1], f"kernel {self.kernel.name}:")
 
 
 # -- launcher generation -------------------------------------------------------------------------
@@ -187,7 +158,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
         rank = len(sizes)
         off = plan.out_rank - rank
         sz = ["1" if s == 1 else size[off + d] for d, s in enumerate(sizes)]
-        full = _full_order(order, sizes)
+        full = full_stride_order(order, len(sizes))
         st = [""] * rank
         acc = "1"
         for d in reversed(full):
@@ -298,17 +269,6 @@ def magic_divisor(d: int) -> tuple[int, int]:
         s = (d - 1).bit_length() if d > 1 else 0
         hit = _MAGIC[d] = (((1 << 32) * ((1 << s) - d)) // d + 1) & 0xFFFFFFFF, s
     return hit
-
-
-def _full_order(order: tuple[int, ...], sizes: tuple[int, ...]) -> list[int]:
-    """All dims outer->inner: the profiled order with size-1 dims slotted in by position."""
-    full = list(order)
-    for d in range(len(sizes)):
-        if d in full:
-            continue
-        later = [i for i, e in enumerate(full) if e > d]
-        full.insert(later[0] if later else len(full), d)
-    return full
 
 
 def _build_launcher(cg: CompiledGroup) -> Callable:

@@ -24,10 +24,11 @@ import torch
 from ..codegen.cstyle import render_function, render_source, stride_args
 from ..codegen.cstyle_reduction import render_reduction, render_reduction_source
 from ..codegen.dialects import CPP, CUDA
-from ..codegen.kir import Call, Cast, Const, Load, Reduce, ReductionSize, ScalarArg
+from ..codegen.kir import kernel_ir_text
 from ..codegen.reduction import lower_reduction_group
 from ..codegen.reduction_schedule import (MAX_THREADS, MIN_THREADS, SCRATCH_ROWS, ReductionParams,
                                           reduction_variants, schedule_reduction)
+from ..ir.types import full_stride_order
 from ..ir.graph import Graph
 from ..log import dump
 
@@ -70,48 +71,8 @@ class ReductionGroup:
 
     def kernel_ir_text(self) -> str:
         k = self.kernel
-        lines = [f"kernel {k.name} ({k.kind} reduction, reduced roots {list(k.red_roots)}):"]
-        for t in k.tensors:
-            lines.append(f"  {'out' if t.is_output else 'in '} {t.name}: {t.dtype} dims={list(t.dim_kinds)}")
-        names: dict[int, str] = {}
-        body = []
-        for i, e in enumerate(k.exprs()):
-            names[id(e)] = f"e{i}"
-            body.append(f"e{i} : {str(e.dtype).replace('torch.', '')} = {_text(e, names)}")
-        for p, e in k.stores:
-            body.append(f"{k.tensors[p].name}[...] = {names[id(e)]}")
-        nest = self.variants[-1][1]
-        pad = "\n" + "  " * (len(nest.leaves) + 1)
-        lines.append(nest.loop_nest_str(pad.join(body)))
-        return "\n".join(lines)
-
-
-def _text(e, names) -> str:
-    if isinstance(e, Load):
-        return f"load(t{e.tensor})"
-    if isinstance(e, Const):
-        return repr(e.value)
-    if isinstance(e, ScalarArg):
-        return f"a{e.index}"
-    if isinstance(e, ReductionSize):
-        return "reduction_size()"
-    if isinstance(e, Cast):
-        return f"cast({names[id(e.arg)]})"
-    if isinstance(e, Reduce):
-        return f"reduce_{e.op}({names[id(e.args[0])]})"
-    assert isinstance(e, Call)
-    return f"{e.op}({', '.join(names[id(a)] for a in e.args)})"
-
-
-def _full_order(order: tuple[int, ...], rank: int) -> list[int]:
-    """All dims outer -> inner: the profiled order with size-1 dims slotted in by position."""
-    full = list(order)
-    for d in range(rank):
-        if d in full:
-            continue
-        later = [i for i, e in enumerate(full) if e > d]
-        full.insert(later[0] if later else len(full), d)
-    return full
+        return kernel_ir_text(k, self.variants[-1][1],
+                              f"kernel {k.name} ({k.kind} reduction, reduced roots {list(k.red_roots)}):")
 
 
 def launcher_source(cg: ReductionGroup) -> str:
@@ -135,7 +96,7 @@ def launcher_source(cg: ReductionGroup) -> str:
         rank = len(op.axes)
         sz = ["1" if a is None else size[a] for a in op.axes]
         st, acc = [""] * rank, "1"
-        for d in reversed(_full_order(op.order, rank)):
+        for d in reversed(full_stride_order(op.order, rank)):
             st[d] = acc
             acc = sz[d] if acc == "1" else f"{acc} * {sz[d]}"
         comma = "," if rank == 1 else ""

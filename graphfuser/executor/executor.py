@@ -246,7 +246,7 @@ class ScriptedFunction:
                 block.replace_return(old, new)
             block.remove(fb)
             del self._sites[fb]
-            ifn = wrap_group(self._optimized, group, block)
+            wrap_group(self._optimized, group, block)
             self._sites[group] = site
             self._register_fallbacks(group, site)
             site.n_specializations += 1

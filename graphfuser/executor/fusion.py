@@ -8,7 +8,6 @@ warns once, saying why.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional
 
 import torch

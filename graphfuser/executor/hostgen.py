@@ -24,7 +24,6 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..ir.graph import Block, Graph, Node, Value
-from ..ir.types import DTYPE_NAMES
 from .builtins import PRIM_TEMPLATES, AtenCall, resolve_aten
 
 _DTYPE_CODE = {dt: i for i, dt in enumerate([

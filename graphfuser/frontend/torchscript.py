@@ -7,11 +7,10 @@ the host program reads them at run time and a changed parameter is seen on the n
 """
 from __future__ import annotations
 
-import inspect
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 

@@ -57,6 +57,18 @@ def layout_of(sizes: Sequence[int], strides: Sequence[int]) -> tuple[tuple[int, 
     return order, tuple(contig)
 
 
+def full_stride_order(order: Sequence[int], rank: int) -> list[int]:
+    """All dims outer -> inner: a stride order (non-broadcast dims) with the size-1 dims slotted
+    in by position, as outputs are allocated."""
+    full = list(order)
+    for d in range(rank):
+        if d in full:
+            continue
+        later = [i for i, e in enumerate(full) if e > d]
+        full.insert(later[0] if later else len(full), d)
+    return full
+
+
 @dataclass(frozen=True)
 class TensorType(Type):
     name: str = "Tensor"

@@ -6,7 +6,7 @@ Each row is declared once here; simple rows name a primitive (its C template liv
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
