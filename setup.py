@@ -7,7 +7,7 @@ setup(
     packages=find_packages(include=["graphfuser", "graphfuser.*"]),
     package_data={"graphfuser": ["../configs/*.yaml"]},
     python_requires=">=3.9",
-    install_requires=["torch>=2.4", "pyyaml", "rich"],
+    install_requires=["torch>=2.4", "pyyaml", "rich", "numpy"],
     extras_require={
         "cuda": ["cuda-bindings", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime"],
         "test": ["pytest"],
