@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import yaml
 
 DISABLE_OPTIONS = (
-    "fallback", "fma", "index_hoist", "predicate_elimination", "unroll_with_rng", "compile_cache",
+    "fallback", "fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng", "compile_cache",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition")
 DUMP_OPTIONS = (
@@ -56,11 +56,12 @@ DEFAULTS: dict[str, Any] = {
         "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fwrapv"],
         "omp_threshold": 65536,
     },
-    "cuda": {"block_size": 256, "unroll": 2, "blocks_per_sm": 64},
+    "cuda": {"block_size": 256, "unroll": 2, "blocks_per_sm": 64,
+             "reduction_register_elements": 16, "reduction_min_threads": 128, "reduction_blocks_per_sm": 0},
 }
 
 # Knobs that change generated code: part of every kernel cache key.
-CODEGEN_KNOBS = ("fma", "index_hoist", "predicate_elimination")
+CODEGEN_KNOBS = ("fma", "index_hoist", "predicate_elimination", "prefetch")
 
 
 class ConfigError(ValueError):

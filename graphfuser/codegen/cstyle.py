@@ -27,6 +27,7 @@ class RenderOptions:
     predicate_elimination: bool = True
     omp_threshold: int = 65536
     fast_div: bool = False          # 32-bit index: divide by run-time extents with magic numbers
+    prefetch: bool = True           # persistent reductions: load the next row during this one
 
 
 def c_literal(value, dtype: torch.dtype) -> str:

@@ -109,6 +109,51 @@ class _Walk(PassPlan):
         self._checks()
         self._offsets()
         self._analyze()
+        self.prefetch = self._prefetched()
+
+    def _prefetched(self) -> dict[int, str]:
+        """Tensor params whose first-pass loads go through a register array that the previous
+        row filled: a persistent schedule whose one prefix leaf is the dialect's grid-stride row
+        loop loads row ``i0 + step`` right after its first pass, so the load latency overlaps
+        this row's reductions and stores (software pipelining over rows)."""
+        leaves = self.nest.leaves
+        if not (self.o.prefetch and self.d.row_prefetch and self.persistent and self.first == 1
+                and leaves[0].ptype is ParallelType.BIDx and self.L == 1):
+            return {}
+        out: dict[int, str] = {}
+        for e in self.pass_order(1):
+            if isinstance(e, Load) and self.full[id(e)]:
+                t = self.k.tensors[e.tensor]
+                if not (self.vec and t.dim_kinds[-1] == "bcast"):
+                    out[e.tensor] = f"pf_{t.name}"
+        return out
+
+    def emit_prefetch(self, em: _Emitter, row: str) -> None:
+        """Load row ``row`` of every prefetched tensor into its register array (a scope that
+        re-declares the row index and the index values hoisted at row depth)."""
+        start = em.depth
+        em("{")
+        em.depth += 1
+        em(f"const {self.T} i0 = {row};")
+        em(f"if (i0 < {self.ix(self.nest.leaves[0].extent)}) {{")
+        em.depth += 1
+        self.emit_decls(em, 1)
+        for i in self.loops:
+            self.open_leaf(em, i)
+        if self.preds:
+            em("if (" + " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.preds) + ") {")
+            em.depth += 1
+        for q, name in self.prefetch.items():
+            t = self.k.tensors[q]
+            src = f"{t.name}[{self.ix(self.offsets[q])}]"
+            if self.vec:
+                base = self._linear(self.cache_leaves[:-1])
+                em(f"gf_load<{self.V}>({name} + ({base}) * {self.V}, &{src});")
+            else:
+                em(f"{name}[{self._linear(self.cache_leaves)}] = {src};")
+        while em.depth > start:
+            em.depth -= 1
+            em("}")
 
     # -- bounds checks ----------------------------------------------------------------------
     def _checks(self) -> None:
@@ -255,12 +300,22 @@ class _Walk(PassPlan):
                 clauses.append(f" reduction({self.d.simd_reduction['or']}:nan{j[3:]})")
         return self.d.simd_pragma + "".join(clauses) if self.d.simd_pragma else ""
 
-    @staticmethod
-    def nan_flag(r: Reduce) -> bool:
-        return r.op in ("max", "min") and r.dtype.is_floating_point
+    def nan_flag(self, r: Reduce) -> bool:
+        """Float max / min carry a NaN flag, unless the dialect has a NaN-propagating combine
+        for them (one instruction: ``max.NaN.f32`` on CUDA) and they are not half of a pair."""
+        if r.op not in ("max", "min") or not r.dtype.is_floating_point:
+            return False
+        return (r.op, r.dtype) not in self.d.nan_combine or id(r) in self.first_of or id(r) in self.second_of
+
+    def combine(self, r: Reduce) -> str:
+        if self.nan_flag(r):
+            return COMBINE[r.op]
+        return self.d.nan_combine.get((r.op, r.dtype), COMBINE[r.op])
 
     def raw_load(self, p: int, e: Load) -> str:
         t = self.k.tensors[e.tensor]
+        if p == 1 and e.tensor in self.prefetch:
+            return f"{self.prefetch[e.tensor]}[{self._linear(self.cache_leaves)}]"
         if self.vec and self.full[id(e)]:
             return f"s_{t.name}" if t.dim_kinds[-1] == "bcast" else f"b_{t.name}[v]"
         return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
@@ -323,6 +378,9 @@ class _Walk(PassPlan):
         while em.depth > outer:
             em.depth -= 1
             em("}")
+        if p == 1 and self.prefetch:
+            em(f"const {self.T} gf_next = i0 + {self.d.row_prefetch[1]};")
+            self.emit_prefetch(em, "gf_next")
         bound_red = [i for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
         if bound_red and L > 1:
             raise ScheduleError("thread-bound reduced leaves with lane accumulators are not supported")
@@ -360,7 +418,7 @@ class _Walk(PassPlan):
         V = self.V
         if self.vec:
             for e in order:
-                if not isinstance(e, Load) or not self.full[id(e)]:
+                if not isinstance(e, Load) or not self.full[id(e)] or (p == 1 and e.tensor in self.prefetch):
                     continue
                 t = self.k.tensors[e.tensor]
                 st, off = STORAGE_TYPES[t.dtype], self.ix(self.offsets[e.tensor])
@@ -387,7 +445,7 @@ class _Walk(PassPlan):
                                            COMPUTE_TYPES[r.dtype]):
                         em(line)
             else:
-                em(COMBINE[r.op].format(a=j, v=v))
+                em(self.combine(r).format(a=j, v=v))
             if self.nan_flag(r):
                 em(f"nan{self.acc[id(r)][3:]}{lane} |= {v} != {v};")
         for q, e in stores:
@@ -435,6 +493,10 @@ class _Walk(PassPlan):
             if self.bound[i]:
                 em(d.binds[leaves[i].ptype].format(T=self.T, i=f"i{i}"))
         self.emit_decls(em, 0)
+        for q, name in self.prefetch.items():
+            em(f"{STORAGE_TYPES[k.tensors[q].dtype]} {name}[{self.cache_size()}];")
+        if self.prefetch:
+            self.emit_prefetch(em, d.row_prefetch[0])
         for i in range(self.first):
             self.open_leaf(em, i)
             self.emit_decls(em, i + 1)

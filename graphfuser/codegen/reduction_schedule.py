@@ -33,6 +33,7 @@ MULTIPASS_THREADS = 512
 PERSISTENT_CHUNKS = (1, 2, 4)   # P of the persistent variants (few: each costs NVRTC time)
 MIN_THREADS = 128          # the launcher takes the largest P that leaves a row this many threads
 OUTER_BLOCK = (32, 16)
+NONE_BLOCK = (256, 2)      # (threads, unroll) of normalizations without a reduction (the pointwise ones)
 CPU_LANES = 16
 SCRATCH_ROWS = 16384       # CPU: longest row whose computed values go to a stack array
 
@@ -48,6 +49,7 @@ class ReductionParams:
     lanes: int = 1              # CPU outer: kept elements per thread
     online: bool = False        # softmax's max and sum in one pass (multi-pass GPU schedule)
     scratch: bool = False       # CPU: computed values for later passes in a per-row array
+    unroll: int = 1             # "none": vectors per thread per grid-stride step
 
     @property
     def tag(self) -> str:
@@ -58,14 +60,17 @@ class ReductionParams:
         return f"p{self.persistent}_v{self.vector}" if self.persistent else f"mp_v{self.vector}"
 
 
-def reduction_variants(kernel: ReductionKernel, target: str) -> list[ReductionParams]:
-    """Every variant the kernel source holds, in the order the launcher tests them."""
+def reduction_variants(kernel: ReductionKernel, target: str,
+                       register_elements: int = REGISTER_ELEMENTS) -> list[ReductionParams]:
+    """Every variant the kernel source holds, in the order the launcher tests them.
+    ``register_elements``: the most elements of a row a persistent thread keeps per cached value."""
     if kernel.kind == "none":
         if target == "cpu":
             return [ReductionParams("cpu", "none")]
         v = vector_width(kernel)
-        out = [ReductionParams("cuda", "none", vector=1, block=(128, 1), max_threads=128)]
-        return out + ([ReductionParams("cuda", "none", vector=v, block=(128, 1), max_threads=128)] if v > 1 else [])
+        tx, unroll = NONE_BLOCK
+        return [ReductionParams("cuda", "none", vector=w, block=(tx, 1), max_threads=tx, unroll=unroll)
+                for w in sorted({1, v})]
     if target == "cpu":
         if kernel.kind == "outer":
             return [ReductionParams("cpu", "outer", lanes=CPU_LANES)]
@@ -79,7 +84,7 @@ def reduction_variants(kernel: ReductionKernel, target: str) -> list[ReductionPa
     if v > 1:
         widths.append(v)
     for w in widths:
-        chunks = [p for p in PERSISTENT_CHUNKS if p * w <= REGISTER_ELEMENTS]
+        chunks = [p for p in PERSISTENT_CHUNKS if p * w <= register_elements] or [1]
         if w == 1:
             chunks = [4]          # ragged rows: up to 4 * MAX_THREADS elements stay in registers
         out += [ReductionParams("cuda", "inner", persistent=p, vector=w) for p in chunks]
@@ -91,7 +96,7 @@ def schedule_reduction(kernel: ReductionKernel, params: ReductionParams) -> Loop
     """The loop nest of one variant (see the module docstring)."""
     P = ParallelType
     if params.kind == "none":
-        pw = PointwiseParams(params.target, vector=params.vector, block=params.block[0] or 128, unroll=1)
+        pw = PointwiseParams(params.target, vector=params.vector, block=params.block[0] or 128, unroll=params.unroll)
         return schedule_pointwise(kernel, pw)
     nest = LoopNest(kernel.n_dims)
     n_kept = kernel.n_dims - len(kernel.red_roots)

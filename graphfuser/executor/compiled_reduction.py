@@ -26,37 +26,51 @@ from ..codegen.cstyle_reduction import render_reduction, render_reduction_source
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import kernel_ir_text
 from ..codegen.reduction import lower_reduction_group
-from ..codegen.reduction_schedule import (MAX_THREADS, MIN_THREADS, SCRATCH_ROWS, ReductionParams,
+from ..codegen.reduction_schedule import (MAX_THREADS, SCRATCH_ROWS, ReductionParams,
                                           reduction_variants, schedule_reduction)
 from ..ir.types import full_stride_order
 from ..ir.graph import Graph
+from ..config import config
 from ..log import dump
 
 class EmptyReductionError(RuntimeError):
     """max / min over zero elements (eager raises; the fallback reproduces its error)."""
 
 
+INDEX_LIMIT = 2 ** 31 - 2 ** 24   # 32-bit variants: every offset (and loop overshoot) below 2**31
+
+
 class ReductionGroup:
-    """Everything built for one reduction group: kernel IR, variant schedules, source."""
+    """Everything built for one reduction group: kernel IR, variant schedules, source.
+
+    ``variants`` holds ``(fname, nest, params, index type, divisors)``. On CUDA each schedule
+    is rendered twice, with 32-bit indices (first half) and 64-bit ones (second half); the
+    launcher takes the 32-bit one when every offset fits. ``divisors``: the extents a 32-bit
+    ``none`` (pointwise-shaped) variant divides by with host-computed magic numbers."""
 
     def __init__(self, sub: Graph, target: str, device: torch.device, name: str) -> None:
         from .compiled import _render_opts
 
         self.sub, self.target, self.device, self.name = sub, target, device, name
         self.kernel, self.plan = lower_reduction_group(sub, name)
-        self.variants: list[tuple[str, Any, ReductionParams]] = []
+        self.variants: list[tuple[str, Any, ReductionParams, str, list[str]]] = []
         dialect = CUDA if target == "cuda" else CPP
-        opts = _render_opts("long long")
         fns: list[str] = []
-        for params in reduction_variants(self.kernel, target):
-            nest = schedule_reduction(self.kernel, params)
-            fname = f"{name}_{params.tag}" if target == "cuda" or self.variants else name
-            if params.kind == "none":
-                fns.append(render_function(self.kernel, nest, dialect, fname, opts))
-            else:
-                fns.append(render_reduction(self.kernel, nest, dialect, fname, opts, params.max_threads,
-                                            params.online, params.scratch))
-            self.variants.append((fname, nest, params))
+        schedules = [(p, schedule_reduction(self.kernel, p))
+                     for p in reduction_variants(self.kernel, target, int(config.cuda["reduction_register_elements"]))]
+        for itype, tag in ((("int", "_i32"), ("long long", "_i64")) if target == "cuda" else (("long long", ""),)):
+            opts = _render_opts(itype)
+            opts.prefetch = not config.is_disabled("prefetch")
+            for params, nest in schedules:
+                fname = f"{name}_{params.tag}{tag}" if target == "cuda" or self.variants else name
+                info: dict = {}
+                if params.kind == "none":
+                    opts.fast_div = itype == "int"
+                    fns.append(render_function(self.kernel, nest, dialect, fname, opts, info))
+                else:
+                    fns.append(render_reduction(self.kernel, nest, dialect, fname, opts, params.max_threads,
+                                                params.online, params.scratch))
+                self.variants.append((fname, nest, params, itype, info.get("divisors", [])))
         render = render_source if self.kernel.kind == "none" else render_reduction_source
         self.functions = fns
         self.source = render(fns, dialect)          # every variant: dumps, repros, NVRTC checks
@@ -64,7 +78,7 @@ class ReductionGroup:
         nest, params = self.variants[-1][1], self.variants[-1][2]
         dump("fusion_ir", f"Fusion IR of {name}", str(sub))
         dump("scheduler_params", f"Reduction schedule of {name}",
-             "\n".join(f"{p}\n" + "\n".join(f"  tv.{h}" for h in n.history) for _, n, p in self.variants))
+             "\n".join(f"{p}\n" + "\n".join(f"  tv.{h}" for h in n.history) for p, n in schedules))
         dump("kernel_ir", f"Kernel IR of {name}", self.kernel_ir_text())
         dump("cuda_kernel" if target == "cuda" else "cpp_kernel", f"Kernel {name}", self.source,
              "cuda" if target == "cuda" else "cpp")
@@ -136,15 +150,30 @@ def _armed(L: list[str], n_in: int) -> str:
                      + ["    except Exception as e:", f"        return _fail(e, ({params}{',' if n_in == 1 else ''}))"]) + "\n"
 
 
-def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
-    """Lines choosing ``f``, ``grid`` and ``block`` among the CUDA variants."""
+def _small_index(cg: ReductionGroup, first_stride: int) -> str:
+    """The launcher's test that every tensor's largest offset fits the 32-bit variants."""
     k = cg.kernel
-    variants = [p for _, _, p in cg.variants]
+    st = {pr: s for s, pr in enumerate(stride_args(k))}
+    tests = ["rows * nr"]
+    for p, t in enumerate(k.tensors):
+        terms = [f"n{r}" if kind == "unit" else f"a[{first_stride + st[(p, r)]}] * n{r}"
+                 for r, kind in enumerate(t.dim_kinds) if kind != "bcast" and not (kind == "unit" and t.is_output)]
+        if terms and not t.is_output:
+            tests.append(" + ".join(terms))
+    return " and ".join(f"{x} < {INDEX_LIMIT}" for x in dict.fromkeys(tests))
+
+
+def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
+    """Lines choosing ``f``, ``grid`` and ``block`` among the CUDA variants: ``o`` selects the
+    32-bit half of ``_fns`` (0) or the 64-bit half."""
+    k = cg.kernel
+    half = len(cg.variants) // 2
+    variants = [v[2] for v in cg.variants[:half]]
     st = stride_args(k)
     first_stride = len(k.tensors) + k.n_dims
     V = max(p.vector for p in variants)
     vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[-1] != "bcast"]
-    lines = []
+    lines = [f"small = {_small_index(cg, first_stride)}", f"o = 0 if small else {half}"]
     if V > 1:
         aligned = " | ".join(f"a[{p}]" for p in vec_tensors) or "0"
         strides = "".join(f" and a[{first_stride + s}] % {V} == 0" for s, (p, _) in enumerate(st) if p in vec_tensors)
@@ -154,18 +183,25 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
     if k.kind == "none":
         scalar = next(i for i, p in enumerate(variants) if p.vector == 1)
         vector = next((i for i, p in enumerate(variants) if p.vector > 1), scalar)
-        lines.append(f"f, per = ((_fns[{vector}] or _load({vector})), {128 * V}) if vec else "
-                     f"((_fns[{scalar}] or _load({scalar})), 128)")
+        per = variants[scalar].block[0] * variants[scalar].unroll
+        lines.append(f"j, per = ({vector}, {per * V}) if vec else ({scalar}, {per})")
+        lines.append("f = _fns[j + o] or _load(j + o)")
+        for j in sorted({scalar, vector}):
+            divs = cg.variants[j][4]
+            if divs:
+                lines.append(f"if small and j == {j}:")
+                lines.append("    a = a + " + " + ".join(f"_magic({d})" for d in divs))
         lines.append("grid = (rows * nr + per - 1) // per")
         lines.append("grid = (grid if grid < _maxgrid else _maxgrid, 1, 1)")
-        lines.append("block = (128, 1, 1)")
+        lines.append(f"block = ({variants[scalar].block[0]}, 1, 1)")
         return lines
     if k.kind == "outer":
         tx, ty = variants[0].block
-        lines.append("f = _fns[0] or _load(0)")
-        lines.append(f"grid = (rows + {tx - 1}) // {tx}")
-        lines.append("grid = (grid if grid < _maxgrid else _maxgrid, 1, 1)")
+        lines.append("f = _fns[o] or _load(o)")
         lines.append(f"block = ({tx}, {ty}, 1)")
+        lines.append(f"grid = (rows + {tx - 1}) // {tx}")
+        lines.append(f"cap = {_grid_cap(tx * ty)}")
+        lines.append("grid = (grid if grid < cap else cap, 1, 1)")
         return lines
     for w, cond in ((V, "if vec:"), (1, "else:")):
         if w == 1 and V == 1:
@@ -175,19 +211,34 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         chosen = [(i, p) for i, p in enumerate(variants) if p.vector == w and p.persistent]
         multi = next(i for i, p in enumerate(variants) if p.vector == w and not p.persistent)
         branch = "if"
+        lo = int(config.cuda["reduction_min_threads"])
         for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
             P = p.persistent
-            lines.append(f"    {branch} {MIN_THREADS * P} <= nv <= {MAX_THREADS * P}:")
-            lines.append(f"        f, tx = _fns[{i}] or _load({i}), (nv + {P - 1}) // {P}")
+            lines.append(f"    {branch} {lo * P} <= nv <= {MAX_THREADS * P}:")
+            lines.append(f"        f, tx = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}")
             branch = "elif"
         i, p = min(chosen, key=lambda c: c[1].persistent)
         lines.append(f"    elif nv <= {MAX_THREADS * p.persistent}:")
-        lines.append(f"        f, tx = _fns[{i}] or _load({i}), (nv + {p.persistent - 1}) // {p.persistent}")
+        lines.append(f"        f, tx = _fns[{i} + o] or _load({i} + o), (nv + {p.persistent - 1}) // {p.persistent}")
         lines.append("    else:")
-        lines.append(f"        f, tx = _fns[{multi}] or _load({multi}), {variants[multi].block[0]}")
+        lines.append(f"        f, tx = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}")
     lines.append("block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)")
-    lines.append("grid = (rows if rows < _maxgrid else _maxgrid, 1, 1)")
+    lines.append(f"cap = {_grid_cap('block[0]')}")
+    lines.append("grid = (rows if rows < cap else cap, 1, 1)")
     return lines
+
+
+def _grid_cap(threads) -> str:
+    """Python for the most blocks a reduction grid gets: the blocks that fit at once
+    (``reduction_blocks_per_sm: 0``) or that many per SM. Rows beyond it grid-stride."""
+    per_sm = int(config.cuda["reduction_blocks_per_sm"])
+    return f"_sms * {per_sm}" if per_sm else f"f.resident_blocks({threads})"
+
+
+def _magic_divisor() -> Callable:
+    from .compiled import magic_divisor
+
+    return magic_divisor
 
 
 def build_reduction_launcher(cg: ReductionGroup) -> Callable:
@@ -196,8 +247,9 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     for j, op in enumerate(plan.outputs):
         ns[f"_odt{j}"] = op.dtype
     arg_kind = {torch.float64: "f64", torch.int64: "i64", torch.bool: "i32"}
-    kinds = ["ptr"] * len(k.tensors) + ["i64"] * (k.n_dims + len(stride_args(k))) + \
-        [arg_kind[s.dtype] for s in k.scalars]
+    n_index = k.n_dims + len(stride_args(k))
+    scalar_kinds = [arg_kind[s.dtype] for s in k.scalars]
+    kinds = ["ptr"] * len(k.tensors) + ["i64"] * n_index + scalar_kinds
     if cg.target == "cpu":
         from ..runtime.cpu import CpuKernel, compile_cpp
 
@@ -214,15 +266,18 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
 
         def load(i: int):
             """Variants compile on first use: a launch shape that never occurs costs nothing."""
-            fname = cg.variants[i][0]
-            fns[i] = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx,
-                                            kinds)
+            fname, _, _, itype, divs = cg.variants[i]
+            vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds \
+                + ["u32", "u32"] * len(divs)
+            fns[i] = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx, vk)
             return fns[i]
 
         ns["_fns"], ns["_load"] = fns, load
         ns["_stream"] = cuda_driver.raw_stream
         ns["_devidx"] = idx
-        ns["_maxgrid"] = cuda_driver.sm_count(idx) * 32
+        ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
+        ns["_sms"] = cuda_driver.sm_count(idx)
+        ns["_magic"] = _magic_divisor()
     src = launcher_source(cg)
     cg.launcher_source = src
     ns.update({"_broken": False, "_eager": None, "_fail": None})

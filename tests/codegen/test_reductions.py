@@ -267,7 +267,7 @@ def test_online_softmax_pass(monkeypatch):
     monkeypatch.setattr(reduction_pairs, "FUSED_KINDS", ("softmax", "variance"))
     real = compiled_reduction.reduction_variants
     monkeypatch.setattr(compiled_reduction, "reduction_variants",
-                        lambda k, t: [replace(p, online=True) for p in real(k, t)])
+                        lambda k, t, *a: [replace(p, online=True) for p in real(k, t, *a)])
     x = make(6, 300)
     x[1, 3], x[2, 7], x[3, :] = float("nan"), float("inf"), float("-inf")
     x[4, :100] = float("-inf")
