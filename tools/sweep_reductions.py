@@ -1,7 +1,7 @@
 """Sweep the CUDA reduction schedule knobs on the reduction bench cases.
 
     python tools/sweep_reductions.py [name filters...]
-    SWEEP="prefetch=1,0 reg=16,32 min_threads=64,128 bps=0,32" python tools/sweep_reductions.py softmax
+    SWEEP="prefetch=1,0 stages=0,2 reg=16,32 min_threads=64,128 bps=0,32" python tools/sweep_reductions.py softmax
 
 Each knob combination scripts the case afresh (the knobs are part of the kernel cache key) and
 times it; one table per case, best first, in % of measured copy bandwidth. torch.compile is
@@ -23,7 +23,8 @@ import graphfuser  # noqa: E402
 from graphfuser.config import config  # noqa: E402
 
 KNOBS = {"reg": "reduction_register_elements", "min_threads": "reduction_min_threads",
-         "bps": "reduction_blocks_per_sm"}
+         "bps": "reduction_blocks_per_sm", "stages": "reduction_prefetch_stages",
+         "cache": "reduction_cache_computed"}
 
 
 def grid() -> list[dict[str, int]]:

@@ -28,6 +28,8 @@ class RenderOptions:
     omp_threshold: int = 65536
     fast_div: bool = False          # 32-bit index: divide by run-time extents with magic numbers
     prefetch: bool = True           # persistent reductions: load the next row during this one
+    prefetch_stages: int = 1        # ... into this many shared-memory stages (0: registers)
+    cache_computed: bool = True     # persistent reductions keep computed values, not only loads
 
 
 def c_literal(value, dtype: torch.dtype) -> str:

@@ -110,6 +110,7 @@ class _Walk(PassPlan):
         self._offsets()
         self._analyze()
         self.prefetch = self._prefetched()
+        self.stages = self._stages()
 
     def _prefetched(self) -> dict[int, str]:
         """Tensor params whose first-pass loads go through a register array that the previous
@@ -128,9 +129,39 @@ class _Walk(PassPlan):
                     out[e.tensor] = f"pf_{t.name}"
         return out
 
-    def emit_prefetch(self, em: _Emitter, row: str) -> None:
-        """Load row ``row`` of every prefetched tensor into its register array (a scope that
-        re-declares the row index and the index values hoisted at row depth)."""
+    def _stages(self) -> int:
+        """Shared-memory stages of the prefetch (0: the register array). With ``S`` stages,
+        rows ``i0 + 1 .. i0 + S`` (in grid strides) are in flight as asynchronous copies into a
+        ring of dynamic shared memory that each thread alone writes and reads back (no barrier),
+        so the bytes in flight do not cost registers. Vector accesses of 4, 8 or 16 bytes only."""
+        S = self.o.prefetch_stages
+        if not (S and self.prefetch and self.vec and self.d.async_copy):
+            return 0
+        if any(self.V * self.k.tensors[q].dtype.itemsize not in (4, 8, 16) for q in self.prefetch):
+            return 0
+        return S
+
+    def stage_bytes(self) -> int:
+        """Dynamic shared memory per thread (times blockDim.x at launch)."""
+        if not self.stages:
+            return 0
+        P = int(self.cache_size()) // self.V
+        return self.stages * P * sum(self.V * self.k.tensors[q].dtype.itemsize for q in self.prefetch)
+
+    def stage_addr(self, q: int, stage: str) -> str:
+        """Where this thread's vector of chunk ``i1...`` of tensor ``q`` sits in ``stage``:
+        [stage][tensor][chunk][thread], so a warp's 16-byte accesses are consecutive."""
+        P = int(self.cache_size()) // self.V
+        nbytes = {t: self.V * self.k.tensors[t].dtype.itemsize for t in self.prefetch}
+        before = sum(b for t, b in nbytes.items() if t < q)
+        chunk = self._linear(self.cache_leaves[:-1])
+        return (f"gf_stage + (({stage}) * {P * sum(nbytes.values())} + {P * before} + ({chunk}) * {nbytes[q]}) "
+                f"* (int)blockDim.x + (int)threadIdx.x * {nbytes[q]}")
+
+    def emit_prefetch(self, em: _Emitter, row: str, stage: str = "") -> None:
+        """Load row ``row`` of every prefetched tensor into its register array, or start its
+        asynchronous copy into shared-memory ``stage`` (a scope that re-declares the row index
+        and the index values hoisted at row depth)."""
         start = em.depth
         em("{")
         em.depth += 1
@@ -146,7 +177,9 @@ class _Walk(PassPlan):
         for q, name in self.prefetch.items():
             t = self.k.tensors[q]
             src = f"{t.name}[{self.ix(self.offsets[q])}]"
-            if self.vec:
+            if self.stages:
+                em(f"gf_cp_async<{self.V * t.dtype.itemsize}>({self.stage_addr(q, stage)}, &{src});")
+            elif self.vec:
                 base = self._linear(self.cache_leaves[:-1])
                 em(f"gf_load<{self.V}>({name} + ({base}) * {self.V}, &{src});")
             else:
@@ -154,6 +187,8 @@ class _Walk(PassPlan):
         while em.depth > start:
             em.depth -= 1
             em("}")
+        if self.stages:
+            em("gf_cp_commit();")
 
     # -- bounds checks ----------------------------------------------------------------------
     def _checks(self) -> None:
@@ -314,7 +349,7 @@ class _Walk(PassPlan):
 
     def raw_load(self, p: int, e: Load) -> str:
         t = self.k.tensors[e.tensor]
-        if p == 1 and e.tensor in self.prefetch:
+        if p == 1 and e.tensor in self.prefetch and not self.stages:
             return f"{self.prefetch[e.tensor]}[{self._linear(self.cache_leaves)}]"
         if self.vec and self.full[id(e)]:
             return f"s_{t.name}" if t.dim_kinds[-1] == "bcast" else f"b_{t.name}[v]"
@@ -367,6 +402,8 @@ class _Walk(PassPlan):
                 em(f"for (int l = 0; l < {L}; ++l) {j}[l] = {init};")
                 if self.nan_flag(r):
                     em(f"int {flag}[{L}] = {{0}};")
+        if p == 1 and self.stages:
+            em(f"gf_cp_wait<{self.stages - 1}>();")      # this row's copies are done
         outer = em.depth
         for i in self.loops:
             simd = (self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and reds)
@@ -379,8 +416,11 @@ class _Walk(PassPlan):
             em.depth -= 1
             em("}")
         if p == 1 and self.prefetch:
-            em(f"const {self.T} gf_next = i0 + {self.d.row_prefetch[1]};")
-            self.emit_prefetch(em, "gf_next")
+            step = self.d.row_prefetch[1]
+            em(f"const {self.T} gf_next = i0 + {f'{self.stages} * ' if self.stages > 1 else ''}{step};")
+            self.emit_prefetch(em, "gf_next", "gf_cur")
+            if self.stages:
+                em(f"gf_cur = gf_cur + 1 == {self.stages} ? 0 : gf_cur + 1;")
         bound_red = [i for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
         if bound_red and L > 1:
             raise ScheduleError("thread-bound reduced leaves with lane accumulators are not supported")
@@ -418,11 +458,15 @@ class _Walk(PassPlan):
         V = self.V
         if self.vec:
             for e in order:
-                if not isinstance(e, Load) or not self.full[id(e)] or (p == 1 and e.tensor in self.prefetch):
+                if not isinstance(e, Load) or not self.full[id(e)] or (p == 1 and e.tensor in self.prefetch
+                                                                         and not self.stages):
                     continue
                 t = self.k.tensors[e.tensor]
                 st, off = STORAGE_TYPES[t.dtype], self.ix(self.offsets[e.tensor])
-                if t.dim_kinds[-1] == "bcast":
+                if p == 1 and e.tensor in self.prefetch:
+                    em(f"{st} b_{t.name}[{V}];")
+                    em(f"gf_load<{V}>(b_{t.name}, reinterpret_cast<const {st}*>({self.stage_addr(e.tensor, 'gf_cur')}));")
+                elif t.dim_kinds[-1] == "bcast":
                     em(f"const {st} s_{t.name} = {t.name}[{off}];")
                 else:
                     em(f"{st} b_{t.name}[{V}];")
@@ -493,9 +537,15 @@ class _Walk(PassPlan):
             if self.bound[i]:
                 em(d.binds[leaves[i].ptype].format(T=self.T, i=f"i{i}"))
         self.emit_decls(em, 0)
-        for q, name in self.prefetch.items():
-            em(f"{STORAGE_TYPES[k.tensors[q].dtype]} {name}[{self.cache_size()}];")
-        if self.prefetch:
+        if self.stages:
+            em(d.async_copy)
+            em("int gf_cur = 0;")
+            for j in range(self.stages):
+                self.emit_prefetch(em, f"{d.row_prefetch[0]} + {j} * {d.row_prefetch[1]}" if j else d.row_prefetch[0],
+                                   str(j))
+        elif self.prefetch:
+            for q, name in self.prefetch.items():
+                em(f"{STORAGE_TYPES[k.tensors[q].dtype]} {name}[{self.cache_size()}];")
             self.emit_prefetch(em, d.row_prefetch[0])
         for i in range(self.first):
             self.open_leaf(em, i)
@@ -518,11 +568,17 @@ class _Walk(PassPlan):
 
 def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, fname: str,
                      opts: Optional[RenderOptions] = None, max_threads: int = 512, online: bool = False,
-                     scratch: bool = False) -> str:
+                     scratch: bool = False, info: Optional[dict] = None) -> str:
     """One reduction kernel function in ``dialect`` (see the module docstring). ``online``: fuse
     softmax's max and sum passes (for schedules that re-read memory every pass); ``scratch``:
-    keep computed values for later passes in a per-row array (the dialect's ``row_scratch``)."""
-    return _Walk(kernel, nest, dialect, opts or RenderOptions(), online, scratch).render(fname, max_threads)
+    keep computed values for later passes in a per-row array (the dialect's ``row_scratch``).
+    ``info`` (if given) receives ``shared_per_thread``: dynamic shared memory bytes the launch
+    gives per thread of the block (the prefetch stages)."""
+    walk = _Walk(kernel, nest, dialect, opts or RenderOptions(), online, scratch)
+    text = walk.render(fname, max_threads)
+    if info is not None:
+        info["shared_per_thread"] = walk.stage_bytes()
+    return text
 
 
 def render_reduction_source(functions: list[str], dialect: Dialect) -> str:

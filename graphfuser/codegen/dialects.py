@@ -180,6 +180,31 @@ template <int N, typename T> GF_FN void gf_store(T* dst, const T* src) {
 # Op functors give the combine and identity the cross-thread reductions use; blockDim.x is a
 # multiple of 32 (or 32 at least) whenever threads along x reduce together.
 _CUDA_REDUCTION = r"""
+/* Asynchronous global -> shared copies of B = 4, 8 or 16 bytes (cp.async, sm_80+; a plain
+   copy before). Each thread waits for its own copies only: it alone reads what it copied. */
+template <int B> struct gf_bytes;
+template <> struct gf_bytes<4> { typedef unsigned int t; };
+template <> struct gf_bytes<8> { typedef uint2 t; };
+template <> struct gf_bytes<16> { typedef uint4 t; };
+template <int B> GF_FN void gf_cp_async(unsigned char* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
+  if (B == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(src) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(s), "l"(src), "n"(B) : "memory");
+#else
+  *reinterpret_cast<typename gf_bytes<B>::t*>(dst) = *reinterpret_cast<const typename gf_bytes<B>::t*>(src);
+#endif
+}
+GF_FN void gf_cp_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> GF_FN void gf_cp_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
 #if __CUDA_ARCH__ >= 800
 GF_FN float gf_fmax_nan(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
 GF_FN float gf_fmin_nan(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
@@ -342,6 +367,9 @@ class Dialect:
     # (first row, row step) of a grid-stride row loop: persistent reduction kernels prefetch
     # the next row's inputs into registers while they reduce this one. Empty: no prefetch.
     row_prefetch: tuple = ()
+    # Declaration of the dynamic shared memory the prefetch stages use (gf_cp_async /
+    # gf_cp_commit / gf_cp_wait in the reduction prelude); empty: prefetch into registers.
+    async_copy: str = ""
     # (op, dtype) -> accumulate statement ({a} {v}) that propagates NaN by itself: no NaN flag.
     nan_combine: dict = field(default_factory=dict)
 
@@ -402,6 +430,7 @@ CUDA = Dialect(
     vector_registers=True,
     fast_div=True,
     row_prefetch=("blockIdx.x", "gridDim.x"),
+    async_copy="extern __shared__ __align__(16) unsigned char gf_stage[];",
     nan_combine={("max", torch.float32): "{a} = gf_fmax_nan({a}, {v});",
                  ("min", torch.float32): "{a} = gf_fmin_nan({a}, {v});"},
     thread_reduce={P.TIDx: "{acc} = gf_block_reduce_x<gf_op_{op}>({acc}, gf_smem);",

@@ -5,13 +5,19 @@ go in the pass after their last reduction (the last one being the epilogue); val
 vary along the reduced axes are "row" values computed once per row (``hoisted``) when the
 schedule keeps no lanes. Reduction pairs (``reduction_pairs.py``) shift phases: a fused pair
 accumulates in one pass; a deferred pair's first reduction is final only after its second.
-Persistent schedules keep in registers every full-size value that a later pass needs again;
+Persistent schedules keep in registers every full-size value that a later pass needs again
+(or, with ``cache_computed`` off, only the loaded ones: later passes recompute the rest);
 scratch ones (CPU) keep the computed ones in a per-row array.
 """
 from __future__ import annotations
 
-from .kir import Cast, Const, Expr, Load, Reduce
+from .kir import Call, Cast, Const, Expr, Load, Reduce
 from .reduction_pairs import Pair, find_pairs
+
+
+CHEAP_CACHE_ELEMENTS = 16     # per-thread elements below which every reused value is kept
+CHEAP_OPS = frozenset({"add", "sub", "mul", "neg", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not",
+                       "where", "fma", "maximum", "minimum", "round_half", "round_bf16"})
 
 
 class PassPlan:
@@ -83,11 +89,37 @@ class PassPlan:
 
     def hit(self, e: Expr, p: int) -> bool:
         """True when pass ``p`` reads ``e`` from the register cache (persistent schedules)."""
-        keep = self.persistent or (self.scratch and not isinstance(e, Load))
+        keep = (self.persistent and (isinstance(e, Load) or (self.o.cache_computed and self._worth_caching(e)))) or \
+            (self.scratch and not isinstance(e, Load))
         if not (keep and self.full[id(e)]) or isinstance(e, Const) or self.first_seen.get(id(e), p) >= p:
             return False
         self.cached.setdefault(id(e), self.first_seen[id(e)])
         return True
+
+    def _worth_caching(self, e: Expr) -> bool:
+        """A computed value is kept in registers when the per-thread cache is small, or when
+        recomputing it costs more than arithmetic (``exp(x - max)``): wide rows that would hold
+        ``x`` and ``x - mean`` both (layer norm) keep ``x`` alone and subtract again, so the
+        block keeps its occupancy."""
+        if self.cache_elements() <= CHEAP_CACHE_ELEMENTS:
+            return True
+        seen: set[int] = set()
+
+        def costly(x: Expr) -> bool:
+            if id(x) in seen or isinstance(x, (Load, Reduce, Const)):
+                return False
+            seen.add(id(x))
+            if isinstance(x, Call) and x.op not in CHEAP_OPS:
+                return True
+            return any(costly(a) for a in getattr(x, "args", ()) or ((x.arg,) if isinstance(x, Cast) else ()))
+
+        return costly(e)
+
+    def cache_elements(self) -> int:
+        n = 1
+        for k in self.cache_leaves:
+            n *= self.nest.leaves[k].extent.const or 1
+        return n
 
     def pass_order(self, p: int) -> list[Expr]:
         return self.order_from(self.pass_roots(p), p)

@@ -28,10 +28,10 @@ from .reduction import ReductionKernel
 from .schedule import LoopNest, ParallelType
 
 MAX_THREADS = 512          # launch bound of the inner GPU schedules
-REGISTER_ELEMENTS = 16     # elements a persistent thread holds per cached value (H200: more spills)
+REGISTER_ELEMENTS = 32     # elements a persistent thread holds per cached value (config knob)
 MULTIPASS_THREADS = 512
 PERSISTENT_CHUNKS = (1, 2, 4)   # P of the persistent variants (few: each costs NVRTC time)
-MIN_THREADS = 128          # the launcher takes the largest P that leaves a row this many threads
+MIN_THREADS = 64           # the launcher takes the largest P that leaves a row this many threads
 OUTER_BLOCK = (32, 16)
 NONE_BLOCK = (256, 2)      # (threads, unroll) of normalizations without a reduction (the pointwise ones)
 CPU_LANES = 16

@@ -8,12 +8,20 @@ choice of variant from the run-time row size:
 
 - vector variants need the innermost reduced extent and every stride of the vectorized tensors
   divisible by the vector width and 16-byte aligned pointers; otherwise the scalar ones run;
+- each variant exists with 32-bit and 64-bit indices; the 32-bit one runs when every tensor's
+  largest offset is below ``INDEX_LIMIT``;
 - variants compile (NVRTC) on first use, each from its own source; ``source`` holds them all;
 - among the persistent variants the launcher takes the largest P that leaves a row between
-  ``MIN_THREADS`` and ``MAX_THREADS`` threads (``ceilDiv(ceilDiv(R, V), P)``, rounded up to a
-  warp), else the smallest P that fits; rows wider than that take the multi-pass variant.
-  (Measured on an H200: more than 16 elements per thread spill or starve occupancy, and a
-  multi-pass row re-read from L2 beats them.)
+  ``cuda.reduction_min_threads`` and ``MAX_THREADS`` threads (``ceilDiv(ceilDiv(R, V), P)``,
+  rounded up to a warp), else the smallest P that fits; rows wider than that take the
+  multi-pass variant;
+- the grid is as many blocks as fit on the device at once (occupancy, with the prefetch
+  stages' dynamic shared memory counted); rows beyond it grid-stride, so each block's next
+  row is loading while it reduces this one.
+
+Measured on an H200 (``tools/sweep_reductions.py``, bf16 rows of 1024..16384): one prefetch
+stage and up to 32 elements per thread put layer norm, softmax and RMSNorm at 78-86% of copy
+bandwidth; without the prefetch they ran at 55-65%.
 """
 from __future__ import annotations
 
@@ -43,7 +51,7 @@ INDEX_LIMIT = 2 ** 31 - 2 ** 24   # 32-bit variants: every offset (and loop over
 class ReductionGroup:
     """Everything built for one reduction group: kernel IR, variant schedules, source.
 
-    ``variants`` holds ``(fname, nest, params, index type, divisors)``. On CUDA each schedule
+    ``variants`` holds ``(fname, nest, params, index type, divisors, shared bytes per thread)``. On CUDA each schedule
     is rendered twice, with 32-bit indices (first half) and 64-bit ones (second half); the
     launcher takes the 32-bit one when every offset fits. ``divisors``: the extents a 32-bit
     ``none`` (pointwise-shaped) variant divides by with host-computed magic numbers."""
@@ -53,7 +61,7 @@ class ReductionGroup:
 
         self.sub, self.target, self.device, self.name = sub, target, device, name
         self.kernel, self.plan = lower_reduction_group(sub, name)
-        self.variants: list[tuple[str, Any, ReductionParams, str, list[str]]] = []
+        self.variants: list[tuple[str, Any, ReductionParams, str, list[str], int]] = []
         dialect = CUDA if target == "cuda" else CPP
         fns: list[str] = []
         schedules = [(p, schedule_reduction(self.kernel, p))
@@ -61,6 +69,8 @@ class ReductionGroup:
         for itype, tag in ((("int", "_i32"), ("long long", "_i64")) if target == "cuda" else (("long long", ""),)):
             opts = _render_opts(itype)
             opts.prefetch = not config.is_disabled("prefetch")
+            opts.prefetch_stages = int(config.cuda["reduction_prefetch_stages"])
+            opts.cache_computed = bool(config.cuda["reduction_cache_computed"])
             for params, nest in schedules:
                 fname = f"{name}_{params.tag}{tag}" if target == "cuda" or self.variants else name
                 info: dict = {}
@@ -69,8 +79,9 @@ class ReductionGroup:
                     fns.append(render_function(self.kernel, nest, dialect, fname, opts, info))
                 else:
                     fns.append(render_reduction(self.kernel, nest, dialect, fname, opts, params.max_threads,
-                                                params.online, params.scratch))
-                self.variants.append((fname, nest, params, itype, info.get("divisors", [])))
+                                                params.online, params.scratch, info))
+                self.variants.append((fname, nest, params, itype, info.get("divisors", []),
+                                      info.get("shared_per_thread", 0)))
         render = render_source if self.kernel.kind == "none" else render_reduction_source
         self.functions = fns
         self.source = render(fns, dialect)          # every variant: dumps, repros, NVRTC checks
@@ -137,7 +148,7 @@ def launcher_source(cg: ReductionGroup) -> str:
     else:
         L.append(f"        a = ({', '.join(args)},)")
         L += ["        " + line for line in _cuda_choice(cg, len(args))]
-        L.append("        f.launch(grid, block, _stream(_devidx), *a)")
+        L.append("        f.launch(grid, block, _stream(_devidx), *a" + (", shared_mem=sh)" if k.kind == "inner" else ")"))
     L.append(f"    return {ret}")
     return _armed(L, n_in)
 
@@ -215,24 +226,26 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
             P = p.persistent
             lines.append(f"    {branch} {lo * P} <= nv <= {MAX_THREADS * P}:")
-            lines.append(f"        f, tx = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}")
+            lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}, {cg.variants[i][5]}")
             branch = "elif"
         i, p = min(chosen, key=lambda c: c[1].persistent)
         lines.append(f"    elif nv <= {MAX_THREADS * p.persistent}:")
-        lines.append(f"        f, tx = _fns[{i} + o] or _load({i} + o), (nv + {p.persistent - 1}) // {p.persistent}")
+        lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {p.persistent - 1}) // {p.persistent}, "
+                     f"{cg.variants[i][5]}")
         lines.append("    else:")
-        lines.append(f"        f, tx = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}")
+        lines.append(f"        f, tx, sh = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}, 0")
     lines.append("block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)")
-    lines.append(f"cap = {_grid_cap('block[0]')}")
+    lines.append("sh = sh * block[0]")
+    lines.append(f"cap = {_grid_cap('block[0]', 'sh')}")
     lines.append("grid = (rows if rows < cap else cap, 1, 1)")
     return lines
 
 
-def _grid_cap(threads) -> str:
+def _grid_cap(threads, shared="0") -> str:
     """Python for the most blocks a reduction grid gets: the blocks that fit at once
     (``reduction_blocks_per_sm: 0``) or that many per SM. Rows beyond it grid-stride."""
     per_sm = int(config.cuda["reduction_blocks_per_sm"])
-    return f"_sms * {per_sm}" if per_sm else f"f.resident_blocks({threads})"
+    return f"_sms * {per_sm}" if per_sm else f"f.resident_blocks({threads}, {shared})"
 
 
 def _magic_divisor() -> Callable:
@@ -266,11 +279,15 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
 
         def load(i: int):
             """Variants compile on first use: a launch shape that never occurs costs nothing."""
-            fname, _, _, itype, divs = cg.variants[i]
+            fname, _, _, itype, divs, _ = cg.variants[i]
             vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds \
                 + ["u32", "u32"] * len(divs)
-            fns[i] = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx, vk)
-            return fns[i]
+            f = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx, vk)
+            shared = cg.variants[i][5] * MAX_THREADS
+            if shared > 48 * 1024:
+                f.set_max_dynamic_shared(shared)
+            fns[i] = f
+            return f
 
         ns["_fns"], ns["_load"] = fns, load
         ns["_stream"] = cuda_driver.raw_stream

@@ -164,7 +164,7 @@ class CudaKernel:
             prefix = "@" + "".join(_STRUCT_CODES[k] for k in self.arg_kinds[:i + 1])
             self._ptrs[i] = base + struct.calcsize(prefix) - struct.calcsize("@" + _STRUCT_CODES[self.arg_kinds[i]])
         self.params_address = ctypes.addressof(self._ptrs) if self.arg_kinds else 0
-        self._resident: dict[int, int] = {}
+        self._resident: dict[tuple[int, int], int] = {}
         self.launch: Callable[..., None] = self._build_launch()
         if config.dumps("launch_param") or config.dumps("kernel_args"):
             self.launch = self._dumping(self.launch)
@@ -228,16 +228,18 @@ class CudaKernel:
         attr = getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
         return int(_check(drv.cuFuncGetAttribute(attr, self.func), "cuFuncGetAttribute", self.name))
 
-    def resident_blocks(self, threads: int) -> int:
-        """Blocks of ``threads`` threads that fit on the whole device at once (registers,
-        shared memory and thread limits; ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` times
-        the SM count), at least 1. Cached per block size."""
-        hit = self._resident.get(threads)
+    def resident_blocks(self, threads: int, shared_mem: int = 0) -> int:
+        """Blocks of ``threads`` threads (and ``shared_mem`` bytes of dynamic shared memory) that
+        fit on the whole device at once (``cuOccupancyMaxActiveBlocksPerMultiprocessor`` times
+        the SM count), at least 1. Cached per launch shape."""
+        hit = self._resident.get((threads, shared_mem))
         if hit is None:
             drv = _driver()
-            per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, int(threads), 0),
+            if shared_mem > 48 * 1024:
+                self.set_max_dynamic_shared(shared_mem)
+            per_sm = _check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, int(threads), int(shared_mem)),
                             "cuOccupancyMaxActiveBlocksPerMultiprocessor", self.name)
-            hit = self._resident[threads] = max(1, int(per_sm)) * sm_count(self.device_index)
+            hit = self._resident[(threads, shared_mem)] = max(1, int(per_sm)) * sm_count(self.device_index)
         return hit
 
     def unload(self) -> None:
