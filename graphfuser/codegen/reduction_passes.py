@@ -106,8 +106,8 @@ class PassPlan:
         seen: set[int] = set()
 
         def costly(x: Expr) -> bool:
-            if id(x) in seen or isinstance(x, (Load, Reduce, Const)):
-                return False
+            if id(x) in seen or isinstance(x, (Load, Reduce, Const)) or not self.full[id(x)]:
+                return False          # loads are cached themselves; row values are computed once
             seen.add(id(x))
             if isinstance(x, Call) and x.op not in CHEAP_OPS:
                 return True

@@ -1,0 +1,94 @@
+"""The CUDA reduction schedule knobs against eager: prefetch into registers or shared-memory
+stages, computed values kept or recomputed, elements per thread, thread counts per row, the
+64-bit index variants, and grids smaller than the row count (grid-stride rows with a prefetch
+of the next row)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.config import config
+from graphfuser.executor import compiled_reduction
+from helpers import fallback_counter
+
+pytestmark = pytest.mark.cuda
+
+TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5), torch.bfloat16: dict(rtol=4e-2, atol=4e-2),
+       torch.float16: dict(rtol=1e-2, atol=1e-2)}
+
+
+def norms(x, w, b):
+    n = x.shape[-1]
+    return (torch.softmax(x, -1), F.layer_norm(x, [n], w, b, 1e-5),
+            x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, (x * 3).sum(-1), x.amax(-1))
+
+
+def check(*args, **knobs):
+    ref = norms(*args)
+    with config.override(cuda=knobs.pop("cuda", {}), disable=["fallback"] + knobs.pop("disable", [])):
+        sf = graphfuser.script(norms)
+        for _ in range(4):
+            out = sf(*args)
+        counts = fallback_counter(sf)
+    assert counts["fallback"] == 0 and "CudaFusionGroup" in str(sf._optimized), str(sf._optimized)
+    for o, e in zip(out, ref):
+        torch.testing.assert_close(o, e, **TOL[args[0].dtype])
+
+
+def inputs(rows, n, dtype, sliced=False):
+    x = torch.randn(rows, 2 * n if sliced else n, device="cuda").to(dtype)
+    x = x[:, ::2] if sliced else x
+    x[0, 0] = float("nan") if rows > 1 else x[0, 0]
+    return x, torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+
+
+@pytest.mark.parametrize("stages", [0, 1, 2, 3])
+@pytest.mark.parametrize("cache", [True, False])
+@pytest.mark.parametrize("shape", [(1000, 4096), (37, 1000), (9, 12288), (300, 64), (2, 8)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_prefetch_stages_and_caching(stages, cache, shape, dtype):
+    check(*inputs(*shape, dtype), cuda={"reduction_prefetch_stages": stages, "reduction_cache_computed": cache})
+
+
+@pytest.mark.parametrize("reg, min_threads", [(8, 32), (16, 128), (32, 64), (32, 512)])
+def test_elements_and_threads_per_row(reg, min_threads):
+    for shape in [(513, 1024), (64, 3072), (17, 8200)]:
+        check(*inputs(*shape, torch.float16),
+              cuda={"reduction_register_elements": reg, "reduction_min_threads": min_threads})
+
+
+def test_no_prefetch_and_unaligned_rows():
+    check(*inputs(200, 4096, torch.bfloat16), disable=["prefetch"])
+    check(*inputs(200, 1001, torch.bfloat16, sliced=True))          # strided rows: scalar variants
+
+
+@pytest.mark.parametrize("bps", [0, 1])
+def test_more_rows_than_blocks(bps):
+    """One block per SM: every block walks many rows, prefetching each next one."""
+    check(*inputs(50000, 256, torch.bfloat16), cuda={"reduction_blocks_per_sm": bps})
+
+
+def _loaded_halves() -> set[str]:
+    """'i32' / 'i64' for every reduction variant some launcher has loaded so far."""
+    from graphfuser.executor import compiled
+
+    out = set()
+    for runner in compiled._MEMORY.values():
+        fns = getattr(runner, "namespace", {}).get("_fns")
+        if fns and isinstance(getattr(runner, "compiled", None), compiled_reduction.ReductionGroup):
+            out |= {runner.compiled.variants[i][3] for i, f in enumerate(fns) if f is not None}
+    return out
+
+
+def test_32_and_64_bit_index_variants(monkeypatch):
+    """Small tensors take the 32-bit variants; with the limit lowered, the 64-bit ones."""
+    from graphfuser.executor import compiled
+
+    monkeypatch.setattr(compiled, "_MEMORY", {})
+    check(*inputs(64, 4096, torch.bfloat16))
+    assert _loaded_halves() == {"int"}
+    monkeypatch.setattr(compiled, "_MEMORY", {})
+    monkeypatch.setattr(compiled_reduction, "INDEX_LIMIT", 1000)
+    check(*inputs(64, 4096, torch.bfloat16))
+    check(*inputs(5, 100, torch.float32))
+    assert _loaded_halves() == {"long long"}
