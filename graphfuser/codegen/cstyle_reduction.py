@@ -9,13 +9,20 @@ rows, rendered once) and the *inner* leaves, rendered once per pass:
   results go in pass k+1, the last one being the epilogue pass;
 - per-thread accumulators are scalars, or arrays over the inner kept leaves ("lanes": the CPU
   outer reduction keeps one accumulator per simd lane); max / min carry a NaN flag so that
-  NaN propagates while the loop stays a plain compare-select;
+  NaN propagates while the loop stays a plain compare-select, unless the dialect has a
+  NaN-propagating instruction for them (``nan_combine``: ``max.NaN.f32`` on CUDA);
 - after a pass, accumulators combine across every reduced leaf the dialect binds to a thread
   index (``dialect.thread_reduce``: warp shuffles + shared memory on CUDA); a simd loop that
   accumulates gets the dialect's OpenMP reduction clause;
 - when every reduced inner leaf is thread-bound or of constant extent (the persistent
   schedule), the first pass that loads a tensor keeps it in a register array and later passes
-  read the array, so the input is read from memory once;
+  read the array, so the input is read from memory once (computed values are kept too when
+  the per-thread cache is small or recomputing them is not plain arithmetic);
+- persistent schedules whose rows are a grid-stride loop (``dialect.row_prefetch``) prefetch:
+  the next row's first-pass loads start right after this row's first pass, into a register
+  array or, with ``prefetch_stages`` S > 0 and 4/8/16-byte vectors, as asynchronous copies into
+  S shared-memory stages that each thread alone writes and reads back (``dialect.async_copy``),
+  so a block keeps up to S rows in flight while it reduces and stores the current one;
 - values that do not vary along the reduced axes (means, rstd ...) are computed once per row
   after the pass that finishes them, and row-sized outputs are stored by the first thread.
 

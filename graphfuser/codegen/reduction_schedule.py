@@ -9,7 +9,8 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
   (vector lanes), ``split(P, inner_split=False)`` -> ``[Unroll(P), TIDx(ceilDiv(R / V, P)), V]``.
   The TIDx extent is a run-time value (the launcher sets blockDim.x to it, rounded to a warp),
   each thread keeps its ``P * V`` elements in registers, so softmax / layer norm read the row
-  once however many passes they make.
+  once however many passes they make; the next row is prefetched meanwhile (the renderer's
+  ``prefetch``; rows are a grid-stride loop over a grid sized to what fits on the device).
 - inner, multi-pass (GPU, rows too wide to persist): ``[BIDx, Serial, TIDx(512), V]``; every
   pass re-reads the row (from L2 when it fits), and softmax's max and sum share one online pass.
 - outer (GPU): kept -> ``[BIDx, TIDx(32)]`` (coalesced along the contiguous kept dim), reduced ->
