@@ -44,7 +44,7 @@ PY_TEMPLATES: dict[str, str] = {
     "gt": "({0} > {1})", "ge": "({0} >= {1})", "abs": "abs({0})", "max": "max({args})", "min": "min({args})",
     "floor": "_math.floor({0})", "ceil": "_math.ceil({0})", "sqrt": "_math.sqrt({0})",
     "device": "{0}.device", "dtype": "_DTYPE_CODE[{0}.dtype]", "values": "list({0}.values())",
-    "keys": "list({0}.keys())", "__isinstance": "isinstance({0}, {1})",
+    "keys": "list({0}.keys())", "__isinstance": "isinstance({0}, {1})", "slice.t": "{0}[{1}:{2}:{3}]",
 }
 
 PRIM_TEMPLATES: dict[str, str] = {

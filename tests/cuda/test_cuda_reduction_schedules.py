@@ -13,8 +13,8 @@ from helpers import fallback_counter
 
 pytestmark = pytest.mark.cuda
 
-TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5), torch.bfloat16: dict(rtol=4e-2, atol=4e-2),
-       torch.float16: dict(rtol=1e-2, atol=1e-2)}
+TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5, equal_nan=True), torch.bfloat16: dict(rtol=4e-2, atol=4e-2, equal_nan=True),
+       torch.float16: dict(rtol=1e-2, atol=1e-2, equal_nan=True)}
 
 
 def norms(x, w, b):
