@@ -20,7 +20,7 @@ TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5, equal_nan=True), torch.bfloat16
 def norms(x, w, b):
     n = x.shape[-1]
     return (torch.softmax(x, -1), F.layer_norm(x, [n], w, b, 1e-5),
-            x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, (x * 3).sum(-1, dtype=torch.float32),
+            x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, (x + 0).sum(-1, dtype=torch.float32) * 3,
             x.amax(-1))
 
 
