@@ -13,7 +13,8 @@ from helpers import fallback_counter
 
 pytestmark = pytest.mark.cuda
 
-TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5, equal_nan=True), torch.bfloat16: dict(rtol=4e-2, atol=4e-2, equal_nan=True),
+# sums of up to 12288 values: summation order moves fp32 results by a few 1e-5
+TOL = {torch.float32: dict(rtol=1e-4, atol=2e-4, equal_nan=True), torch.bfloat16: dict(rtol=4e-2, atol=4e-2, equal_nan=True),
        torch.float16: dict(rtol=1e-2, atol=1e-2, equal_nan=True)}
 
 
