@@ -90,7 +90,7 @@ def test_32_and_64_bit_index_variants(monkeypatch):
     check(*inputs(64, 4096, torch.bfloat16))
     assert _loaded_halves() == {"int"}
     monkeypatch.setattr(compiled, "_MEMORY", {})
-    monkeypatch.setattr(compiled_reduction, "INDEX_LIMIT", 1000)
+    monkeypatch.setattr(compiled_reduction, "INDEX_LIMIT", 100)
     check(*inputs(64, 4096, torch.bfloat16))
     check(*inputs(5, 100, torch.float32))
     assert _loaded_halves() == {"long long"}
