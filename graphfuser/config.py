@@ -53,7 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "repro_dir": "logs/repro",
     "cpu": {
         "cxx": "g++",
-        "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fwrapv"],
+        "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fwrapv", "-fno-math-errno"],
         "omp_threshold": 65536,
     },
     "cuda": {"block_size": 256, "unroll": 2, "blocks_per_sm": 64,
