@@ -118,6 +118,9 @@ class _Walk(PassPlan):
         self._analyze()
         self.prefetch = self._prefetched()
         self.stages = self._stages()
+        self.grid_red = [k for k in inner if self.red[k] and leaves[k].ptype in dialect.grid_reduce]
+        if self.grid_red:
+            self._check_grid_split()
 
     def _prefetched(self) -> dict[int, str]:
         """Tensor params whose first-pass loads go through a register array that the previous
@@ -135,6 +138,28 @@ class _Walk(PassPlan):
                 if not (self.vec and t.dim_kinds[-1] == "bcast"):
                     out[e.tensor] = f"pf_{t.name}"
         return out
+
+    def _check_grid_split(self) -> None:
+        """A reduced leaf on a grid axis (a row split across blocks) needs one pass, no
+        full-size stores, no pairs: each block combines its part, the last block of the row
+        (a counter per row) combines the parts and stores the row's outputs."""
+        if len(self.grid_red) > 1 or self.n_passes != 1 or self.pass_stores or self.pairs or self.L != 1 \
+                or self.first > 1:
+            raise ScheduleError("a reduction split across blocks needs a single-pass kernel with row outputs only")
+
+    def emit_grid_combine(self, em: _Emitter, reds: list[Reduce]) -> None:
+        """Every block writes its partial accumulators; the row's last block reads them all back
+        and goes on to the row outputs, the others go to their next row."""
+        rows = self.ix(self.nest.leaves[0].extent) if self.first else "1"
+        row = "i0" if self.first else "0"
+        ptype = self.nest.leaves[self.grid_red[0]].ptype
+        for n, r in enumerate(reds):
+            em(self.d.grid_reduce[ptype]["put"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype],
+                                                       slot=f"({n} * {rows} + {row})"))
+        em(self.d.grid_reduce[ptype]["last"].format(row=row, leave="continue" if self.first else "return"))
+        for n, r in enumerate(reds):
+            em(self.d.grid_reduce[ptype]["combine"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], op=r.op,
+                                                           slot=f"({n} * {rows} + {row})"))
 
     def _stages(self) -> int:
         """Shared-memory stages of the prefetch (0: the register array). With ``S`` stages,
@@ -323,6 +348,8 @@ class _Walk(PassPlan):
             em(self.d.simd_pragma)
         elif d.ptype is ParallelType.Unroll and d.extent.const is not None:
             em(self.d.unroll_pragma.format(ext=d.extent.const))
+        elif self.red[i] and d.extent.const is None and self.d.runtime_unroll:
+            em(self.d.runtime_unroll)          # several loads in flight per thread
         em(self.d.loops[d.ptype].format(T=T, i=var, ext=ext) + " {")
         em.depth += 1
 
@@ -454,6 +481,8 @@ class _Walk(PassPlan):
                                     self.acc[id(pair.first)], self.acc[id(pair.second)]))
                 else:
                     em(self.d.thread_reduce[ptype].format(acc=j, op=r.op))
+        if self.grid_red and reds:
+            self.emit_grid_combine(em, reds)
 
     def emit_body(self, em: _Emitter, p: int, reds: list[Reduce], lane: str) -> None:
         order = self.pass_order(p)
@@ -536,7 +565,10 @@ class _Walk(PassPlan):
         em, k, d, leaves = _Emitter(), self.k, self.d, self.nest.leaves
         self.parallel_done = False
         self.hnames: dict[int, str] = {}
-        out = [f"{d.kernel_prefix.format(block=max_threads)} {fname}(" + ", ".join(signature(k, d, self.o)) + ") {"]
+        params = signature(k, d, self.o)
+        if self.grid_red:
+            params += [f"double* {d.restrict} gf_work", f"unsigned int* {d.restrict} gf_sem"]
+        out = [f"{d.kernel_prefix.format(block=max_threads)} {fname}(" + ", ".join(params) + ") {"]
         bound_red = [i for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
         if bound_red:
             em(d.shared_decl)

@@ -320,6 +320,31 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
   for (unsigned y = 1; y < blockDim.y; ++y) r = Op::f(r, smem[y * blockDim.x + threadIdx.x]);
   return r;
 }
+/* A row split across gridDim.y blocks: each block's thread 0 wrote its partials; the block
+   that brings the row's counter to gridDim.y is the last, resets the counter for the next
+   launch and, after a fence, reads every partial (threadFenceReduction). */
+GF_FN bool gf_grid_last(unsigned int* sem, double* raw) {
+  int* flag = reinterpret_cast<int*>(raw);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned int prev = atomicAdd(sem, 1u);
+    const int last = prev == gridDim.y - 1;
+    if (last) *sem = 0u;
+    flag[0] = last;
+  }
+  __syncthreads();
+  const bool last = *reinterpret_cast<volatile int*>(flag) != 0;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+template <typename Op, typename T> GF_FN T gf_grid_combine(const double* work, double* raw) {
+  T v = Op::template id<T>();
+  for (unsigned int k = threadIdx.x; k < gridDim.y; k += blockDim.x)
+    v = Op::f(v, *reinterpret_cast<const volatile T*>(work + k));
+  return gf_block_reduce_x<Op>(v, raw);
+}
 """
 
 
@@ -370,6 +395,12 @@ class Dialect:
     # Declaration of the dynamic shared memory the prefetch stages use (gf_cp_async /
     # gf_cp_commit / gf_cp_wait in the reduction prelude); empty: prefetch into registers.
     async_copy: str = ""
+    # Reductions split across blocks, per grid axis: "put" writes a block's partial ({acc},
+    # {ct}, {slot}: the reduction-and-row index), "last" leaves ({leave}) unless this block is
+    # the row's last ({row}), "combine" reduces the row's partials ({op}). Kernels with such a
+    # leaf take two more pointers: gf_work (8-byte slots) and gf_sem (a zeroed counter per row).
+    grid_reduce: dict = field(default_factory=dict)
+    runtime_unroll: str = ""                            # before reduction loops of run-time extent
     # (op, dtype) -> accumulate statement ({a} {v}) that propagates NaN by itself: no NaN flag.
     nan_combine: dict = field(default_factory=dict)
 
@@ -431,6 +462,11 @@ CUDA = Dialect(
     fast_div=True,
     row_prefetch=("blockIdx.x", "gridDim.x"),
     async_copy="extern __shared__ __align__(16) unsigned char gf_stage[];",
+    runtime_unroll="#pragma unroll 4",
+    grid_reduce={P.BIDy: {
+        "put": "if (threadIdx.x == 0) *reinterpret_cast<{ct}*>(gf_work + {slot} * gridDim.y + blockIdx.y) = {acc};",
+        "last": "if (!gf_grid_last(gf_sem + {row}, gf_smem)) {leave};",
+        "combine": "{acc} = gf_grid_combine<gf_op_{op}, {ct}>(gf_work + {slot} * gridDim.y, gf_smem);"}},
     nan_combine={("max", torch.float32): "{a} = gf_fmax_nan({a}, {v});",
                  ("min", torch.float32): "{a} = gf_fmin_nan({a}, {v});"},
     thread_reduce={P.TIDx: "{acc} = gf_block_reduce_x<gf_op_{op}>({acc}, gf_smem);",

@@ -13,6 +13,9 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
   ``prefetch``; rows are a grid-stride loop over a grid sized to what fits on the device).
 - inner, multi-pass (GPU, rows too wide to persist): ``[BIDx, Serial, TIDx(512), V]``; every
   pass re-reads the row (from L2 when it fits), and softmax's max and sum share one online pass.
+- inner, split (GPU, few long rows, single-pass kernels: ``x.sum()``, ``x.abs().amax()``):
+  ``[BIDx, BIDy, TIDx(512), V]``, the BIDy leaf a grid-stride loop over the row's chunks; the
+  row's blocks combine through a workspace, the last one stores the row outputs.
 - outer (GPU): kept -> ``[BIDx, TIDx(32)]`` (coalesced along the contiguous kept dim), reduced ->
   ``[Serial, TIDy(16)]``, combined across TIDy at the end of each pass.
 - inner (CPU): kept -> BIDx (OpenMP over rows), reduced -> one simd loop per pass.
@@ -49,6 +52,7 @@ class ReductionParams:
     max_threads: int = MAX_THREADS
     lanes: int = 1              # CPU outer: kept elements per thread
     online: bool = False        # softmax's max and sum in one pass (multi-pass GPU schedule)
+    split: bool = False         # multi-pass GPU schedule whose row is split across gridDim.y blocks
     scratch: bool = False       # CPU: computed values for later passes in a per-row array
     unroll: int = 1             # "none": vectors per thread per grid-stride step
 
@@ -58,6 +62,8 @@ class ReductionParams:
             return f"{self.kind}_scratch" if self.scratch else self.kind
         if self.kind != "inner":
             return f"{self.kind}_v{self.vector}"
+        if self.split:
+            return f"split_v{self.vector}"
         return f"p{self.persistent}_v{self.vector}" if self.persistent else f"mp_v{self.vector}"
 
 
@@ -90,6 +96,8 @@ def reduction_variants(kernel: ReductionKernel, target: str,
             chunks = [4]          # ragged rows: up to 4 * MAX_THREADS elements stay in registers
         out += [ReductionParams("cuda", "inner", persistent=p, vector=w) for p in chunks]
         out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1), online=True))
+    for w in widths:    # few rows, long ones: each row split across blocks (when the kernel allows)
+        out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1), split=True))
     return out
 
 
@@ -128,6 +136,8 @@ def schedule_reduction(kernel: ReductionKernel, params: ReductionParams) -> Loop
         nest.parallelize(r, P.Unroll)
     else:
         nest.split(r, params.block[0])
+        if params.split:
+            nest.parallelize(r, P.BIDy)        # grid-stride over the row's chunks, across blocks
     nest.parallelize(r + 1, P.TIDx)
     if params.vector > 1:
         nest.parallelize(r + 2, P.Vectorize)

@@ -66,6 +66,7 @@ class ReductionGroup:
         fns: list[str] = []
         schedules = [(p, schedule_reduction(self.kernel, p))
                      for p in reduction_variants(self.kernel, target, int(config.cuda["reduction_register_elements"]))]
+        schedules = [(p, n) for p, n in schedules if not p.split or _splittable(self.kernel, n, dialect)]
         for itype, tag in ((("int", "_i32"), ("long long", "_i64")) if target == "cuda" else (("long long", ""),)):
             opts = _render_opts(itype)
             opts.prefetch = not config.is_disabled("prefetch")
@@ -220,8 +221,15 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         lines.append(cond)
         lines.append(f"    nv = (nr + {w - 1}) // {w}")
         chosen = [(i, p) for i, p in enumerate(variants) if p.vector == w and p.persistent]
-        multi = next(i for i, p in enumerate(variants) if p.vector == w and not p.persistent)
+        multi = next(i for i, p in enumerate(variants) if p.vector == w and not p.persistent and not p.split)
+        split = next((i for i, p in enumerate(variants) if p.vector == w and p.split), None)
         branch = "if"
+        if split is not None:
+            lines.append(f"    if rows * {SPLIT_ROWS} <= _sms and nv >= {SPLIT_MIN_VECTORS}:")
+            lines.append(f"        f, tx, sh, chunks = _fns[{split} + o] or _load({split} + o), "
+                         f"{variants[split].block[0]}, 0, (nv + {variants[split].block[0] - 1}) // "
+                         f"{variants[split].block[0]}")
+            branch = "elif"
         lo = int(config.cuda["reduction_min_threads"])
         for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
             P = p.persistent
@@ -237,8 +245,34 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
     lines.append("block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)")
     lines.append("sh = sh * block[0]")
     lines.append(f"cap = {_grid_cap('block[0]', 'sh')}")
-    lines.append("grid = (rows if rows < cap else cap, 1, 1)")
+    if any(p.split for p in variants):
+        n_red = len(k.reductions())
+        lines.append("if chunks:")
+        lines.append("    gy = cap // rows")
+        lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
+        lines.append("    grid = (rows, gy, 1)")
+        lines.append(f"    a = a + (_workspace({n_red} * rows * gy), _counters(rows))")
+        lines.append("else:")
+        lines.append("    grid = (rows if rows < cap else cap, 1, 1)")
+        lines.insert(2, "chunks = 0")
+    else:
+        lines.append("grid = (rows if rows < cap else cap, 1, 1)")
     return lines
+
+
+SPLIT_ROWS = 2             # rows split across blocks when rows * SPLIT_ROWS <= SM count ...
+SPLIT_MIN_VECTORS = 8192   # ... and a row has at least this many vectors
+
+
+def _splittable(kernel, nest, dialect) -> bool:
+    """Whether the split variant renders (single-pass kernels with row outputs only)."""
+    from ..codegen.schedule import ScheduleError
+
+    try:
+        render_reduction(kernel, nest, dialect, "probe")
+    except ScheduleError:
+        return False
+    return True
 
 
 def _grid_cap(threads, shared="0") -> str:
@@ -279,9 +313,9 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
 
         def load(i: int):
             """Variants compile on first use: a launch shape that never occurs costs nothing."""
-            fname, _, _, itype, divs, _ = cg.variants[i]
+            fname, _, params, itype, divs, _ = cg.variants[i]
             vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds \
-                + ["u32", "u32"] * len(divs)
+                + ["u32", "u32"] * len(divs) + ["ptr", "ptr"] * params.split
             f = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx, vk)
             shared = cg.variants[i][5] * MAX_THREADS
             if shared > 48 * 1024:
@@ -294,6 +328,8 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         ns["_devidx"] = idx
         ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
         ns["_sms"] = cuda_driver.sm_count(idx)
+        ns["_workspace"] = lambda n: torch.empty(n, dtype=torch.float64, device=cg.device).data_ptr()
+        ns["_counters"] = lambda n: torch.zeros(n, dtype=torch.int32, device=cg.device).data_ptr()
         ns["_magic"] = _magic_divisor()
     src = launcher_source(cg)
     cg.launcher_source = src

@@ -1,7 +1,8 @@
 """The profiling executor: the only place where every stage is wired together.
 
 ``ScriptedFunction`` runs the captured graph through a profiling host program for the first
-``profiling_runs`` calls, merging the types it sees. It then runs the pass pipeline once
+``profiling_runs`` calls, merging the types it sees (and the values of the scalars that feed
+reductions' dims, keepdim, dtype, correction and eps). It then runs the pass pipeline once
 (functionalize -> partition -> guards -> dce), makes a fusion site per group, and from then on
 every call runs one generated host program. Guard misses run the fallback; a signature seen
 twice is specialized (the fallback branch gets its own guard and group) and the host program is
@@ -23,6 +24,7 @@ from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
 from ..passes import dce, fold_constant_ifs, functionalize, insert_guards, partition, wrap_group
 from .fusion import FusionFailure, FusionSite, make_group_runner
+from ..ops import profiled_args
 from ..ops.axes import input_axes
 from .guards import always_true, make_guard
 from .hostgen import HostProgram, build_program
@@ -142,7 +144,8 @@ class ScriptedFunction:
             return self._program.fn(*args)
         if self._profiling is None:
             self._record = ProfileRecord([])
-            self._profiling = build_program(self._work, name="profiling", profiler=self._record_slot)
+            self._profiling = build_program(self._work, name="profiling", profiler=self._record_slot,
+                                            scalars=profiled_args)
             self._record.slots = self._profiling.slots
             self._record.types = [None] * len(self._record.slots)
             self._record.seen = [False] * len(self._record.slots)
@@ -195,11 +198,15 @@ class ScriptedFunction:
             return self._runners[node]
         if kind.endswith("FusionGuard"):
             if not config.guard_mode:
-                return always_true
+                # the kernel holds profiled scalars as constants: those are checked regardless
+                values = node.attrs.get("values")
+                return make_guard(node.attrs["types"], 0, values=values, check_tensors=False) if values \
+                    else always_true
             if node not in self._runners:
                 group = node.owner.nodes[node.owner.nodes.index(node) + 1].blocks[0].nodes[0]
                 rank = max((o.type.rank or 0) for o in group.subgraph.outputs)
-                self._runners[node] = make_guard(node.attrs["types"], rank, input_axes(group.subgraph))
+                self._runners[node] = make_guard(node.attrs["types"], rank, input_axes(group.subgraph),
+                                                 node.attrs.get("values", ()))
             return self._runners[node]
         if kind == "prim::FallbackGraph":
             site = self._sites.get(node)
@@ -224,7 +231,8 @@ class ScriptedFunction:
         for site, inputs, sig in pending:
             sub = clone_graph(site.template)
             rec = ProfileRecord([])
-            prog = build_program(sub, name="reprofile", profiler=lambda s, v: rec.record(s, v), tuple_return=True)
+            prog = build_program(sub, name="reprofile", profiler=lambda s, v: rec.record(s, v), tuple_return=True,
+                                 scalars=profiled_args)
             rec.slots, rec.types, rec.seen = prog.slots, [None] * len(prog.slots), [False] * len(prog.slots)
             prog.fn(*inputs)
             rec.apply()

@@ -2,9 +2,9 @@
 
 A ``FusionSite`` is one fused region of the original graph. It owns the eager fallback program,
 the miss statistics per input signature, and the compiled runner of every specialization
-(group node) made for it. A signature that misses the guards twice gets its own
-specialization, up to ``max_specializations``; after that the site stays on the fallback and
-warns once, saying why.
+(group node) made for it. A signature (tensor specializations plus the values of the scalars
+the group was specialized on) that misses the guards twice gets its own specialization, up to
+``max_specializations``; after that the site stays on the fallback and warns once, saying why.
 """
 from __future__ import annotations
 
@@ -24,20 +24,26 @@ class FusionFailure(RuntimeError):
 
 
 class FusionSite:
+    """``group`` is wrapped by guard insertion; the site runs and re-specializes its fallback,
+    whose subgraph (the template) still takes the scalars the group holds as constants."""
+
     def __init__(self, group: Node, executor: Any) -> None:
-        self.template = group.subgraph
+        guard, fb = _guard_and_fallback(group)
+        self.template = fb.subgraph
         self.kind = group.kind
         self.executor = executor
-        self.fallback_fn = eager_runner(group.subgraph, "fallback")
+        self.fallback_fn = eager_runner(fb.subgraph, "fallback")
         self.misses: dict[tuple, int] = {}
         self.rejected: set[tuple] = set()
         self.n_specializations = 1
         self.exhausted = False
-        self.tensor_positions = [i for i, v in enumerate(group.inputs) if v.type.is_tensor]
+        self.tensor_positions = [i for i, v in enumerate(fb.inputs) if v.type.is_tensor]
+        checked = guard.inputs[len(guard.attrs.get("types", ())):] if guard is not None else []
+        self.value_positions = [fb.inputs.index(v) for v in checked]
 
     def signature(self, inputs: tuple) -> tuple:
         return tuple(TensorType.of(inputs[i]).specialization() if isinstance(inputs[i], torch.Tensor) else None
-                     for i in self.tensor_positions)
+                     for i in self.tensor_positions) + tuple(_hashable(inputs[i]) for i in self.value_positions)
 
     def fallback(self, *inputs: Any) -> tuple:
         out = self.fallback_fn(*inputs)
@@ -60,6 +66,21 @@ class FusionSite:
             else:
                 self.executor.request_respecialization(self, inputs, sig)
         return out
+
+
+def _guard_and_fallback(group: Node) -> tuple[Optional[Node], Node]:
+    """The guard and fallback nodes guard insertion put around ``group`` (None and the group
+    itself for a group that was not wrapped)."""
+    ifn = group.owner.owner if group.owner is not None else None
+    if ifn is None or ifn.kind != "prim::If" or ifn.owner is None:
+        return None, group
+    from ..passes.guard import guarded
+
+    return guarded(group)
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def make_group_runner(group: Node) -> Callable[..., tuple]:

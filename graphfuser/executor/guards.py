@@ -3,7 +3,9 @@
 For each tensor input: dtype, device, rank, broadcast (size-1) dims, contiguity along the
 profiled stride order, and requires_grad (or grad mode). Across inputs: the non-broadcast sizes
 that must agree for the group's broadcast to be valid (eager would raise on a mismatch; the
-fallback then raises the same error). Never concrete sizes.
+fallback then raises the same error). Never concrete sizes. Scalars the kernel was specialized
+on (a reduction's dims, keepdim, dtype, correction, eps: the guard node's ``values``) follow the
+tensors as arguments ``y0, y1 ...`` and must equal their profiled values; they are checked first.
 
 Example (a contiguous 2-D float input)::
 
@@ -13,7 +15,8 @@ Example (a contiguous 2-D float input)::
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+import math
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -38,16 +41,28 @@ def _layout_checks(i: int, t: TensorType) -> list[str]:
     return checks
 
 
+def _value_check(k: int, value: Any, ns: dict) -> str:
+    if value is None:
+        return f"y{k} is None"
+    if isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return f"y{k} == {value!r}"
+    ns[f"_v{k}"] = value     # lists, dtypes, non-finite floats: compared with a bound copy
+    return f"y{k} == _v{k}"
+
+
 def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard",
-                 axes: Optional[Sequence[Sequence[Optional[int]]]] = None) -> tuple[str, dict]:
+                 axes: Optional[Sequence[Sequence[Optional[int]]]] = None,
+                 values: Sequence[Any] = (), check_tensors: bool = True) -> tuple[str, dict]:
     """Python source of a guard over ``types`` (tensor inputs of a group) and its namespace.
 
     ``axes`` (groups with reductions / normalizations: ``ops.axes.input_axes``) names the loop
     axis of each input dim; dims sharing an axis must agree. Without it, broadcasting is
-    right-aligned to ``out_rank``."""
+    right-aligned to ``out_rank``. ``values``: the profiled scalars the kernel holds as
+    constants, passed after the tensors. ``check_tensors=False`` (guard mode off) checks the
+    values only."""
     ns: dict = {"_grad_enabled": torch.is_grad_enabled}
-    conds: list[str] = []
-    for i, t in enumerate(types):
+    conds: list[str] = [_value_check(k, v, ns) for k, v in enumerate(values)]
+    for i, t in enumerate(types if check_tensors else ()):
         ns[f"_dt{i}"] = t.dtype
         conds.append(f"x{i}.dtype is _dt{i}")
         if t.device.type == "cpu":
@@ -65,7 +80,7 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
         conds.append(f"not x{i}.requires_grad" if not t.requires_grad else "not _grad_enabled()")
     # Non-broadcast dims aligned to the same output dim (loop axis) must agree.
     owners: dict[int, tuple[int, int]] = {}
-    for i, t in enumerate(types):
+    for i, t in enumerate(types if check_tensors else ()):
         for d, s in enumerate(t.sizes):
             od = out_rank - t.rank + d if axes is None else axes[i][d]
             if s == 1 or od is None:
@@ -75,14 +90,15 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
                 conds.append(f"s{i}[{d}] == s{j}[{e}]")
             else:
                 owners[od] = (i, d)
-    args = ", ".join(f"x{i}" for i in range(len(types)))
+    args = ", ".join([f"x{i}" for i in range(len(types))] + [f"y{k}" for k in range(len(values))])
     body = " and\n            ".join(conds) if conds else "True"
     return f"def {name}({args}):\n    return ({body})\n", ns
 
 
 def make_guard(types: Sequence[TensorType], out_rank: int,
-               axes: Optional[Sequence[Sequence[Optional[int]]]] = None) -> Callable[..., bool]:
-    src, ns = guard_source(types, out_rank, axes=axes)
+               axes: Optional[Sequence[Sequence[Optional[int]]]] = None,
+               values: Sequence[Any] = (), check_tensors: bool = True) -> Callable[..., bool]:
+    src, ns = guard_source(types, out_rank, axes=axes, values=values, check_tensors=check_tensors)
     exec(compile(src, "<graphfuser guard>", "exec"), ns)
     fn = ns["guard"]
     fn.source = src

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -74,12 +74,15 @@ class HostProgram:
 
 
 class _Gen:
-    def __init__(self, special: Callable[[Node], Optional[Callable]], profile: bool) -> None:
+    def __init__(self, special: Callable[[Node], Optional[Callable]], profile: bool,
+                 scalars: Optional[Callable[[Node], Sequence[Value]]] = None) -> None:
         self.lines: list[str] = []
         self.ns: dict[str, Any] = dict(BASE_NAMESPACE)
         self.names: dict[Value, str] = {}
         self.special = special
         self.profile = profile
+        self.scalars = scalars if profile else None
+        self.scalar_slots: dict[Value, int] = {}
         self.slots: list[Value] = []
         self.counter = 0
 
@@ -130,8 +133,19 @@ class _Gen:
                 self.slots.append(o)
                 self.emit(indent, f"_P({len(self.slots) - 1}, {self.var(o)})")
 
+    def record_scalars(self, node: Node, indent: int) -> None:
+        """``_P`` for the profiled scalar arguments of ``node``, one slot per value."""
+        for v in self.scalars(node):
+            slot = self.scalar_slots.get(v)
+            if slot is None:
+                self.slots.append(v)
+                slot = self.scalar_slots[v] = len(self.slots) - 1
+            self.emit(indent, f"_P({slot}, {self.var(v)})")
+
     def node(self, node: Node, indent: int) -> None:
         kind = node.kind
+        if self.scalars is not None:
+            self.record_scalars(node, indent)
         a = self.args(node)
         fn = self.special(node)
         if fn is not None:
@@ -215,13 +229,15 @@ class _Gen:
 
 def build_program(graph: Graph, name: str = "forward",
                   special: Callable[[Node], Optional[Callable]] = lambda n: None,
-                  profiler: Optional[Callable[[int, Any], None]] = None, tuple_return: bool = False) -> HostProgram:
+                  profiler: Optional[Callable[[int, Any], None]] = None, tuple_return: bool = False,
+                  scalars: Optional[Callable[[Node], Sequence[Value]]] = None) -> HostProgram:
     """Compile ``graph`` to a Python function taking the graph inputs positionally.
 
     ``special(node)`` supplies callables for fusion groups, guards and fallbacks; ``profiler``
-    (when given) receives ``(slot, value)`` for every tensor value, inputs included.
+    (when given) receives ``(slot, value)`` for every tensor value, inputs included, and, just
+    before each node, for the non-tensor values ``scalars(node)`` names.
     """
-    gen = _Gen(special, profiler is not None)
+    gen = _Gen(special, profiler is not None, scalars)
     params = [gen.var(v) for v in graph.inputs]
     gen.emit(0, f"def {name}({', '.join(params)}):")
     if profiler is not None:

@@ -2,6 +2,11 @@
 
 A dim that changed between runs becomes symbolic (-1); a dim that stayed 1 stays a broadcast dim;
 contiguity and stride order keep only what held on every run (see ``TensorType.merge``).
+
+Non-tensor values that feed a reduction's dims / keepdim / dtype / correction / eps
+(``ops.profiled_args``) are recorded too: an int, bool, float, None, dtype or list of numbers
+that was the same on every run becomes the value's ``profiled`` constant; anything else (a value
+that changed, or one of another kind) is ``VARIED``.
 """
 from __future__ import annotations
 
@@ -9,20 +14,46 @@ from typing import Any, Optional
 
 import torch
 
-from ..ir.graph import Value
+from ..ir.graph import VARIED, Value
 from ..ir.types import TensorType
+
+_SCALARS = (bool, int, float, type(None), torch.dtype)
+_NUMBERS = (bool, int, float)
+
+
+def snapshot(value: Any) -> Any:
+    """The recorded form of a scalar: a private copy of it, or ``VARIED`` if it cannot be a constant."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(x, _NUMBERS) for x in value):
+        return type(value)(value)
+    return VARIED
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal and of the same kind (``1`` and ``True``, ``[1]`` and ``(1,)`` differ)."""
+    if type(a) is not type(b) or a != b:
+        return False
+    if isinstance(a, (list, tuple)):
+        return all(type(x) is type(y) for x, y in zip(a, b))
+    return True
 
 
 class ProfileRecord:
-    """Per-slot merged TensorTypes; ``record`` is the ``_P`` hook of a profiling host program."""
+    """Per-slot merged TensorTypes and scalar values; ``record`` is the ``_P`` hook of a
+    profiling host program."""
 
     def __init__(self, slots: list[Value]) -> None:
         self.slots = slots
         self.types: list[Optional[TensorType]] = [None] * len(slots)
         self.seen: list[bool] = [False] * len(slots)
+        self.values: dict[int, Any] = {}       # scalar slot -> value seen on every run, or VARIED
         self.runs = 0
 
     def record(self, slot: int, value: Any) -> None:
+        if not self.slots[slot].type.is_tensor:
+            self.record_scalar(slot, value)
+            return
         if not isinstance(value, torch.Tensor):
             return
         t = TensorType.of(value)
@@ -31,8 +62,17 @@ class ProfileRecord:
         elif self.types[slot] is not None:
             self.types[slot] = self.types[slot].merge(t)
 
+    def record_scalar(self, slot: int, value: Any) -> None:
+        if slot not in self.values:
+            self.values[slot] = snapshot(value)
+        elif self.values[slot] is not VARIED and not same_value(self.values[slot], value):
+            self.values[slot] = VARIED
+
     def apply(self) -> None:
-        """Write the merged types onto the graph's values (unseen values keep their type)."""
+        """Write the merged types onto the graph's values (unseen values keep their type), and
+        the recorded scalars onto their values' ``profiled``."""
         for v, t in zip(self.slots, self.types):
             if t is not None:
                 v.type = t
+        for slot, value in self.values.items():
+            self.slots[slot].profiled = value

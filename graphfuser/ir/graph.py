@@ -25,10 +25,30 @@ from .types import TENSOR, Type
 SUBGRAPH_KINDS = ("prim::CudaFusionGroup", "prim::CpuFusionGroup", "prim::FallbackGraph")
 
 
-class Value:
-    """An SSA value: produced by a node output or a block parameter."""
+class _Marker:
+    __slots__ = ("label",)
 
-    __slots__ = ("name", "type", "node", "block", "uses")
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __repr__(self) -> str:
+        return self.label
+
+
+UNPROFILED = _Marker("UNPROFILED")   # ``Value.profiled`` of a value no profiling run recorded
+VARIED = _Marker("VARIED")           # ``Value.profiled`` of a scalar that changed between runs
+
+
+class Value:
+    """An SSA value: produced by a node output or a block parameter.
+
+    ``profiled`` holds what profiling saw of a non-tensor value that feeds a reduction's
+    dims / keepdim / dtype / correction / eps: the one value every run passed, ``VARIED`` when
+    runs disagreed, ``UNPROFILED`` when it was not recorded (tensor values keep theirs in
+    ``type``). It is not printed and not copied by ``clone_graph``.
+    """
+
+    __slots__ = ("name", "type", "node", "block", "uses", "profiled")
 
     def __init__(self, name: str, type_: Type, node: Optional["Node"] = None,
                  block: Optional["Block"] = None) -> None:
@@ -37,6 +57,7 @@ class Value:
         self.node = node          # producing node; None for block parameters
         self.block = block        # owning block for parameters
         self.uses: list[tuple["Node", int]] = []  # (user node, input index); block returns excluded
+        self.profiled: Any = UNPROFILED
 
     def __repr__(self) -> str:
         return f"%{self.name}"
@@ -54,6 +75,11 @@ class Value:
     @property
     def is_constant(self) -> bool:
         return self.node is not None and self.node.kind == "prim::Constant"
+
+    @property
+    def is_profiled_constant(self) -> bool:
+        """Every profiling run saw the same value (``profiled``)."""
+        return self.profiled is not UNPROFILED and self.profiled is not VARIED
 
 
 class Node:

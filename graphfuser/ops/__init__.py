@@ -12,12 +12,12 @@ from typing import Any, Optional
 
 import torch
 
-from ..ir.graph import Node, Value
+from ..ir.graph import VARIED, Node, Value
 from ..ir.types import TensorType
 from . import pointwise  # noqa: F401  (registers the rows)
 from . import reduction  # noqa: F401  (registers the rows)
 from .promotion import Participant, participant_of, result_type
-from .reduction import CHECKS, ReductionRow
+from .reduction import CHECKS, ReductionRow, scalar_type_code
 from .table import REGISTRY, ROWS, OpCall, OpRow, lookup
 
 FUSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
@@ -25,13 +25,72 @@ FUSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, t
 FUSIBLE_KINDS = ("pointwise", "cast", "reduction", "normalization")
 
 
-def _constant_of(v: Value) -> tuple[bool, Any]:
-    """(True, value) for a constant or a ``prim::ListConstruct`` of constants."""
+# Base types (``?`` stripped) of the non-tensor arguments profiling records for reduction rows.
+PROFILED_TYPES = ("int", "float", "bool", "int[]", "Scalar", "number")
+
+
+def _profilable(v: Value) -> bool:
+    return not v.type.is_tensor and v.type.name.rstrip("?") in PROFILED_TYPES
+
+
+def as_constant(value: Any) -> Any:
+    """A profiled scalar as a fusion subgraph's constant holds it (a dtype as its ScalarType code)."""
+    if isinstance(value, torch.dtype):
+        code = scalar_type_code(value)
+        return value if code is None else code
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _known(v: Value, profiled: bool) -> tuple[bool, Any]:
     if v.is_constant:
         return True, v.constant()
-    if v.node is not None and v.node.kind == "prim::ListConstruct" and all(i.is_constant for i in v.node.inputs):
-        return True, [i.constant() for i in v.node.inputs]
+    if profiled and v.is_profiled_constant and _profilable(v):
+        return True, as_constant(v.profiled)
     return False, None
+
+
+def _constant_of(v: Value, profiled: bool = False) -> tuple[bool, Any]:
+    """(True, value) for a constant or a ``prim::ListConstruct`` of constants; with ``profiled``,
+    values every profiling run saw the same count as constants too."""
+    known, value = _known(v, profiled)
+    if known:
+        return True, value
+    if v.node is not None and v.node.kind == "prim::ListConstruct":
+        items = [_known(i, profiled) for i in v.node.inputs]
+        if all(k for k, _ in items):
+            return True, [x for _, x in items]
+    return False, None
+
+
+def _profiled_items(row: OpRow, node: Node) -> list[tuple[str, Value]]:
+    if not isinstance(row, ReductionRow) or not row.consts:
+        return []
+    out: list[tuple[str, Value]] = []
+    for name, v in zip(row.names_for(node), node.inputs):
+        if name not in row.consts:
+            continue
+        items = v.node.inputs if v.node is not None and v.node.kind == "prim::ListConstruct" else [v]
+        out += [(name, item) for item in items if not item.is_constant and _profilable(item)]
+    return out
+
+
+def profiled_args(node: Node) -> list[Value]:
+    """The non-constant scalars feeding the constant-only arguments of a reduction row's node
+    (dims, keepdim, dtype, correction, eps ...), directly or as items of a ``prim::ListConstruct``.
+
+    Profiling records these values; where every run saw the same value, the node fuses with it
+    as a constant and the group's guard checks it (``passes.guard.specialize_scalars``).
+    """
+    row = lookup(node.kind)
+    if row is None:
+        return []
+    out: list[Value] = []
+    for _, v in _profiled_items(row, node):
+        if v not in out:
+            out.append(v)
+    return out
 
 
 def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[str, Participant]]:
@@ -39,15 +98,18 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
 
     Returns (args, consts, participants): ``args`` holds Values for run-time inputs and Python
     values for constants; ``consts`` only the constants; ``participants`` the promotion inputs.
+    A reduction row's constant-only argument that profiling saw with one value binds as that
+    constant.
     """
-    names = row.names_for(node) if isinstance(row, ReductionRow) else row.arg_names
+    reducing = isinstance(row, ReductionRow)
+    names = row.names_for(node) if reducing else row.arg_names
     defaults = row.defaults()
     args: dict[str, Any] = {}
     consts: dict[str, Any] = {}
     for i, name in enumerate(names):
         if i < len(node.inputs):
             v = node.inputs[i]
-            known, value = _constant_of(v)
+            known, value = _constant_of(v, reducing and name in row.consts)
             if known:
                 args[name] = consts[name] = value
             else:
@@ -80,6 +142,10 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
     reducing = isinstance(row, ReductionRow)
     if len(node.outputs) != (row.n_outputs if reducing else 1):
         return f"{node.kind} has {len(node.outputs)} outputs"
+    for name, v in _profiled_items(row, node):
+        if v.profiled is VARIED:
+            return (f"argument {name!r} of {node.kind} must be a constant (its value changed between profiling "
+                    "runs, so it was not specialized)")
     for o in node.outputs:
         if not isinstance(o.type, TensorType) or not o.type.complete:
             return "output type was not profiled (the node never ran, or its layout changed between runs)"
@@ -134,4 +200,4 @@ def op_listing() -> list[tuple[str, str, str, str, str]]:
 
 
 __all__ = ["ROWS", "REGISTRY", "OpRow", "OpCall", "lookup", "bind", "fusible", "op_listing", "Participant",
-           "result_type", "participant_of"]
+           "result_type", "participant_of", "profiled_args", "as_constant", "PROFILED_TYPES"]

@@ -9,7 +9,10 @@ line up with the input.
 
 Arguments are bound by the node's TorchScript schema (``aten::sum`` has overloads of different
 arity); dims, keepdim, dtype, correction and eps must be constants, and ``dim`` lists built by
-``prim::ListConstruct`` from constants count as constants.
+``prim::ListConstruct`` from constants count as constants. So do values the graph computes or
+takes as arguments when every profiling run saw the same value (``ops.profiled_args``): the
+fusion group holds them as constants and its guard checks them; a value that changed between
+profiling runs keeps the node unfused, and the partition log says so.
 """
 from __future__ import annotations
 
@@ -27,6 +30,11 @@ from .table import OpCall, OpRow, register
 _SCALAR_TYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
                  torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
                  torch.quint8, torch.qint32, torch.bfloat16]
+
+
+def scalar_type_code(dtype: torch.dtype) -> Optional[int]:
+    """The ScalarType enum value TorchScript passes for ``dtype`` (None for one it does not list)."""
+    return _SCALAR_TYPES.index(dtype) if dtype in _SCALAR_TYPES else None
 
 
 def scalar_type(code: Any) -> Optional[torch.dtype]:
@@ -158,6 +166,38 @@ def _channel_plan(reduce_spatial: bool):
         red = tuple(range(2, rank)) if reduce_spatial and args.get("use_input_stats") else ()
         return DimPlan(rank, p, [tuple(range(rank))], red)
     return plan
+
+
+def _group_norm_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+    """num_groups == 1: every dim but N is reduced, weight and bias line up with C.
+
+    Other group counts are left to eager: per (N, group) statistics over C/G channels need the
+    C dim split into a (G, C/G) pair of loop axes, and a loop axis here is always one whole
+    tensor dim (the launcher sizes and strides it from that dim, and the guards check no
+    concrete sizes). num_groups == C is the same as instance norm only while C stays equal to
+    num_groups, which no guard checks, so it is not fused either."""
+    rank = _rank(args["input"])
+    if rank < 2:
+        return f"{node.kind} needs an input of rank >= 2"
+    g = args.get("num_groups")
+    if not isinstance(g, int) or isinstance(g, bool):
+        return "group_norm with a run-time num_groups is not fused"
+    if g != 1:
+        sizes = getattr(args["input"].type, "sizes", None)
+        if sizes is not None and sizes[1] == g:
+            return (f"group_norm with num_groups == C == {g} is not fused: it equals instance norm only "
+                    f"while C stays {g}, and the guards never check concrete sizes (a call with C = "
+                    f"{2 * g} would pass them); only num_groups=1 is fused")
+        return (f"group_norm with num_groups={g} is not fused (only num_groups=1): statistics per group "
+                f"of C/{g} channels need the channel dim split into ({g}, C/{g}) loop axes, and a loop "
+                f"axis is one whole tensor dim")
+    p = {"input": tuple(range(rank))}
+    for name in ("weight", "bias"):
+        if isinstance(args.get(name), Value):
+            if _rank(args[name]) != 1:
+                return f"{name} must be 1-D"
+            p[name] = (1,)
+    return DimPlan(rank, p, [tuple(range(rank))], tuple(range(1, rank)))
 
 
 def _sum_to_size_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
@@ -338,6 +378,11 @@ def _batch_norm(call: OpCall) -> Expr:
     return _affine(call, b.mul(b.sub(x, call.x("running_mean")), invstd))
 
 
+def _group_norm(call: OpCall) -> Expr:
+    """per (n, group): (x - mean) * rsqrt(var + eps) [* weight] [+ bias]"""
+    return _normalize(call)[0]
+
+
 def _instance_norm(call: OpCall) -> Expr:
     """per (n, c): (x - mean) * rsqrt(var + eps) [* weight] [+ bias]; running stats when not use_input_stats"""
     if not call["use_input_stats"]:
@@ -367,11 +412,11 @@ def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
     use = consts.get("use_input_stats")
     if use is None:
         return "instance_norm with a run-time use_input_stats is not fused"
-    stats = isinstance(args.get("running_mean"), Value) or isinstance(args.get("running_var"), Value)
-    if use and stats:
+    given = [isinstance(args.get(n), Value) for n in ("running_mean", "running_var")]
+    if use and any(given):
         return "instance_norm with input stats updates the running stats in place; not fused"
-    if not use and not stats:
-        return "instance_norm without input stats needs running stats"
+    if not use and not all(given):
+        return "instance_norm without input stats needs running_mean and running_var tensors"
     return _need_const("eps")(node, args, consts)
 
 
@@ -411,7 +456,7 @@ for _n, _fn, _k in (("var", _var, 1), ("std", _std, 1), ("var_mean", _var_mean_p
               consts=("dim", "unbiased", "correction", "keepdim"), n_outputs=_k, eager=getattr(torch, _n),
               doc=f"{_n} with correction (two-pass)")
 reduction("sum_to_size", ("aten::sum_to_size",), "reduction", ("self", "size"), _sum, planner=_sum_to_size_plan,
-          out_dtype=_same_nonbool, shape_args=("size",), eager=lambda self, size: self.sum_to_size(size),
+          out_dtype=_same_nonbool, consts=("size",), eager=lambda self, size: self.sum_to_size(size),
           doc="sum the dims that size broadcasts")
 
 _SOFTMAX_OVERLOADS = (("self", "dim", "dtype"),)
@@ -457,3 +502,9 @@ reduction("instance_norm", ("aten::instance_norm",), "normalization",
           eager=lambda input, w, b, rm, rv, use, momentum, eps, cudnn=True:
           torch.instance_norm(input, w, b, rm, rv, use, momentum, eps, cudnn),
           doc="per-sample, per-channel normalization over the spatial dims")
+reduction("group_norm", ("aten::group_norm",), "normalization",
+          ("input", "num_groups", "weight=None", "bias=None", "eps=1e-05", "cudnn_enabled=True"), _group_norm,
+          planner=_group_norm_plan, out_dtype=_same_float, consts=("num_groups", "eps"),
+          eager=lambda input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True:
+          torch.group_norm(input, num_groups, weight, bias, eps, cudnn_enabled),
+          doc="per-sample normalization over C and the spatial dims (fused for num_groups=1)")

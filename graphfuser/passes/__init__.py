@@ -5,7 +5,8 @@
 1. functionalize  in-place ops on intermediates become functional (must precede partition,
                   which never fuses in-place ops)
 2. partition      the graph fuser: fusion groups from the op table's verdicts and the knobs
-3. insert_guards  guard + If(group | fallback) around every group (needs the groups' types)
+3. insert_guards  guard + If(group | fallback) around every group (needs the groups' types); a
+                  reduction's profiled scalar arguments become group constants the guard checks
 4. dce            drop what the rewrites left unused (after everything that replaces uses)
 """
 from .dce import dce

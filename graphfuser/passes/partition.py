@@ -17,7 +17,9 @@ Per block (nested ``If``/``Loop`` blocks are partitioned on their own):
    is a normalization (softmax, layer_norm ...), which is a multi-kernel op in eager.
 5. Each group becomes one ``prim::CpuFusionGroup`` / ``prim::CudaFusionGroup`` node holding a
    subgraph (constants are copied in); the block is re-sorted topologically, keeping the
-   original order wherever dependencies allow.
+   original order wherever dependencies allow. A reduction's dims / keepdim / dtype /
+   correction / eps that profiling saw with one value fuse as if constant; they stay inputs of
+   the subgraph, with their profiled values, until guard insertion makes them constants.
 """
 from __future__ import annotations
 
@@ -249,11 +251,13 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
                             clone_node(item.node, sub, vmap, sub.block)
                         else:
                             vmap[item] = sub.add_input(item.name, item.type)
+                            vmap[item].profiled = item.profiled
                             inputs.append(item)
                     clone_node(v.node, sub, vmap, sub.block)
                     continue
                 if v.node not in memset:
                     vmap[v] = sub.add_input(v.name, v.type)
+                    vmap[v].profiled = v.profiled   # guard insertion specializes stable scalars
                     inputs.append(v)
             clone_node(n, sub, vmap, sub.block)
         outputs = []

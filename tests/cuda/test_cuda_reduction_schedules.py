@@ -94,3 +94,63 @@ def test_32_and_64_bit_index_variants(monkeypatch):
     check(*inputs(64, 4096, torch.bfloat16))
     check(*inputs(5, 100, torch.float32))
     assert _loaded_halves() == {"long long"}
+
+
+def full_reductions(x, y):
+    return (x.sum(), (x * y).sum(-1), x.abs().amax(), x.mean(dim=[0, 1], keepdim=True), (x - y).amin(-1))
+
+
+@pytest.mark.parametrize("shape", [(3, 1_000_003), (1, 4_194_304), (40, 70001)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_rows_split_across_blocks(shape, dtype):
+    """Few long rows: each row is split across blocks, the last block combines; NaN still
+    propagates through the max; calls repeat (the per-row counters reset themselves)."""
+    x, y = torch.randn(shape, device="cuda").to(dtype), torch.randn(shape, device="cuda").to(dtype)
+    x[-1, -1] = float("nan")
+    sf = graphfuser.script(full_reductions)
+    n = shape[0] * shape[1]      # sums of n values drift like sqrt(n) ulps with the order
+    tol = {torch.float64: dict(rtol=1e-9, atol=1e-9), torch.float32: dict(rtol=1e-4, atol=1e-5 * n ** 0.5),
+           torch.bfloat16: dict(rtol=2e-2, atol=2e-2 * n ** 0.5)}[dtype]
+    with config.override(disable=["fallback"]):
+        for _ in range(5):
+            out = sf(x, y)
+            for o, e in zip(out, full_reductions(x.double(), y.double())):
+                torch.testing.assert_close(o.double(), e, equal_nan=True, **tol)
+    assert "CudaFusionGroup" in str(sf._optimized)
+    loaded = {runner.compiled.variants[i][2].tag for runner in _reduction_runners()
+              for i, f in enumerate(runner.namespace["_fns"]) if f is not None}
+    assert any(t.startswith("split") for t in loaded), loaded
+
+
+def test_integer_sum_split_across_blocks():
+    x = torch.randint(-1000, 1000, (2, 3_000_000), device="cuda", dtype=torch.int32)
+    sf = graphfuser.script(lambda_free_int_sum)
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            out = sf(x)
+    assert out.dtype == torch.int64 and torch.equal(out, (x * 2).sum(-1))
+
+
+def lambda_free_int_sum(x):
+    return (x * 2).sum(-1)
+
+
+def test_normalizations_of_long_rows_do_not_split():
+    """Softmax over few long rows needs several passes: the multi-pass variant, not the split."""
+    x = torch.randn(2, 300_000, device="cuda")
+    sf = graphfuser.script(lambda_free_softmax)
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            out = sf(x)
+    torch.testing.assert_close(out, torch.softmax(x * 2, -1), rtol=1e-5, atol=1e-7)
+
+
+def lambda_free_softmax(x):
+    return torch.softmax(x * 2, -1)
+
+
+def _reduction_runners():
+    from graphfuser.executor import compiled
+
+    return [r for r in compiled._MEMORY.values()
+            if isinstance(getattr(r, "compiled", None), compiled_reduction.ReductionGroup)]

@@ -1,0 +1,81 @@
+"""Fused instance norm and group norm (num_groups=1) on the GPU against eager, with a pointwise
+producer and consumer: dtypes, channels-last, short rows (persistent variants), long rows
+(multi-pass variants), more rows than blocks, and new sizes reusing the kernel."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.config import config
+from helpers import fallback_counter, fusion_groups
+
+pytestmark = pytest.mark.cuda
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+TOL = {torch.float16: dict(rtol=1e-2, atol=1e-2), torch.bfloat16: dict(rtol=4e-2, atol=4e-2),
+       torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-9, atol=1e-9)}
+
+
+def run(fn, *args, n=3):
+    ref = fn(*args)
+    sf = graphfuser.script(fn)
+    counts = None
+    with config.override(disable=["fallback"]):
+        for _ in range(n + 1):
+            out = sf(*args)
+            if counts is None and sf._optimized is not None:
+                counts = fallback_counter(sf)
+    torch.testing.assert_close(out, ref, **TOL[args[0].dtype])
+    assert counts["fallback"] == 0, str(sf._optimized)
+    (group,) = fusion_groups(sf._optimized)
+    kinds = [k.kind for k in group.subgraph.nodes() if k.kind.startswith("aten::")]
+    assert kinds[0] == "aten::mul" and kinds[-1] == "aten::relu" and len(kinds) == 4, kinds
+    return sf
+
+
+def r(*shape, dtype=torch.float32, low=None):
+    t = torch.randn(shape, device="cuda") if low is None else torch.rand(shape, device="cuda") + low
+    return t.to(dtype)
+
+
+def inorm(x, w, b):
+    return torch.instance_norm(x * 2 + 1, w, b, None, None, True, 0.1, 1e-5, False).relu()
+
+
+def inorm_running(x, rm, rv, w, b):
+    return F.instance_norm(x * 2 + 1, rm, rv, w, b, False, 0.1, 1e-5).relu()
+
+
+def gnorm(x, w, b):
+    return torch.group_norm(x * 2 + 1, 1, w, b, 1e-5, False).relu()
+
+
+SHAPES = [(2, 6, 7, 5), (8, 32, 14, 14), (2, 4, 150, 150), (300, 3, 9, 1)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_norms(dtype, shape, fmt):
+    """7x5 / 14x14: persistent rows; 150x150 (22500) and group norm's 4x22500: multi-pass rows;
+    300 samples x 3 channels: more rows than blocks for instance norm."""
+    x = r(*shape, dtype=dtype)
+    if fmt == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    c = shape[1]
+    w, b = r(c, dtype=dtype), r(c, dtype=dtype)
+    run(inorm, x, w, b)
+    run(gnorm, x, w, b)
+    run(inorm_running, x, r(c, dtype=dtype), r(c, dtype=dtype, low=0.5), w, b)
+
+
+def test_new_sizes_reuse_the_kernel():
+    from graphfuser.executor import compiled
+
+    sf_i, sf_g = run(inorm, r(2, 6, 7, 5), r(6), r(6)), run(gnorm, r(2, 6, 7, 5), r(6), r(6))
+    builds = compiled.STATS["builds"]
+    for shape in [(3, 6, 40, 40), (1, 6, 300, 301), (64, 6, 3, 3)]:
+        x, w, b = r(*shape), r(6), r(6)
+        torch.testing.assert_close(sf_i(x, w, b), inorm(x, w, b), **TOL[torch.float32])
+        torch.testing.assert_close(sf_g(x, w, b), gnorm(x, w, b), **TOL[torch.float32])
+    assert compiled.STATS["builds"] == builds
