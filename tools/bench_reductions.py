@@ -32,6 +32,10 @@ def add_mul3_sum(t0, t1):
     return ((t0 + t1) * 3).sum(-1)
 
 
+def sum_of_squares(x):
+    return (x * x).sum()
+
+
 def batch_norm_eval(x, rm, rv, w, b):
     return F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5)
 
@@ -55,6 +59,8 @@ def cases(device: str, quick: bool = False) -> list[tuple[str, Callable, Callabl
          lambda d: (_r(64, 256, 56, 56, device=d), _r(256, device=d), _r(256, device=d).abs() + 0.5,
                     _r(256, device=d), _r(256, device=d))),
         ("softmax f32 [512,65536]", softmax, lambda d: (_r(512, 65536, device=d),)),
+        ("(x*x).sum() f32 [64M] (one row, split across blocks)", sum_of_squares,
+         lambda d: (_r(64 * 1024 * 1024, device=d),)),
     ]
     for h in (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384):
         n = max(1, rows * 4096 // h)
