@@ -251,7 +251,8 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         lines.append("    gy = cap // rows")
         lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
         lines.append("    grid = (rows, gy, 1)")
-        lines.append(f"    a = a + (_workspace({n_red} * rows * gy), _counters(rows))")
+        lines.append(f"    ws, sem = _workspace({n_red} * rows * gy), _counters(rows)   # alive until launched")
+        lines.append("    a = a + (ws.data_ptr(), sem.data_ptr())")
         lines.append("else:")
         lines.append("    grid = (rows if rows < cap else cap, 1, 1)")
         lines.insert(2, "chunks = 0")
@@ -328,8 +329,8 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         ns["_devidx"] = idx
         ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
         ns["_sms"] = cuda_driver.sm_count(idx)
-        ns["_workspace"] = lambda n: torch.empty(n, dtype=torch.float64, device=cg.device).data_ptr()
-        ns["_counters"] = lambda n: torch.zeros(n, dtype=torch.int32, device=cg.device).data_ptr()
+        ns["_workspace"] = lambda n: torch.empty(n, dtype=torch.float64, device=cg.device)
+        ns["_counters"] = lambda n: torch.zeros(n, dtype=torch.int32, device=cg.device)
         ns["_magic"] = _magic_divisor()
     src = launcher_source(cg)
     cg.launcher_source = src
