@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import graphfuser
+from graphfuser.config import config
 from graphfuser.ir import Graph, parse_graph, print_graph, verify
 
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
@@ -90,6 +91,22 @@ def fallback_counter(sf: graphfuser.ScriptedFunction) -> dict[str, int]:
 
         site.fallback_fn = counting
     return counts
+
+
+def run_fused(fn: Callable, *args: Any, tol: dict, n: int = 3) -> graphfuser.ScriptedFunction:
+    """Script ``fn``, call it ``n + 1`` times with the fallback disabled, compare the last result
+    with eager and assert that no call ran the eager fallback."""
+    ref = fn(*args)
+    sf = graphfuser.script(fn)
+    counts = None
+    with config.override(disable=["fallback"]):
+        for _ in range(n + 1):
+            out = sf(*args)
+            if counts is None and sf._optimized is not None:
+                counts = fallback_counter(sf)
+    torch.testing.assert_close(out, ref, **tol)
+    assert counts is not None and counts["fallback"] == 0, str(sf._optimized)
+    return sf
 
 
 def _tolerance(out: Any) -> dict:

@@ -5,9 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import graphfuser
-from graphfuser.config import config
-from helpers import fallback_counter, fusion_groups
+from helpers import fusion_groups, run_fused
 
 pytestmark = pytest.mark.cuda
 
@@ -17,16 +15,7 @@ TOL = {torch.float16: dict(rtol=1e-2, atol=1e-2), torch.bfloat16: dict(rtol=4e-2
 
 
 def run(fn, *args, n=3):
-    ref = fn(*args)
-    sf = graphfuser.script(fn)
-    counts = None
-    with config.override(disable=["fallback"]):
-        for _ in range(n + 1):
-            out = sf(*args)
-            if counts is None and sf._optimized is not None:
-                counts = fallback_counter(sf)
-    torch.testing.assert_close(out, ref, **TOL[args[0].dtype])
-    assert counts["fallback"] == 0, str(sf._optimized)
+    sf = run_fused(fn, *args, tol=TOL[args[0].dtype], n=n)
     (group,) = fusion_groups(sf._optimized)
     kinds = [k.kind for k in group.subgraph.nodes() if k.kind.startswith("aten::")]
     assert kinds[0] == "aten::mul" and kinds[-1] == "aten::relu" and len(kinds) == 4, kinds

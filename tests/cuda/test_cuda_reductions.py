@@ -5,9 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import graphfuser
-from graphfuser.config import config
-from helpers import fallback_counter
+from helpers import run_fused
 
 pytestmark = pytest.mark.cuda
 
@@ -21,18 +19,9 @@ def _flat(x):
 
 
 def run(fn, *args, tol=None, n=3):
-    ref = fn(*args)
     if tol is None:
-        tol = max((TOL.get(t.dtype, dict(rtol=0, atol=0)) for t in _flat(ref)), key=lambda t: t["rtol"])
-    sf = graphfuser.script(fn)
-    counts = None
-    with config.override(disable=["fallback"]):
-        for _ in range(n + 1):
-            out = sf(*args)
-            if counts is None and sf._optimized is not None:
-                counts = fallback_counter(sf)
-    torch.testing.assert_close(out, ref, **tol)
-    assert counts["fallback"] == 0, str(sf._optimized)
+        tol = max((TOL.get(t.dtype, dict(rtol=0, atol=0)) for t in _flat(fn(*args))), key=lambda t: t["rtol"])
+    sf = run_fused(fn, *args, tol=tol, n=n)
     assert "CudaFusionGroup" in str(sf._optimized), str(sf._optimized)
     return sf
 
