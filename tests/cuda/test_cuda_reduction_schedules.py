@@ -153,4 +153,4 @@ def _reduction_runners():
     from graphfuser.executor import compiled
 
     return [r for r in compiled._MEMORY.values()
-            if isinstance(getattr(r, "compiled", None), compiled_reduction.ReductionGroup)]
+            if isinstance(getattr(r, "compiled", None), compiled_reduction.ReductionGroup) and r.compiled.target == "cuda"]
