@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from .config import ConfigError, config
 from .executor.executor import ScriptedFunction, last_executed_optimized_graph

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import PRIMS, Call, Cast, Const, Expr, Kernel, Load, ScalarArg, topo_exprs
+from .kir import PRIMS, Call, Cast, Const, Kernel, Load, ScalarArg
 from .schedule import IExpr, LoopNest, ParallelType, ScheduleError, iconst, iop, ivar
 
 

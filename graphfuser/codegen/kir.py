@@ -14,7 +14,7 @@ Nothing here touches tensors or devices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 

@@ -19,7 +19,7 @@ arguments: a new batch size reuses the kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -27,7 +27,7 @@ from ..ir.graph import Graph, Value
 from ..ir.types import TensorType
 from ..ops import bind, lookup
 from ..ops.table import OpCall
-from .kir import Const, Expr, ExprBuilder, Kernel, Load, ScalarParam, TensorParam, compute_dtype
+from .kir import Expr, ExprBuilder, Kernel, ScalarParam, TensorParam, compute_dtype
 
 
 class LoweringError(ValueError):

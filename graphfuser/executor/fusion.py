@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..config import config
-from ..ir.graph import Graph, Node
+from ..ir.graph import Node
 from ..ir.types import TensorType
 from ..log import jit_log, warn
 from .fusion_eager import eager_runner

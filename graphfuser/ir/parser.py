@@ -12,7 +12,7 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 import torch
 

@@ -15,7 +15,7 @@ they are not, they are printed as extra fields so the printer/parser round trip 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch

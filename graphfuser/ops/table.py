@@ -9,7 +9,7 @@ pass asks ``fusible(node)`` and gets back ``None`` (ok) or a reason; lowering ca
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
