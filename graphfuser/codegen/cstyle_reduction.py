@@ -367,7 +367,13 @@ class _Walk(PassPlan):
                 if "or" not in self.d.simd_reduction:
                     return ""
                 clauses.append(f" reduction({self.d.simd_reduction['or']}:nan{j[3:]})")
-        return self.d.simd_pragma + "".join(clauses) if self.d.simd_pragma else ""
+        if not self.d.simd_pragma:
+            return ""
+        if self.first == 0 and self.d.parallel_simd_pragma:
+            # no row loop to spread over threads: the pass loop itself is split across them
+            work = " * ".join(f"n{r}" for r in range(self.k.n_dims)) or "1"
+            return self.d.parallel_simd_pragma.format(work=work, threshold=self.o.omp_threshold) + "".join(clauses)
+        return self.d.simd_pragma + "".join(clauses)
 
     def nan_flag(self, r: Reduce) -> bool:
         """Float max / min carry a NaN flag, unless the dialect has a NaN-propagating combine
@@ -440,7 +446,7 @@ class _Walk(PassPlan):
             em(f"gf_cp_wait<{self.stages - 1}>();")      # this row's copies are done
         outer = em.depth
         for i in self.loops:
-            simd = (self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and reds)
+            simd = self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and (reds or self.first == 0)
             self.open_leaf(em, i, self.simd_pragma(reds) if simd else None)
         if self.preds:
             em("if (" + " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.preds) + ") {")

@@ -376,6 +376,7 @@ class Dialect:
     binds: dict = field(default_factory=dict)          # axes that are a hardware index, not a loop
     parallel_pragma: str = ""                           # before the outermost parallel loop
     simd_pragma: str = ""
+    parallel_simd_pragma: str = ""                      # a simd loop split across threads ({work} {threshold})
     unroll_pragma: str = "#pragma unroll"
     vector_registers: bool = False                      # Vectorize = 16-byte register vectors
     constants: dict = field(default_factory=dict)
@@ -433,6 +434,7 @@ CPP = Dialect(
     },
     parallel_pragma="#pragma omp parallel for schedule(static) if ({work} > {threshold})",
     simd_pragma="#pragma omp simd",
+    parallel_simd_pragma="#pragma omp parallel for simd schedule(static) if ({work} > {threshold})",
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     row_scratch=True,

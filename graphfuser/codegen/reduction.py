@@ -42,6 +42,15 @@ class ReductionKernel(Kernel):
     def reductions(self) -> list[Reduce]:
         return [e for e in self.exprs() if isinstance(e, Reduce)]
 
+    def reduction_phases(self) -> int:
+        """Longest chain of reductions feeding one another (softmax's max then sum: 2)."""
+        depth: dict[int, int] = {}
+        for e in topo_exprs([e for _, e in self.stores]):
+            args = getattr(e, "args", None) or ((e.arg,) if isinstance(e, Cast) else ())
+            d = max((depth[id(a)] for a in args), default=0)
+            depth[id(e)] = d + 1 if isinstance(e, Reduce) else d
+        return max(depth.values(), default=0)
+
     def is_row(self, p: int) -> bool:
         """True when tensor param ``p`` does not vary along the reduced roots."""
         kinds = self.tensors[p].dim_kinds

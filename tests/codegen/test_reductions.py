@@ -309,3 +309,18 @@ def test_cuda_schedule_knobs_compile(knobs):
         assert f"gf_cp_wait<{stages - 1}>();" in src and "gf_cp_async<16>" in src
     else:
         assert "pf_t0[" in src and "gf_cp_async<16>(" not in src.split("gf_cp_commit() {")[1]
+
+
+def whole_tensor(x):
+    return (x * x).sum(), (x * 2).amax(), torch.softmax(x * 3, 0)
+
+
+def test_cpu_reduction_without_rows_splits_its_loop_across_threads():
+    """No kept dim (one row): each pass loop is an OpenMP parallel simd reduction; NaN still
+    propagates through max, and the softmax passes store in parallel."""
+    x = make(300_001)
+    x[7] = float("nan")
+    sf = run_case(whole_tensor, x, tol=dict(rtol=1e-4, atol=1e-3, equal_nan=True), groups=1, cuda=False)
+    for g in fusion_groups(sf._optimized):
+        src = ReductionGroup(g.subgraph, "cpu", torch.device("cpu"), "k").source
+        assert "#pragma omp parallel for simd schedule(static)" in src
