@@ -231,10 +231,12 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
                          f"{variants[split].block[0]}, 0, (nv + {variants[split].block[0] - 1}) // "
                          f"{variants[split].block[0]}")
             branch = "elif"
-        lo = cg.min_threads
+        lo, wide = cg.min_threads
+        lines.insert(len(lines) - (2 if split is not None else 0),
+                     f"    lo = {wide} if nv >= {WIDE_ROW_VECTORS} else {lo}" if wide != lo else f"    lo = {lo}")
         for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
             P = p.persistent
-            lines.append(f"    {branch} {lo * P} <= nv <= {MAX_THREADS * P}:")
+            lines.append(f"    {branch} {P} * lo <= nv <= {MAX_THREADS * P}:")
             lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}, {cg.variants[i][5]}")
             branch = "elif"
         i, p = min(chosen, key=lambda c: c[1].persistent)
@@ -262,18 +264,24 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
     return lines
 
 
-def auto_knobs(kernel) -> tuple[int, int]:
-    """(prefetch stages, fewest threads per row) for a kernel, unless the config sets them.
+def auto_knobs(kernel) -> tuple[int, tuple[int, int]]:
+    """(prefetch stages, (fewest threads per row, the same for wide rows)) for a kernel, unless
+    the config sets them.
 
     Measured on an H200 (bf16 rows of 4096, three repetitions): pure reductions stream best
     with one stage; normalizations with one reduction phase (RMSNorm) keep two rows in flight
     (86% of copy bandwidth against 80% with one); those with two phases (layer norm, softmax),
-    whose two block reductions a block waits on, want 256 threads a row with one stage (layer
-    norm 81% against 76% with 128 threads)."""
+    whose two block reductions a block waits on, want 256 threads a row with one stage once rows
+    are wide (layer norm 4096: 81% against 76% with 128 threads) but few threads with many
+    elements each on narrow rows (1024..3072: 80% with 64-96 threads, 65% with 128-384)."""
     stages, lo = config.cuda["reduction_prefetch_stages"], config.cuda["reduction_min_threads"]
     full = any(not kernel.is_row(p) for p, _ in kernel.stores)
-    auto = (1, 64) if not full else ((2, 64) if kernel.reduction_phases() <= 1 else (1, 256))
-    return (auto[0] if stages is None else int(stages)), (auto[1] if lo is None else int(lo))
+    auto = (1, 64, 64) if not full else ((2, 64, 64) if kernel.reduction_phases() <= 1 else (1, 64, 256))
+    return (auto[0] if stages is None else int(stages)), \
+        ((auto[1], auto[2]) if lo is None else (int(lo), int(lo)))
+
+
+WIDE_ROW_VECTORS = 512     # rows of this many vectors or more count as wide for the thread floor
 
 
 SPLIT_ROWS = 2             # rows split across blocks when rows * SPLIT_ROWS <= SM count ...
