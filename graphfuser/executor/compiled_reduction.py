@@ -187,8 +187,6 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
     V = max(p.vector for p in variants)
     vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[-1] != "bcast"]
     lines = [f"small = {_small_index(cg, first_stride)}", f"o = 0 if small else {half}"]
-    rereads = k.kind == "inner" and (k.reduction_phases() > 1 or any(not k.is_row(p) for p, _ in k.stores))
-    row_bytes = sum(t.dtype.itemsize for p, t in enumerate(k.tensors) if not t.is_output and not k.is_row(p))
     if V > 1:
         aligned = " | ".join(f"a[{p}]" for p in vec_tensors) or "0"
         strides = "".join(f" and a[{first_stride + s}] % {V} == 0" for s, (p, _) in enumerate(st) if p in vec_tensors)
@@ -247,15 +245,9 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
                      f"{cg.variants[i][5]}")
         lines.append("    else:")
         lines.append(f"        f, tx, sh = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}, 0")
-        if rereads:
-            lines.append(f"        l2rows = _l2 // (2 * nr * {row_bytes})")
     lines.append("block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)")
     lines.append("sh = sh * block[0]")
     lines.append(f"cap = {_grid_cap('block[0]', 'sh')}")
-    if rereads:     # multi-pass rows re-read from L2: no more rows in flight than half of it holds
-        lines.insert(2, "l2rows = 0")
-        lines.append("if l2rows:")
-        lines.append("    cap = cap if cap < l2rows else (l2rows if l2rows > _sms else _sms)")
     if any(p.split for p in variants):
         n_red = len(k.reductions())
         lines.append("if chunks:")
@@ -360,7 +352,6 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         ns["_devidx"] = idx
         ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
         ns["_sms"] = cuda_driver.sm_count(idx)
-        ns["_l2"] = torch.cuda.get_device_properties(idx).L2_cache_size
         ns["_workspace"] = lambda n: torch.empty(n, dtype=torch.float64, device=cg.device)
         ns["_counters"] = lambda n: torch.zeros(n, dtype=torch.int32, device=cg.device)
         ns["_magic"] = _magic_divisor()
