@@ -1,0 +1,122 @@
+"""How a reduction kernel moves between rows: the second mixin of the reduction walk
+(``cstyle_reduction._Walk``; ``reduction_passes.PassPlan`` is the first).
+
+- prefetch: a persistent schedule whose rows are the dialect's grid-stride loop loads the next
+  row's first-pass inputs while it reduces this one, into a register array or (``stages``) as
+  asynchronous copies into a ring of shared-memory stages;
+- grid split: a reduced leaf on a grid axis spreads one row over several blocks, whose partial
+  accumulators the row's last block combines before it stores the row outputs.
+
+Needs the walk's ``k``, ``nest``, ``d``, ``o``, ``T``, ``vec``, ``V``, ``persistent``, ``first``,
+``L``, ``loops``, ``preds``, ``offsets``, ``cache_leaves`` and pass plan before it runs.
+"""
+from __future__ import annotations
+
+from .cstyle import _Emitter
+from .dialects import COMPUTE_TYPES
+from .kir import Load, Reduce
+from .schedule import ParallelType, ScheduleError
+
+
+class RowPipeline:
+    def _prefetched(self) -> dict[int, str]:
+        """Tensor params whose first-pass loads go through a register array that the previous
+        row filled: a persistent schedule whose one prefix leaf is the dialect's grid-stride row
+        loop loads row ``i0 + step`` right after its first pass, so the load latency overlaps
+        this row's reductions and stores (software pipelining over rows)."""
+        leaves = self.nest.leaves
+        if not (self.o.prefetch and self.d.row_prefetch and self.persistent and self.first == 1
+                and leaves[0].ptype is ParallelType.BIDx and self.L == 1):
+            return {}
+        out: dict[int, str] = {}
+        for e in self.pass_order(1):
+            if isinstance(e, Load) and self.full[id(e)]:
+                t = self.k.tensors[e.tensor]
+                if not (self.vec and t.dim_kinds[-1] == "bcast"):
+                    out[e.tensor] = f"pf_{t.name}"
+        return out
+
+    def _check_grid_split(self) -> None:
+        """A reduced leaf on a grid axis (a row split across blocks) needs one pass, no
+        full-size stores, no pairs: each block combines its part, the last block of the row
+        (a counter per row) combines the parts and stores the row's outputs."""
+        if len(self.grid_red) > 1 or self.n_passes != 1 or self.pass_stores or self.pairs or self.L != 1 \
+                or self.first > 1:
+            raise ScheduleError("a reduction split across blocks needs a single-pass kernel with row outputs only")
+
+    def emit_grid_combine(self, em: _Emitter, reds: list[Reduce]) -> None:
+        """Every block writes its partial accumulators; the row's last block reads them all back
+        and goes on to the row outputs, the others go to their next row."""
+        rows = self.ix(self.nest.leaves[0].extent) if self.first else "1"
+        row = "i0" if self.first else "0"
+        ptype = self.nest.leaves[self.grid_red[0]].ptype
+        for n, r in enumerate(reds):
+            em(self.d.grid_reduce[ptype]["put"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype],
+                                                       slot=f"({n} * {rows} + {row})"))
+        em(self.d.grid_reduce[ptype]["last"].format(row=row, leave="continue" if self.first else "return"))
+        for n, r in enumerate(reds):
+            em(self.d.grid_reduce[ptype]["combine"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], op=r.op,
+                                                           slot=f"({n} * {rows} + {row})"))
+
+    def _stages(self) -> int:
+        """Shared-memory stages of the prefetch (0: the register array). With ``S`` stages,
+        rows ``i0 + 1 .. i0 + S`` (in grid strides) are in flight as asynchronous copies into a
+        ring of dynamic shared memory that each thread alone writes and reads back (no barrier),
+        so the bytes in flight do not cost registers. Vector accesses of 4, 8 or 16 bytes only."""
+        S = self.o.prefetch_stages
+        if not (S and self.prefetch and self.vec and self.d.async_copy):
+            return 0
+        if any(self.V * self.k.tensors[q].dtype.itemsize not in (4, 8, 16) for q in self.prefetch):
+            return 0
+        return S
+
+    def stage_bytes(self) -> int:
+        """Dynamic shared memory per thread (times blockDim.x at launch)."""
+        if not self.stages:
+            return 0
+        P = int(self.cache_size()) // self.V
+        return self.stages * P * sum(self.V * self.k.tensors[q].dtype.itemsize for q in self.prefetch)
+
+    def stage_addr(self, q: int, stage: str) -> str:
+        """Where this thread's vector of chunk ``i1...`` of tensor ``q`` sits in ``stage``:
+        [stage][tensor][chunk][thread], so a warp's 16-byte accesses are consecutive."""
+        P = int(self.cache_size()) // self.V
+        nbytes = {t: self.V * self.k.tensors[t].dtype.itemsize for t in self.prefetch}
+        before = sum(b for t, b in nbytes.items() if t < q)
+        chunk = self._linear(self.cache_leaves[:-1])
+        return (f"gf_stage + (({stage}) * {P * sum(nbytes.values())} + {P * before} + ({chunk}) * {nbytes[q]}) "
+                f"* (int)blockDim.x + (int)threadIdx.x * {nbytes[q]}")
+
+    def emit_prefetch(self, em: _Emitter, row: str, stage: str = "") -> None:
+        """Load row ``row`` of every prefetched tensor into its register array, or start its
+        asynchronous copy into shared-memory ``stage`` (a scope that re-declares the row index
+        and the index values hoisted at row depth)."""
+        start = em.depth
+        em("{")
+        em.depth += 1
+        em(f"const {self.T} i0 = {row};")
+        em(f"if (i0 < {self.ix(self.nest.leaves[0].extent)}) {{")
+        em.depth += 1
+        self.emit_decls(em, 1)
+        for i in self.loops:
+            self.open_leaf(em, i)
+        if self.preds:
+            em("if (" + " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.preds) + ") {")
+            em.depth += 1
+        for q, name in self.prefetch.items():
+            t = self.k.tensors[q]
+            src = f"{t.name}[{self.ix(self.offsets[q])}]"
+            if self.stages:
+                em(f"gf_cp_async<{self.V * t.dtype.itemsize}>({self.stage_addr(q, stage)}, &{src});")
+            elif self.vec:
+                base = self._linear(self.cache_leaves[:-1])
+                em(f"gf_load<{self.V}>({name} + ({base}) * {self.V}, &{src});")
+            else:
+                em(f"{name}[{self._linear(self.cache_leaves)}] = {src};")
+        while em.depth > start:
+            em.depth -= 1
+            em("}")
+        if self.stages:
+            em("gf_cp_commit();")
+
+    # -- bounds checks ----------------------------------------------------------------------
