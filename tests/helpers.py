@@ -93,6 +93,22 @@ def fallback_counter(sf: graphfuser.ScriptedFunction) -> dict[str, int]:
     return counts
 
 
+def make_input(*shape: int, dtype: torch.dtype = torch.float32, layout: str = "dense", low: Optional[float] = None,
+               device: str = "cpu") -> torch.Tensor:
+    """A tensor of ``shape`` laid out as ``layout``: dense, transposed (last two dims swapped in
+    memory), sliced (every other element of a wider tensor along the last dim). Normal values,
+    or uniform ones above ``low``; integers are rounded multiples of the same draw."""
+    def rnd(s):
+        t = torch.randn(s, dtype=torch.float64, device=device) if low is None else \
+            torch.rand(s, dtype=torch.float64, device=device) + low
+        return t.to(dtype) if dtype.is_floating_point else (t * 10).round().to(dtype)
+    if layout == "transposed" and len(shape) >= 2:
+        return rnd(shape[:-2] + (shape[-1], shape[-2])).transpose(-1, -2)
+    if layout == "sliced":
+        return rnd(shape[:-1] + (2 * shape[-1],))[..., ::2]
+    return rnd(shape)
+
+
 def run_fused(fn: Callable, *args: Any, tol: dict, n: int = 3) -> graphfuser.ScriptedFunction:
     """Script ``fn``, call it ``n + 1`` times with the fallback disabled, compare the last result
     with eager and assert that no call ran the eager fallback."""

@@ -19,7 +19,7 @@ from graphfuser.config import config
 from graphfuser.executor.compiled_reduction import ReductionGroup
 from graphfuser.runtime import nvrtc
 
-from helpers import fallback_counter, fusion_groups
+from helpers import fallback_counter, fusion_groups, make_input
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 TOL = {torch.float16: dict(rtol=5e-3, atol=5e-3), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
@@ -67,16 +67,7 @@ def run_case(fn, *inputs, groups: int = 1, tol=None, cuda: bool = True) -> graph
 
 
 def make(*shape, dtype=torch.float32, layout="dense", low=None):
-    """A tensor of ``shape`` laid out as ``layout``: dense, transposed (last two dims swapped in
-    memory), sliced (every other element of a wider tensor along the last dim)."""
-    def rnd(s):
-        t = torch.randn(s, dtype=torch.float64) if low is None else torch.rand(s, dtype=torch.float64) + low
-        return t.to(dtype) if dtype.is_floating_point else (t * 10).round().to(dtype)
-    if layout == "transposed" and len(shape) >= 2:
-        return rnd(shape[:-2] + (shape[-1], shape[-2])).transpose(-1, -2)
-    if layout == "sliced":
-        return rnd(shape[:-1] + (2 * shape[-1],))[..., ::2]
-    return rnd(shape)
+    return make_input(*shape, dtype=dtype, layout=layout, low=low)
 
 
 # -- everything over the last dim: one horizontal group per dtype and layout -------------------

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import run_fused
+from helpers import make_input, run_fused
 
 pytestmark = pytest.mark.cuda
 
@@ -27,14 +27,7 @@ def run(fn, *args, tol=None, n=3):
 
 
 def r(*shape, dtype=torch.float32, layout="dense", low=None):
-    def rnd(s):
-        t = torch.randn(s, device="cuda") if low is None else torch.rand(s, device="cuda") + low
-        return t.to(dtype) if dtype.is_floating_point else (t * 10).round().to(dtype)
-    if layout == "transposed":
-        return rnd(shape[:-2] + (shape[-1], shape[-2])).transpose(-1, -2)
-    if layout == "sliced":
-        return rnd(shape[:-1] + (2 * shape[-1],))[..., ::2]
-    return rnd(shape)
+    return make_input(*shape, dtype=dtype, layout=layout, low=low, device="cuda")
 
 
 def last_dim_all(x, w, b):
