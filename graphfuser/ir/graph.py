@@ -85,7 +85,7 @@ class Value:
 class Node:
     """One operation. ``attrs`` hold constant attributes (``value``, ``types``, ``cache_id`` ...)."""
 
-    __slots__ = ("kind", "inputs", "outputs", "attrs", "blocks", "subgraph", "source", "owner", "schema")
+    __slots__ = ("kind", "inputs", "outputs", "attrs", "blocks", "subgraph", "source", "owner", "schema", "__weakref__")
 
     def __init__(self, kind: str, attrs: Optional[dict[str, Any]] = None, source: Optional[str] = None):
         self.kind = kind

@@ -33,6 +33,8 @@ from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import fusible, lookup
 from ..ops.axes import analyze, needs_axes
+from .aliasing import AliasSets, may_alias_input
+from .functionalize import mark_clone, restore_unfused
 
 _SIDE_EFFECT_KINDS = {
     "prim::SetAttr", "prim::Print", "prim::RaiseException", "aten::append", "aten::warn", "aten::copy_",
@@ -52,8 +54,9 @@ def group_kind(device_type: str) -> str:
 
 
 class _BlockPartition:
-    def __init__(self, block: Block) -> None:
+    def __init__(self, block: Block, aliases: Optional[AliasSets] = None) -> None:
         self.block = block
+        self.aliases = aliases
         self.nodes = list(block.nodes)
         self.index = {n: i for i, n in enumerate(self.nodes)}
         self.succ: dict[Node, set[Node]] = {n: set() for n in self.nodes}
@@ -128,7 +131,13 @@ class _BlockPartition:
                 return "CUDA fusion is disabled (fuse_cuda: false)"
             if out.device.type not in ("cpu", "cuda"):
                 return f"no fusion backend for device {out.device}"
-        return fusible(node)
+        why = fusible(node)
+        if why is None and self.aliases is not None and may_alias_input(node) \
+                and self.aliases.is_written(node.outputs[0]):
+            # eager may return the input itself (or a view): a fused copy would not see the write
+            return (f"{node.kind} may return an alias of its input, and an in-place op writes that "
+                    "alias set; fusing it would make a copy that misses the write")
+        return why
 
     def misfit(self, a: set[Node], b: set[Node]) -> Optional[str]:
         """Why one kernel cannot hold ``a | b`` (reductions and broadcasts must share loop axes)."""
@@ -259,7 +268,7 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
                     vmap[v] = sub.add_input(v.name, v.type)
                     vmap[v].profiled = v.profiled   # guard insertion specializes stable scalars
                     inputs.append(v)
-            clone_node(n, sub, vmap, sub.block)
+            mark_clone(n, clone_node(n, sub, vmap, sub.block))
         outputs = []
         for n in mem:
             for o in n.outputs:
@@ -331,17 +340,21 @@ def _returned(block: Block, v: Value) -> bool:
     return v in block.returns
 
 
-def _partition_block(block: Block) -> list[Node]:
+def _partition_block(block: Block, aliases: AliasSets) -> list[Node]:
     made = []
     for n in list(block.nodes):
         for b in n.blocks:
-            made += _partition_block(b)
-    groups = _BlockPartition(block).run()
+            made += _partition_block(b, aliases)
+    groups = _BlockPartition(block, aliases).run()
     if groups:
         made += _materialize(block, groups)
     return made
 
 
 def partition(graph: Graph) -> list[Node]:
-    """Create fusion groups in ``graph`` (in place); returns the new group nodes."""
-    return _partition_block(graph.block)
+    """Create fusion groups in ``graph`` (in place); returns the new group nodes.
+
+    Functionalized in-place ops that no group took are turned back into in-place ops."""
+    made = _partition_block(graph.block, AliasSets(graph))
+    restore_unfused(graph)
+    return made
