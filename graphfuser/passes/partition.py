@@ -32,7 +32,7 @@ from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import fusible, lookup
-from ..ops.axes import analyze, needs_axes
+from ..ops.axes import analyze, dtype_only, needs_axes
 from .aliasing import AliasSets, may_alias_input
 from .functionalize import mark_clone, restore_unfused
 
@@ -140,10 +140,11 @@ class _BlockPartition:
         return why
 
     def misfit(self, a: set[Node], b: set[Node]) -> Optional[str]:
-        """Why one kernel cannot hold ``a | b`` (reductions and broadcasts must share loop axes)."""
+        """Why one kernel cannot hold ``a | b`` (reductions and broadcasts must share loop axes;
+        a pointwise group's inputs must broadcast together as its guard will require)."""
         union = a | b
         if not needs_axes(union):
-            return None
+            return _pointwise_misfit(union)
         axes = analyze(sorted(union, key=self.index.__getitem__))
         return axes if isinstance(axes, str) else None
 
@@ -204,14 +205,19 @@ class _BlockPartition:
         return groups
 
     def _horizontal(self) -> None:
+        # Siblings share a tensor input; a shared constant (None, alpha=1 ...) relates nothing.
         for n in self.nodes:
             for o in n.outputs:
+                if not o.type.is_tensor:
+                    continue
                 sibs = []
                 for u, _ in o.uses:
                     if u in self.group and self.group[u] not in sibs:
                         sibs.append(self.group[u])
                 self._merge_siblings(sibs)
         for v in self.block.params + (self.block.graph.inputs if self.block.owner is None else []):
+            if not v.type.is_tensor:
+                continue
             sibs = []
             for u, _ in v.uses:
                 if u in self.group and self.group[u] not in sibs:
@@ -222,6 +228,7 @@ class _BlockPartition:
         while len(sibs) > 1:
             a, b = sibs[0], sibs[1]
             if a in self.members and b in self.members and self.device[a] == self.device[b] \
+                    and _same_shape(self.members[a], self.members[b]) \
                     and self.can_merge(set(self.members[a]), set(self.members[b])) \
                     and not self.misfit(set(self.members[a]), set(self.members[b])):
                 jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
@@ -276,6 +283,9 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
                             or o in nested_returned)
                 if external:
                     outputs.append(o)
+        if not outputs:
+            jit_log("partition", 1, f"dropped group of {len(mem)} node(s) from {mem[0].where()}: nothing reads its results")
+            continue
         sub.block.returns = [vmap[o] for o in outputs]
         dev = mem[0].outputs[0].type.device
         gnode = graph.create(group_kind(dev.type), inputs, [o.type for o in outputs],
@@ -330,6 +340,44 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
     return [g for g, _ in group_nodes]
 
 
+def _widest(nodes: list[Node]) -> Optional[tuple[int, ...]]:
+    sizes = [o.type.sizes for n in nodes for o in n.outputs
+             if isinstance(o.type, TensorType) and o.type.sizes is not None]
+    return max(sizes, key=len) if sizes else None
+
+
+def _same_shape(a: list[Node], b: list[Node]) -> bool:
+    """Horizontal siblings run over one iteration domain: their widest outputs' profiled shapes
+    agree (a symbolic dim only with a symbolic dim)."""
+    sa, sb = _widest(a), _widest(b)
+    return sa is not None and sa == sb
+
+
+def _pointwise_misfit(nodes: set[Node]) -> Optional[str]:
+    """Why the tensor inputs of a pointwise group do not broadcast together right-aligned (the
+    guard checks exactly that: a group violating it would miss on its own profiled inputs)."""
+    outs = [o.type for n in nodes for o in n.outputs if isinstance(o.type, TensorType) and o.type.sizes is not None]
+    if not outs:
+        return None
+    rank = max(t.rank for t in outs)
+    seen: dict[int, tuple[int, str]] = {}
+    values = {v for n in nodes for v in n.inputs if v.node not in nodes} | {o for n in nodes for o in n.outputs}
+    values -= dtype_only(list(nodes))
+    for v in values:
+        t = v.type
+        if not isinstance(t, TensorType) or t.sizes is None:
+            continue
+        for d, s in enumerate(t.sizes):
+            if s == 1:
+                continue
+            od = rank - t.rank + d
+            if od in seen and seen[od][0] != s:
+                return (f"%{v.name} dim {d} (size {'*' if s == -1 else s}) and %{seen[od][1]} share a loop axis "
+                        "but their profiled sizes differ")
+            seen.setdefault(od, (s, v.name))
+    return None
+
+
 def _composite(node: Node) -> bool:
     """Normalizations (softmax, layer_norm ...) are several kernels' worth of work on their own."""
     row = lookup(node.kind)
@@ -354,7 +402,12 @@ def _partition_block(block: Block, aliases: AliasSets) -> list[Node]:
 def partition(graph: Graph) -> list[Node]:
     """Create fusion groups in ``graph`` (in place); returns the new group nodes.
 
-    Functionalized in-place ops that no group took are turned back into in-place ops."""
+    Dead nodes are dropped first (a dead op would make a group member, or a whole group, whose
+    result nobody reads). Functionalized in-place ops that no group took are turned back into
+    in-place ops."""
+    from .dce import dce
+
+    dce(graph)
     made = _partition_block(graph.block, AliasSets(graph))
     restore_unfused(graph)
     return made
