@@ -399,14 +399,51 @@ def _partition_block(block: Block, aliases: AliasSets) -> list[Node]:
     return made
 
 
+_SHAPE_USES = ("aten::size", "aten::dim", "aten::numel")
+
+
+def _shape_source(v: Value) -> Value:
+    """The earliest value known to have ``v``'s shape on every input: walk back through
+    elementwise ops with a single tensor data argument (unary pointwise ops, casts), whose output
+    shape is their input's shape whatever the sizes."""
+    from ..ops.axes import dtype_only
+
+    while v.node is not None:
+        row = lookup(v.node.kind)
+        if row is None or row.kind not in ("pointwise", "cast") or len(v.node.outputs) != 1:
+            break
+        skip = dtype_only([v.node])
+        tensors = [i for i in v.node.inputs if i.type.is_tensor and i not in skip]
+        if len(tensors) != 1 or not isinstance(tensors[0].type, TensorType) or tensors[0].type.rank != v.type.rank:
+            break
+        v = tensors[0]
+    return v
+
+
+def read_shapes_from_sources(graph: Graph) -> int:
+    """Point ``size()`` / ``dim()`` / ``numel()`` of a value at the value its shape comes from, so
+    a fused value read only for its shape need not be a group output (the seeds' rule)."""
+    moved = 0
+    for node in list(graph.all_nodes()):
+        if node.kind not in _SHAPE_USES or not node.inputs:
+            continue
+        src = _shape_source(node.inputs[0])
+        if src is not node.inputs[0]:
+            jit_log("partition", 2, f"{node.where()} reads the shape of %{src.name} instead of %{node.inputs[0].name}")
+            node.replace_input(0, src)
+            moved += 1
+    return moved
+
+
 def partition(graph: Graph) -> list[Node]:
     """Create fusion groups in ``graph`` (in place); returns the new group nodes.
 
-    Dead nodes are dropped first (a dead op would make a group member, or a whole group, whose
+    Shape reads move to the value the shape comes from, and dead nodes are dropped first (a dead op would make a group member, or a whole group, whose
     result nobody reads). Functionalized in-place ops that no group took are turned back into
     in-place ops."""
     from .dce import dce
 
+    read_shapes_from_sources(graph)
     dce(graph)
     made = _partition_block(graph.block, AliasSets(graph))
     restore_unfused(graph)
