@@ -237,9 +237,16 @@ class ScriptedFunction:
             prog.fn(*inputs)
             rec.apply()
             from ..ops import fusible
+            from ..passes.partition import group_misfit
 
-            reasons = [fusible(n) for n in sub.block.nodes if n.kind not in ("prim::Constant", "prim::ListConstruct")]
+            functionalize(sub)   # the fallback runs some functionalized ops in place again
+            members = [n for n in sub.block.nodes if n.kind not in ("prim::Constant", "prim::ListConstruct")]
+            reasons = [fusible(n) for n in members]
             reasons = [r for r in reasons if r]
+            if not reasons:
+                # the same structural checks as the first partition (loop axes, broadcasts)
+                misfit = group_misfit(members)
+                reasons = [misfit] if misfit else []
             if reasons:
                 jit_log("guard", 1, f"no specialization for new signature of {site.kind}: {reasons[0]}")
                 site.rejected.add(sig)

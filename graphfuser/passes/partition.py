@@ -340,6 +340,15 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
     return [g for g, _ in group_nodes]
 
 
+def group_misfit(nodes: list[Node]) -> Optional[str]:
+    """Why one kernel cannot hold ``nodes`` (the structural checks of a merge, for a whole group:
+    re-specializations must pass them as the first partition's groups did)."""
+    if needs_axes(nodes):
+        axes = analyze(nodes)
+        return axes if isinstance(axes, str) else None
+    return _pointwise_misfit(set(nodes))
+
+
 def _widest(nodes: list[Node]) -> Optional[tuple[int, ...]]:
     sizes = [o.type.sizes for n in nodes for o in n.outputs
              if isinstance(o.type, TensorType) and o.type.sizes is not None]
