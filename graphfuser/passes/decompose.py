@@ -1,0 +1,94 @@
+"""Opt-in decompositions of ops the fuser cannot enter, so that their cheap part fuses with what
+follows (``PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition``, as nvFuser had).
+
+Runs on the captured graph before profiling, so the new nodes are profiled like any other:
+
+    %y = aten::linear(%x, %w, %b)             %y0 = aten::linear(%x, %w, None)
+                                       ->     %y = aten::add(%y0, %b, 1)
+
+    %y = aten::conv2d(%x, %w, %b, ...)        %y0 = aten::conv2d(%x, %w, None, ...)
+                                       ->     %b1 = aten::unsqueeze(%b, -1)   (once per spatial dim)
+                                              %y = aten::add(%y0, %b1, 1)
+
+The bias add then joins the activation / residual / normalization group after it: one pass over
+the output instead of the bias epilogue plus a separate kernel. Only a bias whose type is
+``Tensor`` is split (an ``Optional[Tensor]`` may be None at run time).
+"""
+from __future__ import annotations
+
+from ..config import config
+from ..executor.builtins import resolve_aten
+from ..ir.graph import Block, Graph, Node, Value
+from ..ir.types import TENSOR, Type
+from ..log import jit_log
+
+_ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
+_UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
+# conv kind -> spatial dims of its output (the bias is broadcast over them)
+_CONVS = {"aten::conv1d": 1, "aten::conv2d": 2, "aten::conv3d": 3}
+
+
+class _Emitter:
+    """Creates nodes one after another, right after ``anchor``."""
+
+    def __init__(self, block: Block, anchor: Node) -> None:
+        self.block, self.last = block, anchor
+
+    def add(self, node: Node) -> Node:
+        self.block.insert_after(self.last, node)
+        self.last = node
+        return node
+
+    def const(self, value, type_name: str) -> Value:
+        attrs = {} if value is None else {"value": value}
+        return self.add(self.block.graph.create("prim::Constant", [], [Type(type_name)], attrs)).output
+
+    def aten(self, kind: str, schema: str, inputs: list[Value], source) -> Value:
+        node = self.block.graph.create(kind, inputs, [TENSOR], source=source)
+        node.schema = resolve_aten(kind, schema)
+        return self.add(node).output
+
+
+def _split_bias(block: Block, node: Node, spatial: int) -> bool:
+    bias = node.inputs[2]
+    if not bias.type.is_tensor:
+        return False
+    none = block.graph.create("prim::Constant", [], [Type("NoneType")])
+    block.insert_before(node, none)
+    node.replace_input(2, none.output)
+    e = _Emitter(block, node)
+    b = bias
+    for _ in range(spatial):
+        b = e.aten("aten::unsqueeze", _UNSQUEEZE, [b, e.const(-1, "int")], node.source)
+    out = e.aten("aten::add", _ADD, [node.output, b, e.const(1, "int")], node.source)
+    add = out.node
+    for user, i in list(node.output.uses):
+        if user is not add:
+            user.replace_input(i, out)
+    block.replace_return_everywhere(node.output, out)
+    return True
+
+
+def _decompose_block(block: Block, linear: bool, conv: bool) -> int:
+    done = 0
+    for node in list(block.nodes):
+        for b in node.blocks:
+            done += _decompose_block(b, linear, conv)
+        if linear and node.kind == "aten::linear" and len(node.inputs) == 3:
+            spatial = 0
+        elif conv and node.kind in _CONVS and len(node.inputs) == 7:
+            spatial = _CONVS[node.kind]
+        else:
+            continue
+        if _split_bias(block, node, spatial):
+            done += 1
+            jit_log("graph_fuser", 1, f"decomposed the bias add of {node.where()}")
+    return done
+
+
+def decompose(graph: Graph) -> int:
+    """Apply the enabled decompositions to ``graph`` in place; returns how many ops were split."""
+    linear, conv = config.is_enabled("linear_decomposition"), config.is_enabled("conv_decomposition")
+    if not (linear or conv):
+        return 0
+    return _decompose_block(graph.block, linear, conv)
