@@ -67,3 +67,49 @@ def test_conv_without_bias_is_left_alone():
     with config.override(enable=["conv_decomposition"]):
         sf = check(m, torch.randn(2, 3, 6, 6))
     assert "aten::conv2d" in str(sf._optimized)
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, c=16):
+        super().__init__()
+        self.fc1 = nn.Conv2d(c, 4, 1)
+        self.fc2 = nn.Conv2d(4, c, 1)
+
+    def forward(self, x):
+        s = F.adaptive_avg_pool2d(x, 1)
+        s = F.hardsigmoid(self.fc2(F.relu(self.fc1(s))))
+        return x * s
+
+
+class Head(nn.Module):
+    def forward(self, x):
+        return torch.flatten(F.adaptive_avg_pool2d(torch.relu(x * 2.0), 1), 1)
+
+
+class PoolModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d((1, 1))
+
+    def forward(self, x):
+        return torch.flatten(self.pool(torch.relu(x * 2.0)), 1)
+
+
+@pytest.mark.parametrize("cl", [False, True])
+def test_global_pool_is_a_fused_mean(cl):
+    x = torch.randn(2, 16, 7, 5)
+    if cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    sf = check(Head().eval(), x)
+    assert "aten::mean" in _group_kinds(sf) and "adaptive_avg_pool2d" not in str(sf._optimized)
+    check(SqueezeExcite().eval(), x)
+    sf = check(PoolModule().eval(), x, fused=None)
+    assert "adaptive_avg_pool2d" not in str(sf._optimized)
+
+
+def test_pools_to_other_sizes_are_kept():
+    def f(x):
+        return F.adaptive_avg_pool2d(x * 2.0, [2, 2]) + F.adaptive_avg_pool1d(x.flatten(2), 1).unsqueeze(-1)
+
+    sf = check(f, torch.randn(2, 3, 6, 6), fused=None)
+    assert "adaptive_avg_pool2d" in str(sf._optimized)
