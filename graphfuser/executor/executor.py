@@ -22,7 +22,7 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import dce, fold_constant_ifs, functionalize, insert_guards, partition, wrap_group
+from ..passes import dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, wrap_group
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
 from ..ops.axes import input_axes
@@ -63,6 +63,7 @@ class ScriptedFunction:
     def _reset(self) -> None:
         self._calls = 0
         self._work: Graph = clone_graph(self.graph)
+        decompose(self._work)
         self._record: Optional[ProfileRecord] = None
         self._profiling: Optional[HostProgram] = None
         self._plain: Optional[HostProgram] = None

@@ -168,6 +168,11 @@ class Block:
         self.nodes.insert(self.nodes.index(anchor), node)
         return node
 
+    def insert_after(self, anchor: Node, node: Node) -> Node:
+        node.owner = self
+        self.nodes.insert(self.nodes.index(anchor) + 1, node)
+        return node
+
     def remove(self, node: Node) -> None:
         node.drop_inputs()
         self.nodes.remove(node)

@@ -37,9 +37,15 @@ from .aliasing import AliasSets, may_alias_input
 from .functionalize import mark_clone, restore_unfused
 
 _SIDE_EFFECT_KINDS = {
-    "prim::SetAttr", "prim::Print", "prim::RaiseException", "aten::append", "aten::warn", "aten::copy_",
+    "prim::SetAttr", "prim::Print", "aten::append", "aten::warn", "aten::copy_",
     "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend", "prim::DictConstruct",
 }
+
+
+# prim::RaiseException is not a barrier: a fused group is pure, so computing it on either side of a
+# check that may raise changes nothing but wasted work on the raising path; the raise still waits
+# for the values its condition reads (data edges). Without this every shape assert of an
+# nn.functional wrapper would split the chain around it.
 
 
 def _mutates(node: Node) -> bool:
