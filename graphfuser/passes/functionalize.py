@@ -178,18 +178,39 @@ def mark_clone(old: Node, new: Node) -> None:
         FUNCTIONALIZED[new] = kind
 
 
-def restore_in_fallback(sub: Graph) -> None:
+def restore_in_fallback(sub: Graph, group: Optional[Node] = None) -> None:
     """In a group's fallback subgraph, run functionalized ops in place again where that cannot
-    change what any other node or output sees (the target is read by nothing after the op and is
-    not returned), so the fallback raises eager's shape errors."""
+    change what any other node or output sees, so the fallback raises eager's shape errors.
+
+    The target must be read by nothing after the op inside ``sub`` and not be returned. A target
+    that is an input of the group (``group``'s outer value) must moreover be read only by nodes
+    that run before ``group`` in its block: the fallback writes the outer tensor, as eager did."""
     nodes = list(sub.block.nodes)
+    outer_of = dict(zip(sub.inputs, group.inputs)) if group is not None else {}
     for k, node in enumerate(nodes):
         kind = FUNCTIONALIZED.get(node)
         if kind is None or not node.inputs:
             continue
         target = node.inputs[0]
-        if target.node is None or target in sub.block.returns:
-            continue   # a group input may be read by a node the fused schedule put after the group
+        if target in sub.block.returns:
+            continue
         if any(u is not node and (u.owner is not sub.block or nodes.index(u) > k) for u, _ in target.uses):
             continue
+        if target.node is None and not _read_only_before(outer_of.get(target), group):
+            continue
         _swap_kind(node, kind)
+
+
+def _read_only_before(outer: Optional[Value], group: Optional[Node]) -> bool:
+    if outer is None or group is None or group.owner is None or outer.node is None:
+        return False
+    block = group.owner
+    if outer in block.returns or any(outer in n.nested_returns() for n in block.nodes):
+        return False
+    pos = block.nodes.index(group)
+    for u, _ in outer.uses:
+        if u is group:
+            continue
+        if u.owner is not block or block.nodes.index(u) > pos:
+            return False
+    return True

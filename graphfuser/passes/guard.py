@@ -94,7 +94,7 @@ def wrap_group(graph: Graph, group: Node, block: Block) -> Node:
     fb_inputs, fb_sub = list(group.inputs), clone_graph(group.subgraph)
     for old, new in zip(group.subgraph.block.nodes, fb_sub.block.nodes):
         mark_clone(old, new)
-    restore_in_fallback(fb_sub)
+    restore_in_fallback(fb_sub, group)
     checks = specialize_scalars(group)
     pairs = [(v, p) for v, p in zip(group.inputs, group.subgraph.inputs) if v.type.is_tensor or p.type.is_tensor]
     attrs: dict[str, Any] = {"types": [p.type for _, p in pairs]}

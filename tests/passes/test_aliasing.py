@@ -164,3 +164,23 @@ def test_inplace_with_a_promoting_argument_is_kept():
         return v
 
     _run(f, torch.randn(4, 8).half(), torch.randn(4, 8))
+
+
+def test_inplace_shape_error_survives_a_guard_miss_when_the_target_is_a_group_input():
+    # v comes from an op the partition skips, so the functional mul reads it as a group input
+    def f(x, y):
+        v = x.sum(0)
+        v.mul_(y)
+        return v.relu() + 1.0
+
+    with config.override(skip_node_kinds=["aten::sum"]):
+        sf = _run(f, torch.randn(4, 8), torch.randn(8))
+        group = [n for n in sf._optimized.all_nodes() if n.kind.endswith("FusionGroup")][0]
+        assert [n.kind for n in group.subgraph.nodes() if n.kind.startswith("aten::")] == [
+            "aten::mul", "aten::relu", "aten::add"]
+        for _ in range(3):
+            with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+                sf(torch.randn(4, 1), torch.randn(8))
+        for _ in range(3):
+            x, y = torch.randn(5, 8), torch.randn(8)
+            torch.testing.assert_close(sf(x, y), f(x, y))
