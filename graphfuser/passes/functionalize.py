@@ -6,7 +6,9 @@ program when nothing else can observe the difference, so the rewrite needs all o
 
 - ``%a`` is fresh: produced in the same block by an op-table op whose schema says its output is
   new memory (``aten::to`` / ``contiguous`` / views may return their input: ``passes.aliasing``),
-  not a graph input, not a block parameter, not used or returned in a nested block;
+  or by a chain of elementwise ops that may return their input (``.float()``, ``type_as``,
+  dropout in eval) over such a value; not a graph input, not a block parameter, not used or
+  returned in a nested block;
 - no value that may alias ``%a`` (a view, ``.float()`` of a float tensor, a list holding it ...)
   is read after the write or returned: eager readers of those would see the write;
 - eager's in-place rules hold on the profiled types: the other tensor arguments broadcast into
@@ -42,6 +44,22 @@ def _fresh(node: Node) -> bool:
     row = lookup(node.kind)
     return row is not None and row.kind in ("pointwise", "cast", "reduction", "normalization") \
         and not may_alias_input(node)
+
+
+def _fresh_root(v: Value, block: Block) -> Optional[Value]:
+    """The fresh intermediate ``v`` is, or may alias through elementwise ops that can return their
+    input (``.float()`` of a float tensor, ``type_as``, dropout in eval): writing ``v`` writes that
+    memory, which is ours (not a graph input) when such a root exists in ``block``."""
+    while True:
+        p = v.node
+        if p is None or p.owner is not block:
+            return None
+        if _fresh(p):
+            return v
+        row = lookup(p.kind)
+        if row is None or row.kind not in ("pointwise", "cast") or not p.inputs or not p.inputs[0].type.is_tensor:
+            return None
+        v = p.inputs[0]
 
 
 def _shape_rule(node: Node, target: Value) -> Optional[str]:
@@ -111,7 +129,7 @@ def _functionalize_block(block: Block) -> int:
         target = node.inputs[0]
         producer = target.node
         where = node.where()
-        if producer is None or producer.owner is not block or not _fresh(producer):
+        if producer is None or producer.owner is not block or _fresh_root(target, block) is None:
             jit_log("partition", 1, f"kept in-place {where}: %{target.name} is not a fresh intermediate")
             continue
         pos = block.nodes.index(node)

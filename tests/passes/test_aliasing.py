@@ -184,3 +184,28 @@ def test_inplace_shape_error_survives_a_guard_miss_when_the_target_is_a_group_in
         for _ in range(3):
             x, y = torch.randn(5, 8), torch.randn(8)
             torch.testing.assert_close(sf(x, y), f(x, y))
+
+
+def test_inplace_on_an_identity_alias_of_an_intermediate_fuses():
+    # relu_ after dropout in eval writes the dropout's input (the same tensor in eager); nothing
+    # reads that tensor afterwards, so the chain is made functional and fuses
+    def f(x):
+        h = x * 2.0
+        d = F.dropout(h, 0.1, False)
+        d.relu_()
+        return d + 1.0
+
+    sf = _run(f, torch.randn(4, 8))
+    groups = [n for n in sf._optimized.all_nodes() if n.kind.endswith("FusionGroup")]
+    assert len(groups) == 1
+    assert not any(n.kind.endswith("_") for n in groups[0].subgraph.nodes())
+
+
+def test_inplace_on_an_identity_alias_whose_source_is_read_later_is_kept():
+    def f(x):
+        h = x * 2.0
+        d = h.float()
+        d.relu_()
+        return d + 1.0, h.sin()
+
+    _run(f, torch.randn(4, 8))
