@@ -175,3 +175,17 @@ def test_output_used_only_for_its_shape_is_not_a_group_output(fn):
     for shape in [(3, 5), (1, 8), (6, 1)]:
         x = make_input(*shape)
         assert sf(x) [1:] == fn(x)[1:]
+
+
+def test_dtype_only_argument_whose_rank_changed_while_profiling():
+    # the group's guard is built from its inputs' types: an incomplete one made
+    # "TypeError: 'NoneType' object is not iterable" when the guard was generated
+    def f(x, m):
+        return ((x * 2.0).type_as(m) + 1.0).relu()
+
+    sf = graphfuser.script(f)
+    for m in [torch.rand(3), torch.rand(2, 2), torch.rand(5, 1, 1), torch.rand(3), torch.rand(2, 2, dtype=torch.float64)]:
+        x = torch.rand(4, 8)
+        out = sf(x, m)
+        torch.testing.assert_close(out, f(x, m))
+        assert out.dtype == m.dtype
