@@ -22,7 +22,8 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, wrap_group
+from ..passes import (dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, sink_views,
+                      wrap_group)
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
 from ..ops.axes import input_axes
@@ -173,6 +174,7 @@ class ScriptedFunction:
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
         fold_constant_ifs(g)
         functionalize(g)
+        sink_views(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)
         groups = partition(g)
         insert_guards(g, groups)

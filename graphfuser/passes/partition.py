@@ -234,7 +234,8 @@ class _BlockPartition:
         while len(sibs) > 1:
             a, b = sibs[0], sibs[1]
             if a in self.members and b in self.members and self.device[a] == self.device[b] \
-                    and _same_shape(self.members[a], self.members[b]) \
+                    and (needs_axes(self.members[a] + self.members[b])
+                         or _same_shape(self.members[a], self.members[b])) \
                     and self.can_merge(set(self.members[a]), set(self.members[b])) \
                     and not self.misfit(set(self.members[a]), set(self.members[b])):
                 jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
@@ -362,8 +363,10 @@ def _widest(nodes: list[Node]) -> Optional[tuple[int, ...]]:
 
 
 def _same_shape(a: list[Node], b: list[Node]) -> bool:
-    """Horizontal siblings run over one iteration domain: their widest outputs' profiled shapes
-    agree (a symbolic dim only with a symbolic dim)."""
+    """Pointwise horizontal siblings run over one iteration domain: their widest outputs' profiled
+    shapes agree (a symbolic dim only with a symbolic dim). Groups with reductions are checked by
+    the loop-axes analysis instead (``misfit``), which lets sum(x, -1) and mean(x, -1, True) share
+    one kernel."""
     sa, sb = _widest(a), _widest(b)
     return sa is not None and sa == sb
 
