@@ -185,6 +185,8 @@ def test_functional_instance_norm_fuses_with_its_consumer():
 
 
 def test_functional_instance_norm_fuses_with_its_producer():
+    # F.instance_norm's size check reads the producer's shape from the producer's input (the
+    # partition moves shape reads to their source), so the producer joins the norm's group
     x = _input(torch.float32, (2, 6, 7, 5), "dense")
     sf = run_case(f_inorm_producer, x, *_params(torch.float32, 6), cuda=False)
     _chain(sf, "aten::instance_norm")
