@@ -50,7 +50,7 @@ DEFAULTS: dict[str, Any] = {
     "dump": [],
     "log_level": "",
     "cache_dir": None,
-    "repro_dir": "logs/repro",
+    "repro_dir": None,
     "cpu": {
         "cxx": "g++",
         "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fwrapv", "-fno-math-errno"],

@@ -6,8 +6,8 @@ specialization + target + codegen knobs; see ``runtime/cache.py``), otherwise lo
 schedules, renders and compiles it (through the on-disk cache), and generates a small Python
 launcher that computes the run-time sizes and strides, allocates the outputs through torch's
 caching allocator and launches. Any failure follows the fallback policy: one warning naming the
-group and a repro written under ``logs/repro``, then eager execution; with
-``PYTORCH_NVFUSER_DISABLE=fallback`` it raises ``FusionFailure`` with the same information.
+group and a repro written under ``config.repro_dir`` (default: ``<cache dir>/repro``), then eager
+execution; with ``PYTORCH_NVFUSER_DISABLE=fallback`` it raises ``FusionFailure`` with the same information.
 """
 from __future__ import annotations
 
@@ -313,9 +313,19 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
 
 
 # -- entry point -----------------------------------------------------------------------------
+def repro_root() -> str:
+    """Where repros go: ``config.repro_dir``, else ``<cache root>/repro``. Nothing is created
+    until a fusion fails."""
+    if config.repro_dir:
+        return os.path.expanduser(str(config.repro_dir))
+    from ..runtime.cache import cache_root
+
+    return str(cache_root() / "repro")
+
+
 def write_repro(name: str, sub: Graph, source: str, error: BaseException) -> str:
     """Write the group's IR, input types, generated source and the error; returns the path."""
-    root = config.repro_dir
+    root = repro_root()
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, f"{name}-{hashlib.sha1(str(sub).encode()).hexdigest()[:10]}.txt")
     log = getattr(error, "log", "") or ""
