@@ -19,7 +19,7 @@ arguments: a new batch size reuses the kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -207,12 +207,19 @@ def _returns_self(node, row_name: str) -> bool:
     return not any(v.is_constant and v.constant() is True for v in node.inputs[1:])
 
 
-def lower_node(node, env: dict, b: ExprBuilder) -> None:
+def lower_node(node, env: dict, b: ExprBuilder, emulate: Optional[bool] = None) -> None:
     """Lower one subgraph node through its op-table row into ``env`` (Value -> Expr or constant).
 
     Shared by the pointwise and the reduction lowering. Outputs are cast to their compute dtype;
     a cast to fp16/bf16 rounds to that precision (unless it is a no-op cast), as eager does.
+    With ``emulate`` (default: the ``emulate_precision_casts`` knob) every fp16/bf16 result is
+    rounded to its dtype, as eager rounds after each op; the rounding also keeps the compiler
+    from contracting a multiply in one node with an add in the next.
     """
+    if emulate is None:
+        from ..config import config
+
+        emulate = bool(config.emulate_precision_casts)
     if node.kind == "prim::Constant":
         env[node.output] = node.attrs.get("value")
         return
@@ -228,6 +235,8 @@ def lower_node(node, env: dict, b: ExprBuilder) -> None:
         out_dtype, compute = node.output.type.dtype, compute_dtype(node.output.type.dtype)
     else:
         out_dtype, compute = row.result_dtypes(parts, consts)
+    if emulate and out_dtype in (torch.float16, torch.bfloat16):
+        _round_scalar_operands(row.name, args, parts, out_dtype, b)
     result = row.lower(OpCall(args, parts, out_dtype, compute, b))
     results = result if isinstance(result, tuple) else (result,)
     src_t = node.inputs[0].type if node.inputs else None
@@ -235,9 +244,32 @@ def lower_node(node, env: dict, b: ExprBuilder) -> None:
         dt = o.type.dtype
         e = b.cast(e, compute_dtype(dt))
         no_op = isinstance(src_t, TensorType) and src_t.dtype == dt
-        if dt in (torch.float16, torch.bfloat16) and row.kind == "cast" and not no_op:
+        if dt in (torch.float16, torch.bfloat16) and (emulate or (row.kind == "cast" and not no_op)):
             e = b.call("round_half" if dt == torch.float16 else "round_bf16", e)
         env[o] = e
+
+
+# Rows whose eager kernel computes with a Python-scalar operand converted to the tensor's
+# fp16/bf16 dtype first (TensorIterator's common-dtype cast of the wrapped number), measured on
+# torch's CPU kernels; mul and div keep the unrounded scalar (their reduced-float fast path).
+_HALF_SCALAR_ARGS = {"add": ("other", "alpha"), "sub": ("other", "alpha"), "rsub": ("other", "alpha"),
+                     "pow": ("exponent",), "fmod": ("other",), "remainder": ("other",)}
+
+
+def _round_scalar_operands(row_name: str, args: dict, parts: dict, dtype: torch.dtype, b: ExprBuilder) -> None:
+    """Round the wrapped-scalar operands of ``row_name`` to ``dtype`` in place (emulation only)."""
+    prim = "round_half" if dtype == torch.float16 else "round_bf16"
+    for name in _HALF_SCALAR_ARGS.get(row_name, ()):
+        v = args.get(name)
+        if v is None or isinstance(v, (bool, str, list)):
+            continue
+        p = parts.get(name)
+        if p is not None and p.priority != "wrapped":
+            continue
+        if name == "alpha" and not isinstance(v, Expr) and v == 1:
+            continue
+        e = v if isinstance(v, Expr) else b.const(v, torch.float32)
+        args[name] = b.call(prim, b.cast(e, torch.float32))
 
 
 def _dense(t: TensorType) -> TensorType:
