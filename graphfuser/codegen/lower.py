@@ -119,6 +119,9 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
             roots[-1].append(od)
         else:
             roots.append([od])
+    if not roots:
+        # 0-dim or all-size-1 tensors: one root of extent 1 that every tensor broadcasts over
+        roots = [[]]
     n_roots = len(roots)
 
     # 3. tensor params

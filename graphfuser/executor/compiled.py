@@ -147,7 +147,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
         L.append(f"    s{i} = x{i}.shape")
     size = {od: f"s{i}[{d}]" for od, (i, d) in plan.dim_source.items()}
     for r, dims in enumerate(plan.root_dims):
-        L.append(f"    n{r} = " + " * ".join(size[od] for od in dims))
+        L.append(f"    n{r} = " + (" * ".join(size[od] for od in dims) or "1"))
     if not plan.root_dims:
         L.append("    n0 = 1")
     outs = []
