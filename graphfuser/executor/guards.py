@@ -35,6 +35,10 @@ def _layout_checks(i: int, t: TensorType) -> list[str]:
         return [f"x{i}.is_contiguous()"]
     checks = []
     for k, d in enumerate(order):
+        if not contig[k] and t.strides is not None and t.strides[d] >= 0:
+            # TensorIterator skips an operand's stride-0 (expanded) dims when it orders the
+            # output's dims, so which dims are expanded is part of the layout
+            checks.append(f"st{i}[{d}] {'==' if t.strides[d] == 0 else '!='} 0")
         if k + 1 < len(order):
             n = order[k + 1]
             if contig[k]:
