@@ -25,8 +25,8 @@ FUSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, t
 FUSIBLE_KINDS = ("pointwise", "cast", "reduction", "normalization")
 
 
-# Base types (``?`` stripped) of the non-tensor arguments profiling records for reduction rows.
-PROFILED_TYPES = ("int", "float", "bool", "int[]", "Scalar", "number")
+# Base types (``?`` stripped) of the non-tensor arguments profiling records for rows' constants.
+PROFILED_TYPES = ("int", "float", "bool", "int[]", "Scalar", "number", "str")
 
 
 def _profilable(v: Value) -> bool:
@@ -65,10 +65,11 @@ def _constant_of(v: Value, profiled: bool = False) -> tuple[bool, Any]:
 
 
 def _profiled_items(row: OpRow, node: Node) -> list[tuple[str, Value]]:
-    if not isinstance(row, ReductionRow) or not row.consts:
+    if not row.consts:
         return []
+    names = row.names_for(node) if isinstance(row, ReductionRow) else row.arg_names
     out: list[tuple[str, Value]] = []
-    for name, v in zip(row.names_for(node), node.inputs):
+    for name, v in zip(names, node.inputs):
         if name not in row.consts:
             continue
         items = v.node.inputs if v.node is not None and v.node.kind == "prim::ListConstruct" else [v]
@@ -77,8 +78,9 @@ def _profiled_items(row: OpRow, node: Node) -> list[tuple[str, Value]]:
 
 
 def profiled_args(node: Node) -> list[Value]:
-    """The non-constant scalars feeding the constant-only arguments of a reduction row's node
-    (dims, keepdim, dtype, correction, eps ...), directly or as items of a ``prim::ListConstruct``.
+    """The non-constant scalars feeding the constant-only arguments of a row's node (a
+    reduction's dims, keepdim, dtype, correction, eps; add's alpha, gelu's approximate ...),
+    directly or as items of a ``prim::ListConstruct``.
 
     Profiling records these values; where every run saw the same value, the node fuses with it
     as a constant and the group's guard checks it (``passes.guard.specialize_scalars``).
@@ -98,8 +100,7 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
 
     Returns (args, consts, participants): ``args`` holds Values for run-time inputs and Python
     values for constants; ``consts`` only the constants; ``participants`` the promotion inputs.
-    A reduction row's constant-only argument that profiling saw with one value binds as that
-    constant.
+    A row's constant-only argument that profiling saw with one value binds as that constant.
     """
     reducing = isinstance(row, ReductionRow)
     names = row.names_for(node) if reducing else row.arg_names
@@ -109,7 +110,7 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
     for i, name in enumerate(names):
         if i < len(node.inputs):
             v = node.inputs[i]
-            known, value = _constant_of(v, reducing and name in row.consts)
+            known, value = _constant_of(v, name in row.consts)
             if known:
                 args[name] = consts[name] = value
             else:
