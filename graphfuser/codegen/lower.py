@@ -25,9 +25,13 @@ import torch
 
 from ..ir.graph import Graph, Value
 from ..ir.types import TensorType
-from ..ops import bind, lookup
+from ..ops import bind, host_scalar, lookup
 from ..ops.table import OpCall
 from .kir import Expr, ExprBuilder, Kernel, ScalarParam, TensorParam, compute_dtype
+
+
+# (floating, bool) -> the kernel argument type a host-read 0-dim tensor is passed as
+_HOST_ARG_DTYPES = {(True, False): torch.float64, (False, False): torch.int64, (False, True): torch.bool}
 
 
 class LoweringError(ValueError):
@@ -56,6 +60,7 @@ class LaunchPlan:
     scalar_inputs: list[int]           # group input index of each scalar param
     aliases: dict[int, int] = field(default_factory=dict)  # output index -> group input index
     strided: list[tuple[int, int]] = field(default_factory=list)  # (tensor param, root) needing a stride arg
+    host_scalars: list[int] = field(default_factory=list)  # group inputs: CPU 0-dim tensors passed by value
 
 
 def _aligned(t: TensorType, out_rank: int) -> dict[int, int]:
@@ -75,12 +80,15 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     for o, t in zip(outs, out_types):
         if not isinstance(t, TensorType) or not t.complete:
             raise LoweringError(f"output %{o.name} has no complete profiled type")
-    tensor_inputs = [(i, v) for i, v in enumerate(sub.inputs) if isinstance(v.type, TensorType)]
+    device = out_types[0].device
+    # CPU 0-dim tensors of a CUDA group are read on the host and passed as scalar arguments
+    host = {i for i, v in enumerate(sub.inputs) if isinstance(v.type, TensorType) and v.type.complete
+            and host_scalar(v.type, device)}
+    tensor_inputs = [(i, v) for i, v in enumerate(sub.inputs) if isinstance(v.type, TensorType) and i not in host]
     for i, v in tensor_inputs:
         if not v.type.complete:
             raise LoweringError(f"input %{v.name} has no complete profiled type")
     out_rank = max([t.rank for t in out_types] + [v.type.rank for _, v in tensor_inputs])
-    device = out_types[0].device
 
     # 1. iteration dims and their order
     typed = [("in", i, v.type) for i, v in tensor_inputs] + [("out", k, t) for k, t in enumerate(out_types)]
@@ -155,9 +163,15 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     scalars: list[ScalarParam] = []
     scalar_inputs: list[int] = []
     for i, v in enumerate(sub.inputs):
-        if isinstance(v.type, TensorType):
+        if isinstance(v.type, TensorType) and i not in host:
             k = add_param(f"t{len(params)}", v.type, False, i)
             env[v] = b.load(k, v.type.dtype)
+        elif i in host:
+            dt = _HOST_ARG_DTYPES[v.type.dtype.is_floating_point, v.type.dtype == torch.bool]
+            scalars.append(ScalarParam(f"a{len(scalars)}", dt))
+            scalar_inputs.append(i)
+            env[v] = b.arg(len(scalars) - 1, dt) if dt == compute_dtype(v.type.dtype) else \
+                b.cast(b.arg(len(scalars) - 1, dt), compute_dtype(v.type.dtype))
         else:
             dt = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}.get(v.type.name)
             if dt is None:
@@ -196,7 +210,8 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
         p = add_param(f"t{len(params)}", out_layouts[k], True, k)
         stores.append((p, b.cast(e, compute_dtype(t.dtype))))
     kernel = Kernel(name, params, scalars, n_roots, stores)
-    plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided)
+    plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided,
+                      sorted(host))
     return kernel, plan
 
 

@@ -22,7 +22,7 @@ import torch
 from ..codegen.cstyle import RenderOptions, render_function, render_source, stride_args
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import Kernel, kernel_ir_text
-from ..codegen.lower import LaunchPlan, lower_group
+from ..codegen.lower import LaunchPlan, LoweringError, lower_group
 from ..codegen.pointwise import PointwiseParams, pointwise_heuristics, schedule_pointwise
 from ..codegen.schedule import LoopNest, ScheduleError
 from ..config import config
@@ -175,7 +175,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
         tp = plan.tensors[p]
         owner = f"o{tp.position}" if k.tensors[p].is_output else f"x{tp.position}"
         args.append(f"{owner}.stride({tp.dims[r][-1]})")
-    args += [f"x{i}" for i in plan.scalar_inputs]
+    args += [f"x{i}.item()" if i in plan.host_scalars else f"x{i}" for i in plan.scalar_inputs]
     total = " * ".join(f"n{r}" for r in range(max(k.n_dims, 1)))
     L.append(f"    total = {total}")
     ret = f"({', '.join(outs)},)"
@@ -369,6 +369,8 @@ def compile_group(group: Node, scheduler: Optional[PointwiseScheduler] = None,
     t0 = time.perf_counter()
     try:
         if scheduler is None and needs_axes(sub.block.nodes):   # reductions / normalizations
+            if any(isinstance(v.type, TensorType) and v.type.device != device for v in sub.inputs):
+                raise LoweringError("reduction kernels take no CPU 0-dim tensors as scalar arguments")
             from .compiled_reduction import ReductionGroup, build_reduction_launcher
 
             cg = ReductionGroup(sub, target, device, name)

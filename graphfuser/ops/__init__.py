@@ -29,6 +29,12 @@ FUSIBLE_KINDS = ("pointwise", "cast", "reduction", "normalization")
 PROFILED_TYPES = ("int", "float", "bool", "int[]", "Scalar", "number", "str")
 
 
+def host_scalar(t: TensorType, device: torch.device) -> bool:
+    """A CPU 0-dim tensor feeding a CUDA op: torch allows it (its value is read on the host), and
+    a fusion group takes it as a scalar kernel argument."""
+    return t.rank == 0 and t.device is not None and t.device.type == "cpu" and device.type == "cuda"
+
+
 def _profilable(v: Value) -> bool:
     return not v.type.is_tensor and v.type.name.rstrip("?") in PROFILED_TYPES
 
@@ -168,7 +174,7 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
                 return f"input %{v.name} has no complete profiled type"
             if t.dtype not in FUSIBLE_DTYPES:
                 return f"input dtype {t.dtype} is not fused"
-            if t.device != out.device:
+            if t.device != out.device and not host_scalar(t, out.device):
                 return f"input %{v.name} on {t.device}, output on {out.device}"
             if t.rank > out.rank and not reducing:
                 return f"input %{v.name} has a higher rank than the output"
@@ -201,4 +207,4 @@ def op_listing() -> list[tuple[str, str, str, str, str]]:
 
 
 __all__ = ["ROWS", "REGISTRY", "OpRow", "OpCall", "lookup", "bind", "fusible", "op_listing", "Participant",
-           "result_type", "participant_of", "profiled_args", "as_constant", "PROFILED_TYPES"]
+           "result_type", "participant_of", "profiled_args", "as_constant", "PROFILED_TYPES", "host_scalar"]
