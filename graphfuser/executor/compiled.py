@@ -163,7 +163,9 @@ def _launcher_source(cg: CompiledGroup) -> str:
         acc = "1"
         for d in reversed(full):
             st[d] = acc
-            acc = f"{acc} * {sz[d]}" if acc != "1" else sz[d]
+            # as torch's contiguous strides: a size-0 dim counts as 1 for the dims outside it
+            nz = sz[d] if sz[d] == "1" else f"({sz[d]} or 1)"
+            acc = f"{acc} * {nz}" if acc != "1" else nz
         L.append(f"    o{j} = _empty(({', '.join(sz)}{',' if rank == 1 else ''}), "
                  f"({', '.join(st)}{',' if rank == 1 else ''}), dtype=_odt{j}, device=_dev)")
         outs.append(f"o{j}")
@@ -230,6 +232,14 @@ def _launcher_source(cg: CompiledGroup) -> str:
                 emit(0, "            ", flat)
                 L.append("        else:")
                 emit(1, "            ", flat)
+    # An output with fewer dims or size-1 dims is written by every iteration along the dims it
+    # broadcasts over; when one of those is empty, nothing writes it although it has elements
+    # (sqrt(x[1, 5]) next to x + y[0, 5]): that call runs eager.
+    partial = [f"o{j}" for j, (_, sizes, _, _) in enumerate(plan.outputs)
+               if j not in plan.aliases and (len(sizes) < plan.out_rank or 1 in sizes)]
+    if k.stores and partial:
+        L.append(f"    if not total and ({' or '.join(f'{o}.numel()' for o in partial)}):")
+        L.append(f"        return _empty_domain({', '.join(f'x{i}' for i in range(n_in))})")
     L.append(f"    return {ret}")
     body = L[1:]
     params = ", ".join(f"x{i}" for i in range(n_in))
@@ -305,10 +315,22 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
         ns["_magic"] = magic_divisor
     src = _launcher_source(cg)
     cg.launcher_source = src
-    ns.update({"_broken": False, "_eager": None, "_fail": None})
+    ns.update({"_broken": False, "_eager": None, "_fail": None, "_empty_domain": _lazy_eager(cg.sub)})
     exec(compile(src, f"<graphfuser launcher {cg.name}>", "exec"), ns)
     run = ns["run"]
     run.namespace = ns
+    return run
+
+
+def _lazy_eager(sub: Graph) -> Callable:
+    """The group's eager runner, built on first use (calls with an empty iteration domain)."""
+    box: list = []
+
+    def run(*args):
+        if not box:
+            box.append(eager_runner(sub, "fallback"))
+        return box[0](*args)
+
     return run
 
 
