@@ -51,6 +51,8 @@ GF_FN float gf_maximum(float a, float b) { return (a != a || b != b) ? a + b : (
 GF_FN double gf_maximum(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 GF_FN float gf_minimum(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
 GF_FN double gf_minimum(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+template <typename T> GF_FN T gf_fmax(T a, T b) { return a != a ? b : (b != b ? a : (a > b ? a : b)); }
+template <typename T> GF_FN T gf_fmin(T a, T b) { return a != a ? b : (b != b ? a : (a < b ? a : b)); }
 template <typename T> GF_FN bool gf_isnan(T x) { return x != x; }
 template <typename T> GF_FN bool gf_isinf(T x) { return x == x && (x - x) != (x - x); }
 template <typename T> GF_FN bool gf_isfinite(T x) { return (x - x) == (x - x); }
