@@ -2,8 +2,17 @@
 
 Every row here decomposes into the four reduction primitives of the kernel IR (``sum``,
 ``prod``, ``max``, ``min``; ``ExprBuilder.reduce``) plus pointwise primitives, so the kernel
-IR and the renderers know nothing about softmax or layer norm. Variance is two-pass
-(``sum((x - mean)^2)``), which matches eager to rounding. A row also gives its ``DimPlan``
+IR and the renderers know nothing about softmax or layer norm. Moments (mean / var / std and
+the normalizations) are a *corrected* two-pass (``_moments``): a first mean ``m0 = sum(x) / N``,
+then the shifted sums ``s1 = sum(x - m0)``, ``s2 = sum((x - m0)^2)``, ``mean = m0 + s1 / N``,
+``M2 = s2 - s1 * s1 / N``. ``m0`` is within rounding of the row, so the shifted sums do not
+cancel; for a constant row ``x - m0`` is one small exactly representable value, every sum of it
+is exact, and the mean comes out exactly the row's value with ``M2 == 0`` (eager's Welford has
+that property too; ``sum / N`` alone does not, and ``(x - mean) * rsqrt(var + eps)`` turns its
+rounding into an O(1) error). It keeps the pass structure of the plain two-pass (the second
+pass carries two sums of one difference instead of one) and combines across threads and blocks
+by plain sums, where Welford needs a division per element and Chan's merge at every combine.
+A row also gives its ``DimPlan``
 (``ops/axes.py``): which dims of its input it reduces and how its outputs and parameter tensors
 line up with the input.
 
@@ -289,12 +298,27 @@ def _correction(call: OpCall) -> float:
     return 1.0 if unbiased is None or unbiased else 0.0
 
 
+def _moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
+    """(mean, M2) by the corrected two-pass: shifted sums against the first-pass mean ``m0``.
+
+    Exact for constant rows (``mean`` is the row's value, ``M2`` is 0); ``M2`` is kept >= 0
+    against rounding (NaN stays NaN)."""
+    b, ct = call.b, call.compute
+    n = b.reduction_size(ct)
+    m0 = _mean_of(call, x)
+    d = b.sub(x, m0)
+    s1 = b.reduce("sum", d, ct)
+    s2 = b.reduce("sum", b.mul(d, d), ct)
+    c = b.div(s1, n)
+    m2 = b.sub(s2, b.mul(s1, c))
+    m2 = b.where(b.call("lt", m2, call.const(0)), call.const(0), m2)
+    return b.add(m0, c), m2
+
+
 def _var_mean(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
-    """two-pass variance: sum((x - mean)^2) / max(N - correction, 0), and the mean"""
+    """corrected two-pass variance: M2 / max(N - correction, 0), and the mean"""
     b = call.b
-    mean = _mean_of(call, x)
-    d = b.sub(x, mean)
-    m2 = b.reduce("sum", b.mul(d, d), call.compute)
+    mean, m2 = _moments(call, x)
     dof = b.call("maximum", b.sub(b.reduction_size(call.compute), call.const(_correction(call))), call.const(0))
     return b.div(m2, dof), mean
 
@@ -344,11 +368,10 @@ def _affine(call: OpCall, y: Expr) -> Expr:
 
 def _normalize(call: OpCall) -> tuple[Expr, Expr, Expr]:
     b, x = call.b, _x(call, "input")
-    mean = _mean_of(call, x)
-    d = b.sub(x, mean)
-    var = b.div(b.reduce("sum", b.mul(d, d), call.compute), b.reduction_size(call.compute))
+    mean, m2 = _moments(call, x)
+    var = b.div(m2, b.reduction_size(call.compute))
     rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
-    return _affine(call, b.mul(d, rstd)), mean, rstd
+    return _affine(call, b.mul(b.sub(x, mean), rstd)), mean, rstd
 
 
 def _layer_norm(call: OpCall) -> Expr:
@@ -454,7 +477,7 @@ for _n, _fn, _k in (("var", _var, 1), ("std", _std, 1), ("var_mean", _var_mean_p
                     ("std_mean", _std_mean_pair, 2)):
     reduction(_n, (f"aten::{_n}",), "reduction", _VAR, _fn, out_dtype=_same_float, overloads=_VAR_OVERLOADS,
               consts=("dim", "unbiased", "correction", "keepdim"), n_outputs=_k, eager=getattr(torch, _n),
-              doc=f"{_n} with correction (two-pass)")
+              doc=f"{_n} with correction (corrected two-pass)")
 reduction("sum_to_size", ("aten::sum_to_size",), "reduction", ("self", "size"), _sum, planner=_sum_to_size_plan,
           out_dtype=_same_nonbool, consts=("size",), eager=lambda self, size: self.sum_to_size(size),
           doc="sum the dims that size broadcasts")
