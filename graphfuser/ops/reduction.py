@@ -62,6 +62,9 @@ class ReductionRow(OpRow):
     planner: Optional[Callable[[Node, dict, dict], Union[DimPlan, str]]] = None
     out_dtype: Optional[Callable[[torch.dtype, dict], Union[torch.dtype, str]]] = None
     shape_args: tuple[str, ...] = ()            # list args whose values the kernel never reads
+    # (value, dim, expected size) relations eager checks and the kernel relies on; the launcher
+    # compares them before every launch. ``expected``: an int or a Value holding an int.
+    size_checks: Optional[Callable[[Node, dict], list[tuple[Value, int, Any]]]] = None
 
     def names_for(self, node: Node) -> tuple[str, ...]:
         schema = getattr(node.schema, "schema", "") or ""
@@ -225,6 +228,43 @@ def _sum_to_size_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, st
         else:
             out.append(d)
     return DimPlan(rank, {"self": tuple(range(rank))}, [tuple(out)], tuple(red))
+
+
+def list_items(v: Any) -> Optional[list[Any]]:
+    """Entries of a list argument (ints, or Values for run-time entries), None when unknown."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    if isinstance(v, Value) and v.node is not None:
+        if v.node.kind == "prim::Constant":
+            val = v.node.attrs.get("value")
+            return list(val) if isinstance(val, (list, tuple)) else None
+        if v.node.kind == "prim::ListConstruct":
+            out = []
+            for i in v.node.inputs:
+                c = list_items(i) if i.node is not None and i.node.kind == "prim::Constant" else None
+                out.append(c[0] if c and len(c) == 1 else i)
+            return out
+    return None
+
+
+def _trailing_checks(node: Node, args: dict) -> list[tuple[Value, int, Any]]:
+    """layer_norm / rms_norm: input.shape[-k:] == normalized_shape (eager raises otherwise)."""
+    v, items = args["input"], list_items(args.get("normalized_shape"))
+    if not isinstance(v, Value) or items is None:
+        return []
+    rank, k = _rank(v), len(items)
+    return [(v, rank - k + j, e) for j, e in enumerate(items)]
+
+
+def _sum_to_size_checks(node: Node, args: dict) -> list[tuple[Value, int, Any]]:
+    """sum_to_size: every non-1 entry of size equals the input's aligned dim."""
+    v, items = args["self"], list_items(args.get("size"))
+    if not isinstance(v, Value) or items is None:
+        return []
+    off = _rank(v) - len(items)
+    return [(v, off + j, e) for j, e in enumerate(items) if e != 1 and off + j >= 0]
 
 
 # -- dtypes ---------------------------------------------------------------------------------
@@ -448,11 +488,12 @@ CHECKS: dict[str, Callable[[Node, dict, dict], Optional[str]]] = {}
 
 def reduction(name: str, aten: tuple[str, ...], kind: str, args: tuple[str, ...], lower, *, planner=None,
               out_dtype=None, overloads: tuple = (), consts: tuple[str, ...] = (), n_outputs: int = 1,
-              shape_args: tuple[str, ...] = (), check=None, eager=None, doc: str = "") -> ReductionRow:
+              shape_args: tuple[str, ...] = (), check=None, eager=None, doc: str = "",
+              size_checks=None) -> ReductionRow:
     first = args[0].split("=")[0]
     row = ReductionRow(name, aten, kind, args, "none", (first,), consts=consts, decomp=lower, eager=eager, doc=doc,
                        n_outputs=n_outputs, overloads=overloads, planner=planner or _reduce_plan,
-                       out_dtype=out_dtype, shape_args=shape_args)
+                       out_dtype=out_dtype, shape_args=shape_args, size_checks=size_checks)
     register(row)
     CHECKS[name] = check or _need_const(*consts)
     return row
@@ -479,7 +520,8 @@ for _n, _fn, _k in (("var", _var, 1), ("std", _std, 1), ("var_mean", _var_mean_p
               consts=("dim", "unbiased", "correction", "keepdim"), n_outputs=_k, eager=getattr(torch, _n),
               doc=f"{_n} with correction (corrected two-pass)")
 reduction("sum_to_size", ("aten::sum_to_size",), "reduction", ("self", "size"), _sum, planner=_sum_to_size_plan,
-          out_dtype=_same_nonbool, consts=("size",), eager=lambda self, size: self.sum_to_size(size),
+          out_dtype=_same_nonbool, consts=("size",), size_checks=_sum_to_size_checks,
+          eager=lambda self, size: self.sum_to_size(size),
           doc="sum the dims that size broadcasts")
 
 _SOFTMAX_OVERLOADS = (("self", "dim", "dtype"),)
@@ -500,17 +542,18 @@ reduction("_log_softmax", ("aten::_log_softmax",), "normalization", ("self", "di
 
 _LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")
 reduction("layer_norm", ("aten::layer_norm",), "normalization", _LN, _layer_norm, planner=_layer_norm_plan,
-          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",),
+          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), size_checks=_trailing_checks,
           eager=lambda input, ns, weight=None, bias=None, eps=1e-5, cudnn_enable=True:
           torch.layer_norm(input, ns, weight, bias, eps),
           doc="(x - mean) * rsqrt(var + eps) * weight + bias over the last dims")
 reduction("native_layer_norm", ("aten::native_layer_norm",), "normalization",
           ("input", "normalized_shape", "weight", "bias", "eps"), _native_layer_norm, planner=_layer_norm_plan,
-          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), n_outputs=3,
+          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), size_checks=_trailing_checks,
+          n_outputs=3,
           eager=torch.native_layer_norm, doc="(layer_norm, mean, rstd)")
 reduction("rms_norm", ("aten::rms_norm",), "normalization", ("input", "normalized_shape", "weight=None", "eps=None"),
           _rms_norm, planner=_layer_norm_plan, out_dtype=_same_float, consts=("eps",),
-          shape_args=("normalized_shape",), eager=torch.rms_norm, doc="x * rsqrt(mean(x^2) + eps) * weight")
+          shape_args=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm, doc="x * rsqrt(mean(x^2) + eps) * weight")
 reduction("batch_norm", ("aten::batch_norm",), "normalization",
           ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
            "cudnn_enabled"), _batch_norm, planner=_channel_plan(False), out_dtype=_same_float,
