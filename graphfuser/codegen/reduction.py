@@ -173,7 +173,9 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
                 roots[-1].append(a)
             else:
                 roots.append([a])
-    red_roots = tuple(r for r, g in enumerate(roots) if g[0] in axes.reduced)
+    if not roots:
+        roots = [[]]        # 0-dim / all-size-1 groups: one root of extent 1 (every tensor broadcasts)
+    red_roots = tuple(r for r, g in enumerate(roots) if g and g[0] in axes.reduced)
 
     # 3. tensor params
     params: list[TensorParam] = []
@@ -241,7 +243,8 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
     if red_roots and reduces:
         ref_param = next((p for p, t in enumerate(params) if not t.is_output and t.dim_kinds[red_roots[-1]] == "unit"),
                          None)
-        kind = "inner" if ref_param is not None else "outer"
+        # a lone (strided or expanded) row has no kept dim for the outer schedules to spread
+        kind = "inner" if ref_param is not None or len(red_roots) == len(roots) else "outer"
     elif red_roots:
         raise LoweringError("reduced loop axes without a reduction")
     kernel = ReductionKernel(name, params, scalars, len(roots), stores, red_roots=red_roots, kind=kind)

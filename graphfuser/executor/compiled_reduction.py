@@ -112,7 +112,7 @@ def launcher_source(cg: ReductionGroup) -> str:
         L.append(f"    s{i} = x{i}.shape")
     size = {a: f"s{i}[{d}]" for a, (i, d) in plan.axis_source.items()}
     for r, axes in enumerate(plan.root_axes):
-        L.append(f"    n{r} = " + " * ".join(size[a] for a in axes))
+        L.append(f"    n{r} = " + (" * ".join(size[a] for a in axes) or "1"))
     kept = [r for r in range(k.n_dims) if r not in plan.red_roots]
     L.append("    rows = " + (" * ".join(f"n{r}" for r in kept) or "1"))
     L.append("    nr = " + (" * ".join(f"n{r}" for r in plan.red_roots) or "1"))

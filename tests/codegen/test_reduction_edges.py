@@ -239,3 +239,48 @@ def test_size_preconditions_raise_eager_error(fn, prof, bad, msg, device):
         with pytest.raises(RuntimeError, match=msg):
             sf(*bad)
         torch.testing.assert_close(sf(*prof), fn(*prof))
+
+
+# -- 0-dim / all-size-1 groups, lone strided / expanded rows -------------------------------------
+def sum_back(x):
+    return (x * 2.0).sum() + x
+
+
+def softmax0(x):
+    return torch.softmax(x * 2.0, 0)
+
+
+def ln_last1(x):
+    return F.layer_norm(x * 1.0, [1])
+
+
+def amax_back(x):
+    return (x * 2.0).amax(-1, keepdim=True) - x
+
+
+def _lone_rows(device):
+    r = lambda *s: torch.randn(*s, device=device)
+    return [(sum_back, r(())), (sum_back, r(1, 1)), (softmax0, r(())), (ln_last1, r(1, 1)),
+            (amax_back, r(1, 1, 1)), (softmax0, r(10)[::2]), (softmax0, r(1).expand(6)),
+            (softmax0, r(8, 3)[:, 1]), (amax_back, r(4)[::2])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", range(9))
+def test_lone_rows_and_size_one_groups_compile(case, device):
+    """Groups on 0-dim / all-size-1 tensors (no loop axis left) and reductions of one strided or
+    expanded 1-D row (no kept dim) used to fail to compile and run eager; they are fused and
+    right. The CUDA source of each compiles with NVRTC."""
+    _skip_no_gpu(device)
+    from test_reductions import nvrtc_compile
+
+    fn, x = _lone_rows(device)[case]
+    ref = fn(x)
+    sf = _profile(fn, x)
+    counts = fallback_counter(sf)
+    with config.override(disable=["fallback"]):
+        got = sf(x)
+    torch.testing.assert_close(got, ref)
+    assert got.shape == ref.shape and counts["fallback"] == 0
+    if device == "cpu":
+        assert nvrtc_compile(sf) >= 1
