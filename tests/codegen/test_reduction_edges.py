@@ -284,3 +284,22 @@ def test_lone_rows_and_size_one_groups_compile(case, device):
     assert got.shape == ref.shape and counts["fallback"] == 0
     if device == "cpu":
         assert nvrtc_compile(sf) >= 1
+
+
+def test_moment_sums_share_one_block_combine():
+    """CUDA: the two shifted sums of the moments (one phase, one op) combine across the block in
+    one round of barriers (gf_block_reduce2_x), so layer norm keeps two block combines per row,
+    as with the plain two-pass; every variant compiles with NVRTC."""
+    from graphfuser.executor.compiled_reduction import ReductionGroup
+    from graphfuser.runtime import nvrtc
+
+    ok, why = nvrtc.available()
+    if not ok:
+        pytest.skip(f"NVRTC unavailable: {why}")
+    sf = _profile(ln_affine, torch.randn(4, 31), torch.randn(31), torch.randn(31))
+    (g,) = fusion_groups(sf._optimized)
+    cg = ReductionGroup(g.subgraph, "cuda", torch.device("cuda", 0), "k")
+    persistent = [src for src, v in zip(cg.variant_sources, cg.variants) if "gf_block_reduce2_x<gf_op_sum>" in src]
+    assert persistent, cg.source
+    for i, v in enumerate(cg.variants):
+        nvrtc.compile_cubin(cg.variant_sources[i], v[0], 90)
