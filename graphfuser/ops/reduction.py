@@ -553,7 +553,8 @@ reduction("native_layer_norm", ("aten::native_layer_norm",), "normalization",
           eager=torch.native_layer_norm, doc="(layer_norm, mean, rstd)")
 reduction("rms_norm", ("aten::rms_norm",), "normalization", ("input", "normalized_shape", "weight=None", "eps=None"),
           _rms_norm, planner=_layer_norm_plan, out_dtype=_same_float, consts=("eps",),
-          shape_args=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm, doc="x * rsqrt(mean(x^2) + eps) * weight")
+          shape_args=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm,
+          doc="x * rsqrt(mean(x^2) + eps) * weight")
 reduction("batch_norm", ("aten::batch_norm",), "normalization",
           ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
            "cudnn_enabled"), _batch_norm, planner=_channel_plan(False), out_dtype=_same_float,

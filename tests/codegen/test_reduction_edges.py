@@ -227,7 +227,8 @@ PRECONDITIONS = [
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("fn,prof,bad,msg", PRECONDITIONS, ids=[f"{p[0].__name__}-{i}" for i, p in enumerate(PRECONDITIONS)])
+@pytest.mark.parametrize("fn,prof,bad,msg", PRECONDITIONS,
+                         ids=[f"{p[0].__name__}-{i}" for i, p in enumerate(PRECONDITIONS)])
 def test_size_preconditions_raise_eager_error(fn, prof, bad, msg, device):
     """Profiled on valid sizes, called with sizes eager rejects: eager's error, not a tensor."""
     _skip_no_gpu(device)
