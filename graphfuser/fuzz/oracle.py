@@ -103,41 +103,24 @@ def make_tensor(spec: dict, batch: int, flip: bool, seed: int, device: str, ref:
     r = len(shape)
     g = torch.Generator().manual_seed(seed)
     dtype = DTYPE[spec["dtype"]]
+    def base(shape: list) -> torch.Tensor:   # values drawn on the CPU, laid out on the device
+        return _convert(_values(shape, spec["fill"], g), dtype).to(device)
+
     if layout == "transposed" and r >= 2:
-        t = _convert(_values(shape[:-2] + [shape[-1], shape[-2]], spec["fill"], g), dtype).transpose(-1, -2)
+        t = base(shape[:-2] + [shape[-1], shape[-2]]).transpose(-1, -2)
     elif layout == "sliced" and r >= 1:
-        t = _convert(_values(shape[:-1] + [2 * shape[-1]], spec["fill"], g), dtype)[..., ::2]
+        t = base(shape[:-1] + [2 * shape[-1]])[..., ::2]
     elif layout == "expanded" and r >= 1:
-        t = _convert(_values([1] + shape[1:], spec["fill"], g), dtype).expand(shape)
+        t = base([1] + shape[1:]).expand(shape)
     elif layout == "channels_last" and r == 4:
-        t = _convert(_values(shape, spec["fill"], g), dtype).contiguous(memory_format=torch.channels_last)
+        t = base(shape).contiguous(memory_format=torch.channels_last)
     else:
-        t = _convert(_values(shape, spec["fill"], g), dtype)
-    if device != "cpu":
-        t = _to_device(t, device)
+        t = base(shape)
     if ref and t.is_floating_point():
         t = t.to(torch.float64)
     elif spec.get("requires_grad") and not ref:
         t.requires_grad_(True)
     return t
-
-
-def _to_device(t: torch.Tensor, device: str) -> torch.Tensor:
-    """Move keeping the strides (expanded stays expanded, transposed stays transposed)."""
-    if t.numel() and t.stride() and min(t.stride()) == 0:
-        base = t.as_strided([s if st else 1 for s, st in zip(t.shape, t.stride())], t.stride())
-        return base.contiguous().to(device).expand(t.shape)
-    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device) if t.is_non_overlapping_and_dense() \
-        else torch.empty(t.shape, dtype=t.dtype, device=device)
-    if t.is_non_overlapping_and_dense():
-        out.copy_(t)
-        return out
-    # sliced: keep the step
-    last = t.shape[-1]
-    wide = torch.zeros(list(t.shape[:-1]) + [2 * last], dtype=t.dtype, device=device)
-    view = wide[..., ::2]
-    view.copy_(t)
-    return view
 
 
 def make_args(case: dict, call: int, device: str, ref: bool = False) -> list:

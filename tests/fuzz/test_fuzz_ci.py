@@ -57,3 +57,9 @@ def test_fuzz_budget_without_fallback():
     """With the fallback disabled (PYTORCH_NVFUSER_DISABLE=fallback) compile errors raise: same rule."""
     _check(campaign.run(graphs=50, seed=CI_SEED + 1, device="cpu", timeout=60.0, shrink_classes=0,
                         knobs={"disable": ["fallback"]}))
+
+
+@pytest.mark.cuda
+def test_fuzz_budget_cuda():
+    """The CI seed on the GPU: same rule (skipped where no GPU is present)."""
+    _check(campaign.run(graphs=200, seed=CI_SEED, device="cuda", timeout=120.0, shrink_classes=0))
