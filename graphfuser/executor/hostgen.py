@@ -256,6 +256,36 @@ def _isinstance(gen: _Gen, node: Node, a: list[str], indent: int) -> None:
     gen.emit(indent, f"{gen.outs(node)} = {check}({a[0]})")
 
 
+def _python_class(qualified: str) -> type:
+    """The Python class a TorchScript class type was compiled from (``__torch__.a.b.C`` -> a.b.C)."""
+    import importlib
+
+    parts = qualified.removeprefix("__torch__.").split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise NotImplementedError(f"no Python class for {qualified}")
+
+
+def _create_object(gen: _Gen, node: Node, a: list[str], indent: int) -> None:
+    # an instance without __init__: the inlined __init__ follows as prim::SetAttr nodes
+    cls = gen.bind(_python_class(node.outputs[0].type.name), "cls")
+    gen.emit(indent, f"{gen.outs(node)} = {cls}.__new__({cls})")
+
+
+def _enter(gen: _Gen, node: Node, a: list[str], indent: int) -> None:
+    gen.assign(node, indent, f"{a[0]}.__enter__()")
+
+
+def _exit(gen: _Gen, node: Node, a: list[str], indent: int) -> None:
+    gen.assign(node, indent, f"{a[0]}.__exit__(None, None, None)")
+
+
 def _call_method(gen: _Gen, node: Node, a: list[str], indent: int) -> None:
     # a method that was not inlined (an interface call): the object's own method, as eager runs it
     gen.assign(node, indent, f"getattr({a[0]}, {node.attrs['name']!r})({', '.join(a[1:])})")
@@ -296,6 +326,7 @@ HANDLERS: dict[str, Handler] = {
     "prim::TupleUnpack": _unpack, "prim::ListUnpack": _unpack, "prim::TupleConstruct": _tuple,
     "prim::If": _if, "prim::Loop": _loop, "prim::RaiseException": _raise_exception,
     "prim::isinstance": _isinstance, "prim::CallMethod": _call_method, "prim::CallFunction": _call_function,
+    "prim::CreateObject": _create_object, "prim::Enter": _enter, "prim::Exit": _exit,
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }
 _OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::")

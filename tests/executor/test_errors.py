@@ -38,12 +38,13 @@ def test_uncompilable_python_raises_unsupported_error_naming_it():
         graphfuser.script(uses_import)
 
 
-def test_unsupported_construct_warns_naming_it_and_runs_through_torchscript():
-    with pytest.warns(UserWarning, match=r"prim::CreateObject at .*test_errors.py:\d+.*torch.jit.script, unfused"):
-        sf = graphfuser.script(uses_with_no_grad)
-    x = torch.rand(3, 4)
+def test_with_no_grad_runs_in_the_host_program():
+    sf = graphfuser.script(uses_with_no_grad)
+    x = torch.rand(3, 4, requires_grad=True)
     for _ in range(3):
-        torch.testing.assert_close(sf(x), uses_with_no_grad(x))
+        out = sf(x)
+        torch.testing.assert_close(out, uses_with_no_grad(x))
+        assert not out.requires_grad and torch.is_grad_enabled()
 
 
 def test_percent_format_runs_in_the_host_program():
