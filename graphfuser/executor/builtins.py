@@ -7,7 +7,7 @@ keyword-only arguments. Templates are keyed by ``name.overload`` (most specific)
 overload whose arguments are all non-tensors, unless the name is in ``TENSOR_TEMPLATES``).
 
 Templates follow TorchScript's semantics, not Python's where they differ: ``aten::pow.int``
-returns a float, ``aten::round.float`` rounds half away from zero, ``aten::__and__.int`` is
+returns a float, ``aten::round.float`` returns a float (half to even), ``aten::__and__.int`` is
 bitwise, list and dict ops mutate the object they are given (TorchScript lists and dicts alias).
 The runtime helpers the templates name live in ``RUNTIME`` (the host program's namespace).
 ``PRIM_TEMPLATES`` covers the prim ops spelled as one expression; structural kinds (attributes,
@@ -45,10 +45,6 @@ def _fmt(fmt: str, *args: Any) -> str:
     return fmt.format(*args)
 
 
-def _percent_format(fmt: str, *args: Any) -> str:
-    return fmt % args
-
-
 def _range_length(lo: int, hi: int, step: int) -> int:
     if step == 0:
         raise RuntimeError("range() arg 3 must not be zero")
@@ -75,11 +71,6 @@ def _dtype(code: Any) -> Optional[torch.dtype]:
     return _CODE_DTYPES[code] if isinstance(code, int) else code
 
 
-def _round(x: float) -> float:
-    """``aten::round.float``: half away from zero (C's round), not Python's banker's rounding."""
-    return float(math.copysign(math.floor(abs(x) + 0.5), x)) if math.isfinite(x) else x
-
-
 def _num_to_tensor(x: Any) -> torch.Tensor:
     """``prim::NumToTensor``: a 0-dim tensor of the scalar's own type (int64, float64, bool)."""
     if isinstance(x, torch.Tensor):
@@ -103,8 +94,8 @@ def _dict_get(d: dict, key: Any, default: Any = None) -> Any:
 
 RUNTIME: dict[str, Any] = {
     "_torch": torch, "_math": math, "_DTYPE_CODE": DTYPE_CODES, "_LAYOUT_CODE": _LAYOUT_CODES,
-    "_fmt": _fmt, "_percent_format": _percent_format, "_range_length": _range_length, "_dict_of": _dict_of, "_warn": _warn,
-    "_setitem": _setitem, "_dtype": _dtype, "_round": _round, "_num_to_tensor": _num_to_tensor,
+    "_fmt": _fmt, "_range_length": _range_length, "_dict_of": _dict_of, "_warn": _warn,
+    "_setitem": _setitem, "_dtype": _dtype, "_num_to_tensor": _num_to_tensor,
     "_list_sort": _list_sort, "_pop": _pop, "_dict_get": _dict_get,
 }
 
@@ -126,7 +117,7 @@ PY_TEMPLATES: dict[str, str] = {
     "floordiv": "({0} // {1})", "remainder": "({0} % {1})", "__mod__": "({0} % {1})",
     "pow": "({0} ** {1})", "pow.int": "float({0} ** {1})", "neg": "(-{0})", "abs": "abs({0})",
     "max": "max({args})", "min": "min({args})", "floor": "_math.floor({0})", "ceil": "_math.ceil({0})",
-    "sqrt": "_math.sqrt({0})", "log": "_math.log({0})", "exp": "_math.exp({0})", "round": "_round({0})",
+    "sqrt": "_math.sqrt({0})", "log": "_math.log({0})", "exp": "_math.exp({0})", "round": "float(round({0}))",
     "round.int": "float({0})", "isnan": "_math.isnan({0})", "isinf": "_math.isinf({0})",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
     "gt": "({0} > {1})", "ge": "({0} >= {1})", "__is__": "({0} is {1})", "__isnot__": "({0} is not {1})",
@@ -134,7 +125,7 @@ PY_TEMPLATES: dict[str, str] = {
     "sum": "sum({0})", "all": "all({0})", "any": "any({0})",
     "__range_length": "_range_length({0}, {1}, {2})", "__derive_index": "({1} + {0} * {2})",
     # strings
-    "str": "str({0})", "format": "_fmt({args})", "percentFormat": "_percent_format({args})", "len": "len({0})", "__getitem__": "{0}[{1}]",
+    "str": "str({0})", "format": "_fmt({args})", "percentFormat": "({0} % {1})", "len": "len({0})", "__getitem__": "{0}[{1}]",
     "slice.t": "{0}[{1}:{2}:{3}]", "slice.str": "{0}[{1}:{2}:{3}]", "join": "{0}.join({1})",
     "startswith": "{0}.startswith({1})", "endswith": "{0}.endswith({1})", "lower": "{0}.lower()",
     "upper": "{0}.upper()", "strip": "{0}.strip({1})", "replace": "{0}.replace({1}, {2}, {3})",

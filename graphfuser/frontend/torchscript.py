@@ -52,10 +52,26 @@ def _script(obj: Any):
 _SOURCE_RE = re.compile(r"#\s*(\S+:\d+:\d+)\s*$")
 
 
-def _source_of(tnode) -> Optional[str]:
-    first = str(tnode).splitlines()[0] if str(tnode) else ""
-    m = _SOURCE_RE.search(first)
+def _own_source(tnode) -> Optional[str]:
+    text = str(tnode)
+    m = _SOURCE_RE.search(text.splitlines()[0]) if text else None
     return m.group(1) if m else None
+
+
+def _source_near(tnode) -> Optional[str]:
+    """``file:line:col`` of ``tnode``; for a node TorchScript keeps no range for (prim::isinstance),
+    that of the next node in its block or of the node that owns the block."""
+    found = _own_source(tnode)
+    if found is not None:
+        return found
+    block = tnode.owningBlock()
+    nodes = list(block.nodes())
+    for n in nodes[nodes.index(tnode) + 1:] if tnode in nodes else ():
+        found = _own_source(n)
+        if found is not None:
+            return found
+    owner = block.owningNode()
+    return _source_near(owner) if owner is not None else None
 
 
 def _type_of(tv) -> Type:
@@ -97,7 +113,7 @@ class _Converter:
 
     def convert_node(self, tnode, block: Block) -> None:
         kind = tnode.kind()
-        source = _source_of(tnode)
+        source = _own_source(tnode)
         attrs: dict[str, Any] = {}
         overload = None
         if kind == "prim::Constant":
@@ -110,7 +126,8 @@ class _Converter:
             attrs["types"] = [t.annotation_str for t in tnode.tys("types")]
         handler = handler_for(kind)
         if handler is None:
-            raise UnsupportedError(f"unsupported construct {kind}" + (f" at {source}" if source else ""))
+            where = source or _source_near(tnode)
+            raise UnsupportedError(f"unsupported construct {kind}" + (f" at {where}" if where else ""))
         if "::" in kind and not kind.startswith("prim::"):
             try:
                 schema = tnode.schema()
