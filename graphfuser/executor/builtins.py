@@ -80,6 +80,16 @@ def _num_to_tensor(x: Any) -> torch.Tensor:
     return torch.tensor(x, dtype=dtype)
 
 
+def _pow(a: Any, b: Any) -> Any:
+    """Scalar ``aten::pow``: C's pow where Python's differs (a negative base to a fractional
+    power is nan, not complex; zero to a negative power is inf, not ZeroDivisionError)."""
+    try:
+        r = a ** b
+    except ZeroDivisionError:
+        return math.inf
+    return math.nan if isinstance(r, complex) else r
+
+
 def _list_sort(lst: list, reverse: bool = False) -> None:
     lst.sort(reverse=reverse)
 
@@ -96,7 +106,7 @@ RUNTIME: dict[str, Any] = {
     "_torch": torch, "_math": math, "_DTYPE_CODE": DTYPE_CODES, "_LAYOUT_CODE": _LAYOUT_CODES,
     "_fmt": _fmt, "_range_length": _range_length, "_dict_of": _dict_of, "_warn": _warn,
     "_setitem": _setitem, "_dtype": _dtype, "_num_to_tensor": _num_to_tensor,
-    "_list_sort": _list_sort, "_pop": _pop, "_dict_get": _dict_get,
+    "_pow": _pow, "_list_sort": _list_sort, "_pop": _pop, "_dict_get": _dict_get,
 }
 
 # Scalar / string / list / dict ops with their Python spelling, keyed by "name.overload" or
@@ -115,7 +125,7 @@ PY_TEMPLATES: dict[str, str] = {
     # scalar arithmetic (TorchScript's int / float semantics are Python's, except where noted)
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "floordiv": "({0} // {1})", "remainder": "({0} % {1})", "__mod__": "({0} % {1})",
-    "pow": "({0} ** {1})", "pow.int": "float({0} ** {1})", "neg": "(-{0})", "abs": "abs({0})",
+    "pow": "_pow({0}, {1})", "pow.int": "float(_pow({0}, {1}))", "neg": "(-{0})", "abs": "abs({0})",
     "max": "max({args})", "min": "min({args})", "floor": "_math.floor({0})", "ceil": "_math.ceil({0})",
     "sqrt": "_math.sqrt({0})", "log": "_math.log({0})", "exp": "_math.exp({0})", "round": "float(round({0}))",
     "round.int": "float({0})", "isnan": "_math.isnan({0})", "isinf": "_math.isinf({0})",

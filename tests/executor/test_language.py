@@ -2,7 +2,7 @@
 matches eager (values, mutation of lists and dicts, raised errors), and a construct the table
 has no handler for runs through torch.jit.script with one warning."""
 import warnings
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import pytest
 import torch
@@ -24,6 +24,8 @@ def same(a, b) -> None:
             same(a[k], b[k])
     elif isinstance(a, torch.Tensor):
         torch.testing.assert_close(a, b)
+    elif isinstance(a, float) and a != a:
+        assert b != b, (a, b)   # nan
     else:
         assert a == b, (a, b)
 
@@ -225,3 +227,66 @@ def test_unhandled_construct_in_a_module_follows_train_and_eval(monkeypatch):
     ref = m(x)
     torch.manual_seed(0)
     torch.testing.assert_close(sm(x), ref)
+
+
+def zoo_constructs(x: torch.Tensor, names: List[str], n: int):
+    """Constructs torchvision / timm graphs carry: dict(), update, items, any/all/sum of lists,
+    list * int, torch.tensor of scalars and lists, slices of lists, enumerate, string keys."""
+    feats: Dict[str, torch.Tensor] = {}
+    for i, name in enumerate(names):
+        feats[name] = x * float(i)
+    more: Dict[str, torch.Tensor] = {}
+    more["extra"] = x
+    feats.update(more)
+    pairs = list(feats.items())
+    sizes = [n] * 3
+    flags = [s > 1 for s in sizes]
+    t = torch.tensor(n) + torch.tensor([1.0, 2.0]) + torch.as_tensor(sizes[:2], dtype=torch.float32)
+    out = torch.zeros_like(x)
+    for k, v in pairs:
+        if k in names[1:]:
+            out = out + v
+    return (out, t, any(flags), all(flags), sum(sizes), sizes[-2:], len(pairs),
+            divmod_like(n, 3), n / 4, -n // 4, -n % 4, 2 ** n, float(n) ** 0.5)
+
+
+def divmod_like(a: int, b: int) -> Tuple[int, int]:
+    return a // b, a % b
+
+
+def test_zoo_constructs():
+    for n in (1, 5, -3):
+        run_both(zoo_constructs, torch.rand(2, 3), ["a", "b", "c"], n, calls=2)
+
+
+@torch.jit.interface
+class Scaler(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pass
+
+
+class Double(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0
+
+
+class WithInterface(torch.nn.Module):
+    """An interface-typed submodule: its call stays prim::CallMethod (not inlined)."""
+
+    impl: Scaler
+
+    def __init__(self):
+        super().__init__()
+        self.impl = Double()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.impl.forward(x + 1.0).relu()
+
+
+def test_call_method_into_an_interface_submodule():
+    m = WithInterface()
+    sm = graphfuser.script(m)
+    assert "prim::CallMethod" in str(sm.graph)
+    for b in (2, 3, 4):
+        x = torch.randn(b, 4)
+        torch.testing.assert_close(sm(x), m(x))
