@@ -4,6 +4,7 @@ Commands::
 
     python -m graphfuser ops            # the op table: what fd.ops.<name> and the fuser support
     python -m graphfuser ops --kind pointwise
+    python -m graphfuser zoo --device cuda   # real models: eager / jit / torch.compile / graphfuser
 
 A command is a function taking the parsed arguments; add one with ``_command`` below.
 """
@@ -42,13 +43,24 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m graphfuser", description="graphfuser command line")
     sub = p.add_subparsers(dest="command", metavar="command")
+    for name, module in PASSTHROUGH.items():
+        sub.add_parser(name, help=f"see python -m graphfuser {name} --help ({module})")
     ops = sub.add_parser("ops", help=COMMANDS["ops"][1])
     ops.add_argument("--kind", help="only rows of this kind (pointwise, cast, reduction ...)")
     ops.add_argument("--width", type=int, default=None, help="table width (default: the terminal's)")
     return p
 
 
+# Commands with their own argument parsers: ``python -m graphfuser <name> --help``.
+PASSTHROUGH: dict[str, str] = {"zoo": "graphfuser.zoo"}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in PASSTHROUGH:
+        import importlib
+
+        return importlib.import_module(PASSTHROUGH[argv[0]]).main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

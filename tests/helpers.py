@@ -150,7 +150,8 @@ def check(fn: Callable, *inputs: Any, fused: Optional[bool] = True, runs: int = 
     counts = None
     for i in range(runs):
         out = sf(*inputs)
-        torch.testing.assert_close(out, expected, **tol, msg=lambda m: f"call {i} of {fn.__name__}: {m}")
+        torch.testing.assert_close(out, expected, **tol, equal_nan=True,
+                                   msg=lambda m: f"call {i} of {fn.__name__}: {m}")
         if counts is None and sf._optimized is not None:
             counts = fallback_counter(sf)
     g = sf._optimized

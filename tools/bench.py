@@ -288,11 +288,14 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "logs"))
     ap.add_argument("--only", default="", help="substring filter on case names")
     ap.add_argument("--no-compile-check", action="store_true", help="skip the cold/warm compile processes")
+    ap.add_argument("--train", action="store_true", help="forward + backward cases (tools/bench_train.py)")
     args = ap.parse_args()
     dev = args.device
     torch.manual_seed(0)
     name = torch.cuda.get_device_name() if dev == "cuda" else (os.uname().machine + " CPU, "
                                                                 f"{torch.get_num_threads()} threads")
+    if args.train:
+        return train_main(args, name)
     results = {"device": dev, "device_name": name, "torch": torch.__version__, "cases": []}
     if dev == "cuda":
         results["copy_GBps"] = copy_bandwidth(dev) / 1e9
@@ -305,7 +308,7 @@ def main() -> None:
     results["host_us"] = host_overhead(dev)
     if not args.no_compile_check:
         results["compile"] = cold_and_warm(dev)
-    tag = "cpu" if dev == "cpu" else "cuda-" + name.replace("NVIDIA ", "").replace(" ", "_")
+    tag = _tag(dev, name)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"bench-{tag}.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -319,6 +322,31 @@ def main() -> None:
         Console().print(Markdown(table))
     except ImportError:
         print(table)
+
+
+def _tag(dev: str, name: str) -> str:
+    return "cpu" if dev == "cpu" else "cuda-" + name.replace("NVIDIA ", "").replace(" ", "_")
+
+
+def train_main(args: argparse.Namespace, device_name: str) -> None:
+    """``--train``: forward + backward of the training cases, written to logs/bench-train-*."""
+    import bench_train  # noqa: PLC0415
+
+    dev = args.device
+    results = {"device": dev, "device_name": device_name, "torch": torch.__version__, "cases": []}
+    for case in bench_train.cases(dev):
+        if args.only and args.only not in case.name:
+            continue
+        print(f"case: {case.name}", flush=True)
+        results["cases"].append(bench_train.run_case(case, dev, backends))
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"bench-train-{_tag(dev, device_name)}")
+    with open(stem + ".json", "w") as f:
+        json.dump(results, f, indent=1)
+    table = bench_train.render(results)
+    with open(stem + ".md", "w") as f:
+        f.write(table)
+    print(table)
 
 
 if __name__ == "__main__":

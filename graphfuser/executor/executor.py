@@ -23,7 +23,7 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import dce, fold_constant_ifs, functionalize, insert_guards, partition, wrap_group
+from ..passes import dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, wrap_group
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
 from ..ops.axes import input_axes
@@ -103,6 +103,7 @@ class ScriptedFunction:
     def _reset(self) -> None:
         self._calls = 0
         self._work: Graph = clone_graph(self.graph)
+        decompose(self._work)
         self._record: Optional[ProfileRecord] = None
         self._profiling: Optional[HostProgram] = None
         self._plain: Optional[HostProgram] = None
@@ -284,9 +285,16 @@ class ScriptedFunction:
             prog.fn(*inputs)
             rec.apply()
             from ..ops import fusible
+            from ..passes.partition import group_misfit
 
-            reasons = [fusible(n) for n in sub.block.nodes if n.kind not in ("prim::Constant", "prim::ListConstruct")]
+            functionalize(sub)   # the fallback runs some functionalized ops in place again
+            members = [n for n in sub.block.nodes if n.kind not in ("prim::Constant", "prim::ListConstruct")]
+            reasons = [fusible(n) for n in members]
             reasons = [r for r in reasons if r]
+            if not reasons:
+                # the same structural checks as the first partition (loop axes, broadcasts)
+                misfit = group_misfit(members)
+                reasons = [misfit] if misfit else []
             if reasons:
                 jit_log("guard", 1, f"no specialization for new signature of {site.kind}: {reasons[0]}")
                 site.rejected.add(sig)

@@ -85,7 +85,7 @@ class Value:
 class Node:
     """One operation. ``attrs`` hold constant attributes (``value``, ``types``, ``cache_id`` ...)."""
 
-    __slots__ = ("kind", "inputs", "outputs", "attrs", "blocks", "subgraph", "source", "owner", "schema")
+    __slots__ = ("kind", "inputs", "outputs", "attrs", "blocks", "subgraph", "source", "owner", "schema", "__weakref__")
 
     def __init__(self, kind: str, attrs: Optional[dict[str, Any]] = None, source: Optional[str] = None):
         self.kind = kind
@@ -166,6 +166,11 @@ class Block:
     def insert_before(self, anchor: Node, node: Node) -> Node:
         node.owner = self
         self.nodes.insert(self.nodes.index(anchor), node)
+        return node
+
+    def insert_after(self, anchor: Node, node: Node) -> Node:
+        node.owner = self
+        self.nodes.insert(self.nodes.index(anchor) + 1, node)
         return node
 
     def remove(self, node: Node) -> None:

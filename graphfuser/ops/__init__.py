@@ -16,6 +16,7 @@ from ..ir.graph import VARIED, Node, Value
 from ..ir.types import TensorType
 from . import pointwise  # noqa: F401  (registers the rows)
 from . import reduction  # noqa: F401  (registers the rows)
+from . import activations  # noqa: F401  (registers the rows)
 from .promotion import Participant, participant_of, result_type
 from .reduction import CHECKS, ReductionRow, scalar_type_code
 from .table import REGISTRY, ROWS, OpCall, OpRow, lookup
@@ -159,7 +160,14 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
         if name in args and name not in consts:
             return f"argument {name!r} of {node.kind} must be a constant"
     for name, v in args.items():
-        if name in row.ignored or not isinstance(v, Value):
+        if not isinstance(v, Value):
+            continue
+        if name in row.ignored:
+            # a dtype-selecting tensor (type_as's / to's other) is still a group input: its guard
+            # checks dtype and device from a complete profiled type
+            if isinstance(v.type, TensorType) and not v.type.complete:
+                return (f"input %{v.name} (argument {name!r}) has no complete profiled type (its rank or "
+                        "layout changed between runs)")
             continue
         t = v.type
         if isinstance(t, TensorType):

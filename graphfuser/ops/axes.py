@@ -11,7 +11,10 @@ A group fits one kernel when
 - no value walks one axis with two of its dims (that would be a transpose, e.g. ``x + x.sum(1)``
   with a square ``x``), and
 - every reduction in it combines the same set of axes (reductions over size-1 dims combine
-  nothing and fit anywhere).
+  nothing and fit anywhere), and
+- every axis is walked by the group's reductions (an axis of their input): ``amin(b) + a`` with
+  ``a`` as large as ``b`` would otherwise recompute the full reduction for every element of
+  ``a``, so its cost would grow with the product of both sizes instead of their sum.
 
 ``analyze(nodes)`` returns the ``Axes`` or the reason the nodes do not fit; the partition pass
 asks it before growing a group that holds a reduction or normalization, lowering uses its result,
@@ -92,6 +95,8 @@ def dim_plan(node: Node) -> Union[DimPlan, str]:
     if row is None:
         return f"{node.kind} is not in the op table"
     args, consts, _ = bind(row, node)
+    # arguments that only select an overload or a dtype (type_as's / to's `other`) have no dims here
+    args = {k: v for k, v in args.items() if k not in row.ignored}
     plan_fn = getattr(row, "dim_plan", None)
     if plan_fn is None:
         return pointwise_plan(node, args)
@@ -111,6 +116,7 @@ def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
     raw: dict[Value, tuple[Optional[int], ...]] = {}
     sizes: dict[int, int] = {}
     node_red: dict[Node, list[int]] = {}
+    walked: list[int] = []          # positions of the reductions' own domains (their input dims)
 
     def external(v: Value) -> tuple[Optional[int], ...]:
         if v not in raw:
@@ -154,6 +160,8 @@ def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
                 return f"{node.where()}: output %{o.name} does not match the row's dim plan"
             raw[o] = tuple(None if (p is None or t.sizes[d] == 1) else pos[p] for d, p in enumerate(omap))
         node_red[node] = [pos[p] for p in plan.reduced if real[p]]
+        if is_reduction_node(node):
+            walked += [pos[p] for p in range(plan.rank) if real[p]]
 
     of = {v: tuple(None if a is None else uf.find(a) for a in dims) for v, dims in raw.items()}
     for v, dims in of.items():
@@ -165,6 +173,13 @@ def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
     sets = {s for s in node_reduced.values() if s}
     if len(sets) > 1:
         return "reductions over different axes cannot share one kernel"
+    if any(is_reduction_node(n) for n in node_red):
+        domain = {uf.find(a) for a in walked}
+        for v, dims in of.items():
+            extra = [a for a in dims if a is not None and a not in domain]
+            if extra:
+                return (f"%{v.name} walks a loop axis that no reduction in the group walks: one kernel "
+                        "would recompute the reduction for every element along it (not O(elements))")
     size_of = {}
     for a, s in sizes.items():
         r = uf.find(a)
@@ -178,12 +193,36 @@ def needs_axes(nodes: Sequence[Node]) -> bool:
     return any(is_reduction_node(n) for n in nodes)
 
 
+def dtype_only(nodes: Sequence[Node]) -> set[Value]:
+    """Tensor values the nodes read only through arguments that select a dtype or an overload
+    (``type_as(s, m)``'s ``m``, ``to(s, other)``'s ``other``): their dims take part in nothing."""
+    from . import lookup
+
+    data: set[Value] = set()
+    ignored: set[Value] = set()
+    for node in nodes:
+        row = lookup(node.kind)
+        names = list(getattr(row, "arg_names", ())) if row is not None else []
+        for i, v in enumerate(node.inputs):
+            if row is not None and i < len(names) and names[i] in row.ignored:
+                ignored.add(v)
+            else:
+                data.add(v)
+    return {v for v in ignored - data if isinstance(v.type, TensorType)}
+
+
 def input_axes(sub) -> Optional[list[tuple[Optional[int], ...]]]:
     """Axes of a group subgraph's tensor inputs, for the guard's size checks; None for groups
-    that broadcast right-aligned only (pure pointwise groups)."""
+    that broadcast right-aligned only (pure pointwise groups without dtype-only inputs)."""
     nodes = list(sub.block.nodes)
     if not needs_axes(nodes):
-        return None
+        skip = dtype_only(nodes)
+        if not skip:
+            return None
+        ranks = [o.type.rank or 0 for o in sub.outputs if isinstance(o.type, TensorType)]
+        rank = max(ranks, default=0)
+        return [tuple(None if v in skip or s == 1 else rank - len(v.type.sizes) + d for d, s in enumerate(v.type.sizes))
+                for v in sub.inputs if isinstance(v.type, TensorType)]
     axes = analyze(nodes)
     if isinstance(axes, str):
         return None

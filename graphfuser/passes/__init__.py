@@ -1,20 +1,31 @@
 """Graph passes, run in this order by the executor (``PIPELINE``).
 
+Before profiling (on the captured graph, so new nodes get profiled types):
+   decompose      opt-in: split linear / conv bias adds off so they fuse with what follows
+
+After profiling:
+
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)
-1. functionalize  in-place ops on intermediates become functional (must precede partition,
-                  which never fuses in-place ops)
-2. partition      the graph fuser: fusion groups from the op table's verdicts and the knobs
+1. functionalize  in-place ops on fresh, unaliased intermediates become functional where eager's
+                  in-place shape / dtype rules hold on the profiled types (must precede partition,
+                  which never fuses in-place ops; may-alias sets come from schema annotations,
+                  passes/aliasing.py)
+2. partition      the graph fuser: shape reads move to their source value, dead nodes go (dce),
+                  then fusion groups from the op table's verdicts and the knobs; functionalized
+                  ops no group took become in-place again
 3. insert_guards  guard + If(group | fallback) around every group (needs the groups' types); a
                   reduction's profiled scalar arguments become group constants the guard checks
 4. dce            drop what the rewrites left unused (after everything that replaces uses)
 """
 from .dce import dce
+from .decompose import decompose
 from .functionalize import functionalize
 from .guard import insert_guards, wrap_group
 from .partition import partition
 from .simplify import fold_constant_ifs
 
+PRE_PROFILING = ("decompose",)
 PIPELINE = ("fold_constant_ifs", "functionalize", "partition", "insert_guards", "dce")
 
-__all__ = ["PIPELINE", "fold_constant_ifs", "functionalize", "partition", "insert_guards", "wrap_group", "dce"]
+__all__ = ["PRE_PROFILING", "PIPELINE", "decompose", "fold_constant_ifs", "functionalize", "partition", "insert_guards", "wrap_group", "dce"]

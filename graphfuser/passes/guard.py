@@ -38,6 +38,7 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import BOOL, FLOAT, INT, NONE, TENSOR, Type
 from ..ops import as_constant, profiled_args
+from .functionalize import mark_clone, restore_in_fallback
 
 _cache_ids = itertools.count()
 
@@ -91,6 +92,9 @@ def specialize_scalars(group: Node) -> list[tuple[Value, Any]]:
 def wrap_group(graph: Graph, group: Node, block: Block) -> Node:
     """Replace ``group`` (in ``block``) with guard + If(group | fallback); returns the If node."""
     fb_inputs, fb_sub = list(group.inputs), clone_graph(group.subgraph)
+    for old, new in zip(group.subgraph.block.nodes, fb_sub.block.nodes):
+        mark_clone(old, new)
+    restore_in_fallback(fb_sub, group)
     checks = specialize_scalars(group)
     pairs = [(v, p) for v, p in zip(group.inputs, group.subgraph.inputs) if v.type.is_tensor or p.type.is_tensor]
     attrs: dict[str, Any] = {"types": [p.type for _, p in pairs]}

@@ -32,12 +32,20 @@ from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import fusible, lookup
-from ..ops.axes import analyze, needs_axes
+from ..ops.axes import analyze, dtype_only, needs_axes
+from .aliasing import AliasSets, may_alias_input
+from .functionalize import mark_clone, restore_unfused
 
 _SIDE_EFFECT_KINDS = {
-    "prim::SetAttr", "prim::Print", "prim::RaiseException", "aten::append", "aten::warn", "aten::copy_",
+    "prim::SetAttr", "prim::Print", "aten::append", "aten::warn", "aten::copy_",
     "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend", "prim::DictConstruct",
 }
+
+
+# prim::RaiseException is not a barrier: a fused group is pure, so computing it on either side of a
+# check that may raise changes nothing but wasted work on the raising path; the raise still waits
+# for the values its condition reads (data edges). Without this every shape assert of an
+# nn.functional wrapper would split the chain around it.
 
 
 def _mutates(node: Node) -> bool:
@@ -52,8 +60,9 @@ def group_kind(device_type: str) -> str:
 
 
 class _BlockPartition:
-    def __init__(self, block: Block) -> None:
+    def __init__(self, block: Block, aliases: Optional[AliasSets] = None) -> None:
         self.block = block
+        self.aliases = aliases
         self.nodes = list(block.nodes)
         self.index = {n: i for i, n in enumerate(self.nodes)}
         self.succ: dict[Node, set[Node]] = {n: set() for n in self.nodes}
@@ -128,13 +137,20 @@ class _BlockPartition:
                 return "CUDA fusion is disabled (fuse_cuda: false)"
             if out.device.type not in ("cpu", "cuda"):
                 return f"no fusion backend for device {out.device}"
-        return fusible(node)
+        why = fusible(node)
+        if why is None and self.aliases is not None and may_alias_input(node) \
+                and self.aliases.is_written(node.outputs[0]):
+            # eager may return the input itself (or a view): a fused copy would not see the write
+            return (f"{node.kind} may return an alias of its input, and an in-place op writes that "
+                    "alias set; fusing it would make a copy that misses the write")
+        return why
 
     def misfit(self, a: set[Node], b: set[Node]) -> Optional[str]:
-        """Why one kernel cannot hold ``a | b`` (reductions and broadcasts must share loop axes)."""
+        """Why one kernel cannot hold ``a | b`` (reductions and broadcasts must share loop axes;
+        a pointwise group's inputs must broadcast together as its guard will require)."""
         union = a | b
         if not needs_axes(union):
-            return None
+            return _pointwise_misfit(union)
         axes = analyze(sorted(union, key=self.index.__getitem__))
         return axes if isinstance(axes, str) else None
 
@@ -195,14 +211,19 @@ class _BlockPartition:
         return groups
 
     def _horizontal(self) -> None:
+        # Siblings share a tensor input; a shared constant (None, alpha=1 ...) relates nothing.
         for n in self.nodes:
             for o in n.outputs:
+                if not o.type.is_tensor:
+                    continue
                 sibs = []
                 for u, _ in o.uses:
                     if u in self.group and self.group[u] not in sibs:
                         sibs.append(self.group[u])
                 self._merge_siblings(sibs)
         for v in self.block.params + (self.block.graph.inputs if self.block.owner is None else []):
+            if not v.type.is_tensor:
+                continue
             sibs = []
             for u, _ in v.uses:
                 if u in self.group and self.group[u] not in sibs:
@@ -213,6 +234,7 @@ class _BlockPartition:
         while len(sibs) > 1:
             a, b = sibs[0], sibs[1]
             if a in self.members and b in self.members and self.device[a] == self.device[b] \
+                    and _same_shape(self.members[a], self.members[b]) \
                     and self.can_merge(set(self.members[a]), set(self.members[b])) \
                     and not self.misfit(set(self.members[a]), set(self.members[b])):
                 jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
@@ -259,7 +281,7 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
                     vmap[v] = sub.add_input(v.name, v.type)
                     vmap[v].profiled = v.profiled   # guard insertion specializes stable scalars
                     inputs.append(v)
-            clone_node(n, sub, vmap, sub.block)
+            mark_clone(n, clone_node(n, sub, vmap, sub.block))
         outputs = []
         for n in mem:
             for o in n.outputs:
@@ -267,6 +289,9 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
                             or o in nested_returned)
                 if external:
                     outputs.append(o)
+        if not outputs:
+            jit_log("partition", 1, f"dropped group of {len(mem)} node(s) from {mem[0].where()}: nothing reads its results")
+            continue
         sub.block.returns = [vmap[o] for o in outputs]
         dev = mem[0].outputs[0].type.device
         gnode = graph.create(group_kind(dev.type), inputs, [o.type for o in outputs],
@@ -321,6 +346,53 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
     return [g for g, _ in group_nodes]
 
 
+def group_misfit(nodes: list[Node]) -> Optional[str]:
+    """Why one kernel cannot hold ``nodes`` (the structural checks of a merge, for a whole group:
+    re-specializations must pass them as the first partition's groups did)."""
+    if needs_axes(nodes):
+        axes = analyze(nodes)
+        return axes if isinstance(axes, str) else None
+    return _pointwise_misfit(set(nodes))
+
+
+def _widest(nodes: list[Node]) -> Optional[tuple[int, ...]]:
+    sizes = [o.type.sizes for n in nodes for o in n.outputs
+             if isinstance(o.type, TensorType) and o.type.sizes is not None]
+    return max(sizes, key=len) if sizes else None
+
+
+def _same_shape(a: list[Node], b: list[Node]) -> bool:
+    """Horizontal siblings run over one iteration domain: their widest outputs' profiled shapes
+    agree (a symbolic dim only with a symbolic dim)."""
+    sa, sb = _widest(a), _widest(b)
+    return sa is not None and sa == sb
+
+
+def _pointwise_misfit(nodes: set[Node]) -> Optional[str]:
+    """Why the tensor inputs of a pointwise group do not broadcast together right-aligned (the
+    guard checks exactly that: a group violating it would miss on its own profiled inputs)."""
+    outs = [o.type for n in nodes for o in n.outputs if isinstance(o.type, TensorType) and o.type.sizes is not None]
+    if not outs:
+        return None
+    rank = max(t.rank for t in outs)
+    seen: dict[int, tuple[int, str]] = {}
+    values = {v for n in nodes for v in n.inputs if v.node not in nodes} | {o for n in nodes for o in n.outputs}
+    values -= dtype_only(list(nodes))
+    for v in values:
+        t = v.type
+        if not isinstance(t, TensorType) or t.sizes is None:
+            continue
+        for d, s in enumerate(t.sizes):
+            if s == 1:
+                continue
+            od = rank - t.rank + d
+            if od in seen and seen[od][0] != s:
+                return (f"%{v.name} dim {d} (size {'*' if s == -1 else s}) and %{seen[od][1]} share a loop axis "
+                        "but their profiled sizes differ")
+            seen.setdefault(od, (s, v.name))
+    return None
+
+
 def _composite(node: Node) -> bool:
     """Normalizations (softmax, layer_norm ...) are several kernels' worth of work on their own."""
     row = lookup(node.kind)
@@ -331,17 +403,63 @@ def _returned(block: Block, v: Value) -> bool:
     return v in block.returns
 
 
-def _partition_block(block: Block) -> list[Node]:
+def _partition_block(block: Block, aliases: AliasSets) -> list[Node]:
     made = []
     for n in list(block.nodes):
         for b in n.blocks:
-            made += _partition_block(b)
-    groups = _BlockPartition(block).run()
+            made += _partition_block(b, aliases)
+    groups = _BlockPartition(block, aliases).run()
     if groups:
         made += _materialize(block, groups)
     return made
 
 
+_SHAPE_USES = ("aten::size", "aten::dim", "aten::numel")
+
+
+def _shape_source(v: Value) -> Value:
+    """The earliest value known to have ``v``'s shape on every input: walk back through
+    elementwise ops with a single tensor data argument (unary pointwise ops, casts), whose output
+    shape is their input's shape whatever the sizes."""
+    from ..ops.axes import dtype_only
+
+    while v.node is not None:
+        row = lookup(v.node.kind)
+        if row is None or row.kind not in ("pointwise", "cast") or len(v.node.outputs) != 1:
+            break
+        skip = dtype_only([v.node])
+        tensors = [i for i in v.node.inputs if i.type.is_tensor and i not in skip]
+        if len(tensors) != 1 or not isinstance(tensors[0].type, TensorType) or tensors[0].type.rank != v.type.rank:
+            break
+        v = tensors[0]
+    return v
+
+
+def read_shapes_from_sources(graph: Graph) -> int:
+    """Point ``size()`` / ``dim()`` / ``numel()`` of a value at the value its shape comes from, so
+    a fused value read only for its shape need not be a group output (the seeds' rule)."""
+    moved = 0
+    for node in list(graph.all_nodes()):
+        if node.kind not in _SHAPE_USES or not node.inputs:
+            continue
+        src = _shape_source(node.inputs[0])
+        if src is not node.inputs[0]:
+            jit_log("partition", 2, f"{node.where()} reads the shape of %{src.name} instead of %{node.inputs[0].name}")
+            node.replace_input(0, src)
+            moved += 1
+    return moved
+
+
 def partition(graph: Graph) -> list[Node]:
-    """Create fusion groups in ``graph`` (in place); returns the new group nodes."""
-    return _partition_block(graph.block)
+    """Create fusion groups in ``graph`` (in place); returns the new group nodes.
+
+    Shape reads move to the value the shape comes from, and dead nodes are dropped first (a dead op would make a group member, or a whole group, whose
+    result nobody reads). Functionalized in-place ops that no group took are turned back into
+    in-place ops."""
+    from .dce import dce
+
+    read_shapes_from_sources(graph)
+    dce(graph)
+    made = _partition_block(graph.block, AliasSets(graph))
+    restore_unfused(graph)
+    return made

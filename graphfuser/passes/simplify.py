@@ -1,5 +1,6 @@
-"""Fold ``prim::If`` nodes whose condition is a constant (the taken block is inlined), and the
-scalar comparisons of constants that such conditions are made of.
+"""Fold ``prim::If`` nodes whose condition is a constant (the taken block is inlined), the
+scalar comparisons of constants that such conditions are made of, and ``prim::unchecked_cast``
+of a constant (what is left of an Optional argument once its ``is None`` test folded).
 
 ``torch.nn.functional`` wrappers script to ``If(inplace) ... else ...`` around the op with a
 constant flag; without this pass those Ifs would be barriers that keep each op in its own group.
@@ -38,12 +39,35 @@ def _fold_scalar(block: Block, node) -> bool:
     return True
 
 
+# Prims that are the identity on their (single) input at run time.
+_IDENTITY_PRIMS = ("prim::unchecked_cast",)
+
+
+def _fold_identity_of_constant(block: Block, node) -> bool:
+    """``prim::unchecked_cast(%c)`` of a constant (Optional refined after constant-If folding,
+    as in ``F.softmax``'s ``dim``): uses read the constant, so op-table rows that need constant
+    arguments see one."""
+    if node.kind not in _IDENTITY_PRIMS or len(node.inputs) != 1 or len(node.outputs) != 1:
+        return False
+    src = node.inputs[0]
+    if not src.is_constant or src.type.is_tensor:
+        return False
+    out = node.outputs[0]
+    const = block.graph.create("prim::Constant", [], [out.type], {"value": src.constant()})
+    block.insert_before(node, const)
+    for user, i in list(out.uses):
+        user.replace_input(i, const.output)
+    block.replace_return_everywhere(out, const.output)
+    block.remove(node)
+    return True
+
+
 def _fold_block(block: Block) -> int:
     folded = 0
     for node in list(block.nodes):
         for b in node.blocks:
             folded += _fold_block(b)
-        if _fold_scalar(block, node):
+        if _fold_scalar(block, node) or _fold_identity_of_constant(block, node):
             folded += 1
             continue
         if node.kind != "prim::If" or not node.inputs[0].is_constant:

@@ -245,3 +245,58 @@ def test_guard_source_has_no_concrete_sizes(t):
     other = TensorType.of(torch.rand(*[s * 3 if s != 1 else 1 for s in t.shape]))
     if ty.stride_order == other.stride_order and all(ty.contiguity) and all(other.contiguity):
         assert guard_source([other], other.rank)[0] == src
+
+
+def test_respecialization_passes_the_partition_structural_checks(caplog):
+    # profiled with size-1 reduced dims both sums fit one kernel; with [5, 8] and [8, 3] they
+    # reduce different axes: the new signature gets no specialization (and no compile failure)
+    def k(a, b):
+        return (a.sum(0) + b.sum(1)) * 2.0
+
+    caplog.set_level(logging.INFO, logger="graphfuser")
+    with config.override(single_node_mode=True, disable=["fallback"]):
+        sf, counts = optimized(k, torch.rand(1, 8), torch.rand(8, 1))
+        with config.override(log_level=">guard"):
+            for _ in range(4):
+                a, b = torch.rand(5, 8), torch.rand(8, 3)
+                torch.testing.assert_close(sf(a, b), k(a, b))
+    assert "no specialization for new signature" in caplog.text
+    assert "different axes" in caplog.text
+    assert len(fusion_groups(sf._optimized)) == 1
+
+
+def _unrelated_pair(x, y):
+    return x + 1.0, y - 1.0
+
+
+def _broadcast_siblings(x, y):
+    return (x * y).relu(), x.sigmoid()
+
+
+def _row_scale(x, y):
+    return (x.sum(1, keepdim=True) * y).tanh()
+
+
+def _softmax_siblings(x, y):
+    return x.softmax(-1) + y, x.relu() * 2.0
+
+
+@pytest.mark.parametrize("horizontal", [False, True])
+@pytest.mark.parametrize("fn,shapes", [
+    (_unrelated_pair, ((2, 5), (3,))),
+    (_broadcast_siblings, ((4, 1), (3, 4, 6))),
+    (_row_scale, ((4, 6), (4, 6))),
+    (_softmax_siblings, ((3, 7), (7,))),
+])
+def test_guard_hits_on_the_signature_it_was_built_from(fn, shapes, horizontal):
+    # the invariant, over groups of several partition shapes: the profiled inputs pass the guard
+    args = [torch.rand(*s) for s in shapes]
+    scripted = graphfuser.script(fn)
+    with config.override(horizontal_mode=horizontal, single_node_mode=True):
+        for _ in range(config.profiling_runs):
+            scripted(*args)
+        assert fusion_groups(scripted._optimized)
+        counts = fallback_counter(scripted)
+        for _ in range(3):
+            torch.testing.assert_close(scripted(*args), fn(*args))
+    assert counts["fallback"] == 0, str(scripted._optimized)

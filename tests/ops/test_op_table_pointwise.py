@@ -72,6 +72,11 @@ UNARY_MATH = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "
 
 ONE_TENSOR = [E(n, f"torch.{n}(x)", "x") for n in UNARY_MATH] + [
         E("leaky_relu", "torch._C._nn.leaky_relu(x)", "x"),
+        E("relu6", "torch._C._nn.relu6(x)", "x"),
+        E("hardswish", "torch._C._nn.hardswish(x)", "x"),
+        E("hardsigmoid", "torch._C._nn.hardsigmoid(x)", "x"),
+        E("mish", "torch._C._nn.mish(x)", "x"),
+        E("masked_fill", "torch.masked_fill(x, torch.isnan(y), 0.5)", "x", "cond_nan", 0.5),
         E("leaky_relu", "torch._C._nn.leaky_relu(x, 0.2)", "x", 0.2),
         E("hardtanh", "torch._C._nn.hardtanh(x)", "x"),
         E("hardtanh", "torch._C._nn.hardtanh(x, -0.5, 0.75)", "x", -0.5, 0.75),

@@ -1,0 +1,351 @@
+"""Run one fuzz case through eager and through ``graphfuser.script`` and compare every call.
+
+Runs inside the worker process (``worker.py``). For each call the inputs are built three times
+from the case's specs: for eager, for graphfuser, and upcast to float64 for the reference. A
+graphfuser value is wrong only when it is not within a tight, dtype-sized margin of eager and,
+where the float64 reference is faithful for that element (eager is near it), no closer to the
+reference than eager is plus that margin. Integers and bools are exact (a flip that agrees with
+the reference is rounding). NaN positions must agree. Dtype, shape, strides (of dims longer
+than one), requires_grad, mutated inputs and exceptions are compared too.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+import time
+import warnings
+from typing import Any, Optional
+
+import torch
+
+DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+         "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8,
+         "uint8": torch.uint8, "bool": torch.bool}
+# Tight margin of graphfuser against eager, in units of the output dtype's epsilon.
+EPS = {torch.float64: 2.2e-16, torch.float32: 1.2e-7, torch.float16: 9.8e-4, torch.bfloat16: 7.8e-3}
+TIGHT_ULPS = 64
+LOOSE_ULPS = 256
+LAUNCHES = [0]
+
+
+def _count_launches() -> None:
+    """Count calls of every compiled kernel runner (the fused path really ran a kernel)."""
+    from ..executor import compiled
+
+    if getattr(compiled._guard_launch, "_fuzz_counting", False):
+        return
+    orig = compiled._guard_launch
+
+    def counting(*a: Any, **k: Any):
+        runner = orig(*a, **k)
+
+        def run(*args: Any):
+            LAUNCHES[0] += 1
+            return runner(*args)
+        run.compiled = getattr(runner, "compiled", None)
+        run.namespace = getattr(runner, "namespace", None)
+        return run
+    counting._fuzz_counting = True
+    compiled._guard_launch = counting
+
+
+def load(source: str, path: str) -> Any:
+    """Write ``source`` to ``path`` and import its ``fn`` (TorchScript needs a real file)."""
+    with open(path, "w") as f:
+        f.write(source)
+    name = "gfcase_" + os.path.basename(path)[:-3].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod.fn
+
+
+def _values(shape: list, fill: str, g: torch.Generator) -> torch.Tensor:
+    if fill == "positive":
+        return torch.rand(shape, generator=g, dtype=torch.float64) + 0.1
+    if fill == "constant_rows":
+        base = torch.randint(1, 4, shape[:-1] + [1] if shape else [], generator=g).double() / 3.0
+        return base.expand(shape).clone()
+    if fill == "huge_mean":
+        return 1e4 + torch.randn(shape, generator=g, dtype=torch.float64) * 1e-2
+    if fill == "ints":
+        return torch.randint(-5, 6, shape, generator=g).double()
+    if fill == "zeros":
+        return torch.zeros(shape, dtype=torch.float64)
+    t = torch.randn(shape, generator=g, dtype=torch.float64)
+    if fill == "nan_inf" and t.numel():
+        u = torch.rand(shape, generator=g, dtype=torch.float64)
+        t = torch.where(u < 0.1, float("nan"), torch.where(u > 0.95, float("inf") * t.sign(), t))
+    return t
+
+
+def _convert(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if dtype.is_floating_point:
+        return t.to(dtype)
+    if dtype == torch.bool:
+        return t > 0
+    t = torch.nan_to_num(t * 3, nan=0.0, posinf=100.0, neginf=-100.0).round()
+    if dtype == torch.uint8:
+        t = t.abs()
+    lim = {torch.int8: 127, torch.uint8: 255}.get(dtype, 10 ** 6)
+    return t.clamp(-lim, lim).to(dtype)
+
+
+def make_tensor(spec: dict, batch: int, flip: bool, seed: int, device: str, ref: bool = False) -> torch.Tensor:
+    """The input tensor of ``spec`` for one call (deterministic in ``seed``)."""
+    shape = [batch if s == "B" else s for s in spec["shape"]]
+    layout = spec["layout"]
+    if flip:
+        layout = "transposed" if layout == "dense" else "dense"
+    r = len(shape)
+    g = torch.Generator().manual_seed(seed)
+    dtype = DTYPE[spec["dtype"]]
+    if layout == "transposed" and r >= 2:
+        t = _convert(_values(shape[:-2] + [shape[-1], shape[-2]], spec["fill"], g), dtype).transpose(-1, -2)
+    elif layout == "sliced" and r >= 1:
+        t = _convert(_values(shape[:-1] + [2 * shape[-1]], spec["fill"], g), dtype)[..., ::2]
+    elif layout == "expanded" and r >= 1:
+        t = _convert(_values([1] + shape[1:], spec["fill"], g), dtype).expand(shape)
+    elif layout == "channels_last" and r == 4:
+        t = _convert(_values(shape, spec["fill"], g), dtype).contiguous(memory_format=torch.channels_last)
+    else:
+        t = _convert(_values(shape, spec["fill"], g), dtype)
+    if device != "cpu":
+        t = _to_device(t, device)
+    if ref and t.is_floating_point():
+        t = t.to(torch.float64)
+    elif spec.get("requires_grad") and not ref:
+        t.requires_grad_(True)
+    return t
+
+
+def _to_device(t: torch.Tensor, device: str) -> torch.Tensor:
+    """Move keeping the strides (expanded stays expanded, transposed stays transposed)."""
+    if t.numel() and t.stride() and min(t.stride()) == 0:
+        base = t.as_strided([s if st else 1 for s, st in zip(t.shape, t.stride())], t.stride())
+        return base.contiguous().to(device).expand(t.shape)
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device) if t.is_non_overlapping_and_dense() \
+        else torch.empty(t.shape, dtype=t.dtype, device=device)
+    if t.is_non_overlapping_and_dense():
+        out.copy_(t)
+        return out
+    # sliced: keep the step
+    last = t.shape[-1]
+    wide = torch.zeros(list(t.shape[:-1]) + [2 * last], dtype=t.dtype, device=device)
+    view = wide[..., ::2]
+    view.copy_(t)
+    return view
+
+
+def make_args(case: dict, call: int, device: str, ref: bool = False) -> list:
+    batch, flip = case["calls"][call]
+    args = []
+    for k, spec in enumerate(case["inputs"]):
+        if spec["kind"] == "tensor":
+            args.append(make_tensor(spec, batch, flip, case["seed"] * 1000 + call * 37 + k, device, ref))
+        else:
+            args.append(spec["values"][0 if call < 4 else 1])
+    return args
+
+
+def _flat(out: Any) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _lowest_eps(case: dict) -> float:
+    src = case["source"]
+    eps = EPS[torch.float32]
+    if "float16" in src or "half" in src or any(i.get("dtype") == "float16" for i in case["inputs"]):
+        eps = EPS[torch.float16]
+    if "bfloat16" in src or any(i.get("dtype") == "bfloat16" for i in case["inputs"]):
+        eps = EPS[torch.bfloat16]
+    return eps
+
+
+def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], low_eps: float,
+                   check_strides: bool = True) -> Optional[tuple[str, str]]:
+    """(category, detail) of the first difference of ``g`` from eager ``e``, or None."""
+    if g.dtype != e.dtype:
+        return "wrong_dtype", f"{g.dtype} vs eager {e.dtype}"
+    if tuple(g.shape) != tuple(e.shape):
+        return "wrong_shape", f"{tuple(g.shape)} vs eager {tuple(e.shape)}"
+    if g.requires_grad != e.requires_grad:
+        return "wrong_requires_grad", f"{g.requires_grad} vs eager {e.requires_grad}"
+    if e.numel() == 0:
+        return None
+    gd, ed = g.detach().cpu(), e.detach().cpu()
+    if ed.is_floating_point() or ed.is_complex():
+        x, y = gd.double(), ed.double()
+        eps = EPS.get(ed.dtype, 1.2e-7)
+        fin = torch.isfinite(y)
+        scale = y[fin].abs().mean().item() if fin.any() else 1.0
+        tight = TIGHT_ULPS * eps * (y.abs() + scale + 1e-30)
+        same = (x == y) | (x.isnan() & y.isnan()) | ((x - y).abs() <= tight)
+        if r is not None and tuple(r.shape) == tuple(e.shape):
+            z = r.detach().cpu().double()
+            zr = z.to(ed.dtype).double()            # the reference rounded to the output dtype
+            loose = LOOSE_ULPS * max(low_eps, eps) * (z.abs() + scale + 1e-30)
+            faithful = ((y - z).abs() <= loose) | (y.isnan() & z.isnan()) | (y == zr)
+            closer = ((x - z).abs() <= (y - z).abs() + tight) | (x == zr) | (x.isnan() & z.isnan())
+            same = same | (faithful & closer)
+        if bool(same.all()):
+            return _strides(g, e) if check_strides else None
+        bad = (~same).nonzero()[0].tolist()
+        n = int((~same).sum())
+        ref = f", fp64 reference {float(r.detach().cpu().double()[tuple(bad)]):.6g}" if r is not None and \
+            tuple(r.shape) == tuple(e.shape) else ""
+        return "wrong_value", (f"{n}/{e.numel()} elements; at {bad}: graphfuser {float(x[tuple(bad)]):.6g}, "
+                               f"eager {float(y[tuple(bad)]):.6g}{ref}")
+    same = gd == ed
+    if r is not None and tuple(r.shape) == tuple(e.shape) and not bool(same.all()):
+        same = same | (gd == r.detach().cpu().to(ed.dtype))
+    if not bool(same.all()):
+        bad = (~same).nonzero()[0].tolist()
+        return "wrong_value", (f"{int((~same).sum())}/{e.numel()} elements; at {bad}: graphfuser "
+                               f"{gd[tuple(bad)].item()}, eager {ed[tuple(bad)].item()}")
+    return _strides(g, e) if check_strides else None
+
+
+def _strides(g: torch.Tensor, e: torch.Tensor) -> Optional[tuple[str, str]]:
+    if e.numel() <= 1:
+        return None
+    for d in range(e.dim()):
+        if e.shape[d] > 1 and g.stride(d) != e.stride(d):
+            return "wrong_strides", f"{tuple(g.stride())} vs eager {tuple(e.stride())} for shape {tuple(e.shape)}"
+    return None
+
+
+def _emulating() -> bool:
+    from ..config import config
+
+    try:
+        return bool(getattr(config, "emulate_precision_casts"))
+    except AttributeError:
+        return False
+
+
+def run_case(case: dict, device: str, workdir: str, tag: str) -> dict:
+    """Run ``case``; the result lists findings (category, call, detail), whether a generated
+    kernel ran after profiling, the ops that ended up inside fusion groups and the timing."""
+    import graphfuser
+    from ..ops import REGISTRY
+
+    _count_launches()
+    findings: list[dict] = []
+    deviations: list[dict] = []
+    result = {"findings": findings, "deviations": deviations, "kernel_ran": False, "fused_ops": [],
+              "eager_errors": 0, "calls": len(case["calls"])}
+    try:
+        fn = load(case["source"], os.path.join(workdir, f"case_{tag}.py"))
+        sf = graphfuser.script(fn)
+    except Exception as e:  # noqa: BLE001
+        try:
+            torch.jit.script(fn)
+        except Exception:  # noqa: BLE001 - TorchScript rejects the case itself: not graphfuser's
+            result["invalid"] = True
+            return result
+        findings.append({"category": "crash", "call": -1, "detail": f"script: {type(e).__name__}: {e}"[:500]})
+        return result
+    low_eps = _lowest_eps(case)
+    half = low_eps > EPS[torch.float32] and not _emulating()
+    profiling = graphfuser.config.profiling_runs
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for call in range(len(case["calls"])):
+            ea, ga = make_args(case, call, device), make_args(case, call, device)
+            err_e = err_g = None
+            try:
+                t0 = time.perf_counter()
+                out_e = fn(*ea)
+                t_e = time.perf_counter() - t0
+            except Exception as e:  # noqa: BLE001
+                err_e = e
+                result["eager_errors"] += 1
+            before = LAUNCHES[0]
+            try:
+                t0 = time.perf_counter()
+                out_g = sf(*ga)
+                if device != "cpu":
+                    torch.cuda.synchronize()
+                t_g = time.perf_counter() - t0
+            except Exception as e:  # noqa: BLE001
+                err_g = e
+            if call >= profiling and LAUNCHES[0] > before:
+                result["kernel_ran"] = True
+            if err_e is not None and err_g is None:
+                findings.append({"category": "missing_error", "call": call,
+                                 "detail": f"eager raised {type(err_e).__name__}: {str(err_e).splitlines()[0][:300]}"})
+                continue
+            if err_g is not None:
+                if err_e is None:
+                    msg = f"{type(err_g).__name__}: {str(err_g).splitlines()[0][:400] if str(err_g) else ''}"
+                    cat = "compile_fallback" if "could not be compiled" in msg else "crash"
+                    findings.append({"category": cat, "call": call, "detail": msg})
+                continue
+            if call == 3 and t_g > max(2.0, 200 * t_e):
+                findings.append({"category": "hang", "call": call,
+                                 "detail": f"slow: fused call {t_g:.2f} s, eager {t_e * 1e3:.2f} ms"})
+            try:
+                ref = fn(*make_args(case, call, device, ref=True))
+            except Exception:  # noqa: BLE001
+                ref = None
+            fo, fe, fr = _flat(out_g), _flat(out_e), _flat(ref) if ref is not None else None
+            pairs = [(f"output {i}", g, e, fr[i] if fr is not None and len(fr) == len(fe) else None)
+                     for i, (g, e) in enumerate(zip(fo, fe))]
+            pairs += [(f"input {spec['name']} after the call", g, e, None)
+                      for spec, g, e in zip(case["inputs"], ga, ea) if isinstance(e, torch.Tensor)]
+            if len(fo) != len(fe):
+                findings.append({"category": "wrong_shape", "call": call,
+                                 "detail": f"{len(fo)} outputs vs eager {len(fe)}"})
+            for what, g, e, r in pairs:
+                if not isinstance(e, torch.Tensor) or not isinstance(g, torch.Tensor):
+                    if type(g) is not type(e) or (not isinstance(e, torch.Tensor) and g != e and
+                                                   not (isinstance(e, float) and math.isnan(e))):
+                        findings.append({"category": "wrong_value", "call": call,
+                                         "detail": f"{what}: {type(g).__name__} {g!r} vs eager {e!r}"[:300]})
+                    continue
+                diff = compare_tensor(g, e, r if (r is None or isinstance(r, torch.Tensor)) else None, low_eps,
+                                      check_strides=what.startswith("output"))
+                if diff is None:
+                    continue
+                cat, detail = diff
+                if cat == "wrong_value" and half and _closer_to_ref(g, e, r):
+                    deviations.append({"deviation": "fp32_intermediates", "call": call, "detail": f"{what}: {detail}"})
+                    continue
+                findings.append({"category": cat, "call": call, "detail": f"{what}: {detail}"})
+    for w in caught:
+        text = str(w.message)
+        if "could not be compiled" in text:
+            findings.append({"category": "compile_fallback", "call": -1, "detail": text.split(". Repro")[0][:400]})
+    g = sf._optimized
+    if g is not None:
+        ops = set()
+        for n in g.all_nodes():
+            if n.kind.endswith("FusionGroup") and getattr(n, "subgraph", None) is not None:
+                for m in n.subgraph.block.nodes:
+                    row = REGISTRY.get(m.kind)
+                    if row is not None:
+                        ops.add(row.name)
+        result["fused_ops"] = sorted(ops)
+    # one finding per category and call is enough; keep the first
+    seen, uniq = set(), []
+    for f in findings:
+        key = (f["category"], f["call"])
+        if key not in seen:
+            seen.add(key)
+            uniq.append(f)
+    result["findings"] = uniq
+    return result
+
+
+def _closer_to_ref(g: Any, e: Any, r: Any) -> bool:
+    """graphfuser is at least as close to the float64 reference as eager everywhere (the
+    fp32-intermediates deviation makes results more accurate, never less)."""
+    if not isinstance(r, torch.Tensor) or tuple(r.shape) != tuple(e.shape):
+        return False
+    x, y, z = g.detach().cpu().double(), e.detach().cpu().double(), r.detach().cpu().double()
+    ok = ((x - z).abs() <= (y - z).abs() * 1.0001 + 1e-300) | (x.isnan() & z.isnan()) | (x == y)
+    return bool(ok.all())

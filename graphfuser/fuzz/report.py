@@ -1,0 +1,121 @@
+"""The campaign's report: ``fuzz-<device>.md`` (counts, fusion rate, deviations, classes with
+their repros, per-op coverage), ``fuzz-<device>.json`` and one standalone repro file per class."""
+from __future__ import annotations
+
+import json
+import os
+import pprint
+from typing import Any
+
+from .known import DEVIATIONS
+
+REPRO_TEMPLATE = '''"""graphfuser fuzz repro: {category}{known}.
+
+Observed (call {call}): {detail}
+
+Ops: {ops}. Calls (batch size, layout flipped): {calls}; graphfuser profiles
+profiling_runs calls, then runs fused; later calls re-specialize.
+Inputs: {inputs}
+
+Run from the repository root: PYTHONPATH=. python {path}
+"""
+{source}
+
+CASE = {case}
+
+if __name__ == "__main__":
+    import sys
+
+    from graphfuser.fuzz.oracle import run_case
+
+    DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    result = run_case(CASE, DEVICE, "/tmp", "repro")
+    for f in result["findings"]:
+        print(f"{{f['category']}} (call {{f['call']}}): {{f['detail']}}")
+    print("no difference from eager" if not result["findings"] else "")
+    sys.exit(1 if result["findings"] else 0)
+'''
+
+
+def _describe_inputs(case: dict) -> str:
+    parts = []
+    for i in case["inputs"]:
+        if i["kind"] == "tensor":
+            parts.append(f"{i['name']}: {i['dtype']}{i['shape']} {i['layout']} {i['fill']}"
+                         + (" requires_grad" if i.get("requires_grad") else ""))
+        else:
+            parts.append(f"{i['name']}: {i['kind']} {i['values']}")
+    return "; ".join(parts)
+
+
+def write_repro(cls: dict, path: str) -> None:
+    case = {k: v for k, v in cls["case"].items()}
+    text = REPRO_TEMPLATE.format(
+        category=cls["category"], known=f" (known: issue 10 class {cls['known']})" if cls["known"] else "",
+        call=cls["call"], detail=cls["detail"].replace('"""', "'''").replace("\\", "\\\\")[:600],
+        ops=", ".join(cls["ops"]), calls=[tuple(c) for c in case["calls"]], inputs=_describe_inputs(case),
+        path=path, source=case["source"].rstrip() + "\n", case=pprint.pformat(case, width=110, sort_dicts=False))
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def write(res: dict, out_dir: str, repro_dir: str) -> tuple[str, str]:
+    """Write the markdown and JSON reports and the repro files; returns the two report paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(repro_dir, exist_ok=True)
+    dev = res["device"]
+    for n, cls in enumerate(res["classes"]):
+        path = os.path.join(repro_dir, f"{dev}-{n:02d}-{cls['category']}-{'-'.join(cls['ops'][:2]) or 'none'}.py"
+                            .replace(":", "_"))
+        write_repro(cls, path)
+        cls["repro"] = path
+    md = os.path.join(out_dir, f"fuzz-{dev}.md")
+    js = os.path.join(out_dir, f"fuzz-{dev}.json")
+    with open(md, "w") as f:
+        f.write(render_markdown(res))
+    slim = {k: v for k, v in res.items() if k not in ("cases", "results")}
+    slim["failures"] = [{"graph": i, "ops": c["ops"], "findings": r["findings"]}
+                        for i, (c, r) in enumerate(zip(res["cases"], res["results"])) if r["findings"]]
+    with open(js, "w") as f:
+        json.dump(slim, f, indent=1, default=str)
+    return md, js
+
+
+def render_markdown(res: dict) -> str:
+    n = res["graphs"]
+    lines = [f"# graphfuser fuzz: {res['device']}", "",
+             f"{n} graphs from seed {res['seed']} in {res['seconds']} s; knobs {res['knobs'] or 'default'}. "
+             "Each graph runs 7 calls (profiling, fused, then a new batch size and/or layout) through "
+             "`graphfuser.script` and through eager; values are judged against a float64 reference.", "",
+             f"Graphs TorchScript itself rejects (generator's, not counted): {res.get('invalid', 0)}.", "",
+             f"Graphs with any failure: {res['failed_graphs']} ({100 * res['failed_graphs'] / max(n, 1):.1f}%).", "",
+             "| category | graphs | % |", "|---|---:|---:|"]
+    for cat, k in res["counts"].items():
+        lines.append(f"| {cat} | {k} | {100 * k / max(n, 1):.1f} |")
+    lines += ["", f"**Fusion rate**: {res['kernel_ran']} of {res['runnable']} graphs that eager can run "
+              f"({100 * res['fusion_rate']:.1f}%) ran a generated kernel after profiling.", "",
+              "## Deliberate deviations (not failures)", "", "| deviation | graphs | knob |", "|---|---:|---|"]
+    for name, d in DEVIATIONS.items():
+        lines.append(f"| {name}: {d['what']} | {res['deviations'].get(name, 0)} | {d['knob']} |")
+    lines += ["", "## Known defect classes (graphfuser/fuzz/known.py)", "", "| class | graph-failures |", "|---|---:|"]
+    for name, k in sorted(res["known"].items()):
+        lines.append(f"| {name} | {k} |")
+    lines += ["", f"Failures matching no known class: {len(res['unknown'])}", "",
+              "## Shrunk failure classes", ""]
+    for cls in res["classes"]:
+        lines.append(f"### {cls['category']}: {', '.join(cls['ops']) or '-'}"
+                     + (f" (known: {cls['known']})" if cls.get("known") else ""))
+        lines.append("")
+        lines.append(f"{'Shrunk' if cls['shrunk'] else 'Not reproduced while shrinking; original'} from graph "
+                     f"{cls['from_graph']}; repro `{cls.get('repro', '')}`. Call {cls['call']}: {cls['detail'][:300]}")
+        lines.append("")
+        lines.append("```python")
+        lines.append(cls["case"]["source"].split("\n\n\n", 1)[-1].rstrip())
+        lines.append("```")
+        lines.append("")
+    lines += ["## Per-op coverage", "", "graphs: graphs using the op; fused: graphs where it ran inside a fusion "
+              "group; failed: graphs using it with any failure.", "",
+              "| op | graphs | fused | failed |", "|---|---:|---:|---:|"]
+    for op, c in res["per_op"].items():
+        lines.append(f"| {op} | {c['graphs']} | {c['fused']} | {c['failed']} |")
+    return "\n".join(lines) + "\n"

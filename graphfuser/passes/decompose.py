@@ -1,0 +1,133 @@
+"""Decompositions of ops the fuser cannot enter into ops it can, before profiling.
+
+Always: a global average pool (``adaptive_avg_pool{1,2,3}d`` to size 1, as every classifier's
+head does) is a mean over the pooled dims, which the reduction schedulers fuse with what comes
+before and after it (squeeze-excite gates, BN + ReLU tails):
+
+    %y = aten::adaptive_avg_pool2d(%x, [1, 1])   ->   %y = aten::mean(%x, [-1, -2], True, None)
+
+Opt-in (``PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition``, as nvFuser had): the
+bias add of linear / conv is split off so that it fuses with what follows.
+
+Runs on the captured graph before profiling, so the new nodes are profiled like any other:
+
+    %y = aten::linear(%x, %w, %b)             %y0 = aten::linear(%x, %w, None)
+                                       ->     %y = aten::add(%y0, %b, 1)
+
+    %y = aten::conv2d(%x, %w, %b, ...)        %y0 = aten::conv2d(%x, %w, None, ...)
+                                       ->     %b1 = aten::unsqueeze(%b, -1)   (once per spatial dim)
+                                              %y = aten::add(%y0, %b1, 1)
+
+The bias add then joins the activation / residual / normalization group after it: one pass over
+the output instead of the bias epilogue plus a separate kernel. Only a bias whose type is
+``Tensor`` is split (an ``Optional[Tensor]`` may be None at run time).
+"""
+from __future__ import annotations
+
+from ..config import config
+from ..executor.builtins import resolve_aten
+from ..ir.graph import Block, Graph, Node, Value
+from ..ir.types import TENSOR, Type
+from ..log import jit_log
+
+_ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
+_MEAN = "aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"
+_POOLS = {"aten::adaptive_avg_pool1d": 1, "aten::adaptive_avg_pool2d": 2, "aten::adaptive_avg_pool3d": 3}
+_UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
+# conv kind -> spatial dims of its output (the bias is broadcast over them)
+_CONVS = {"aten::conv1d": 1, "aten::conv2d": 2, "aten::conv3d": 3}
+
+
+class _Emitter:
+    """Creates nodes one after another, right after ``anchor``."""
+
+    def __init__(self, block: Block, anchor: Node) -> None:
+        self.block, self.last = block, anchor
+
+    def add(self, node: Node) -> Node:
+        self.block.insert_after(self.last, node)
+        self.last = node
+        return node
+
+    def const(self, value, type_name: str) -> Value:
+        attrs = {} if value is None else {"value": value}
+        return self.add(self.block.graph.create("prim::Constant", [], [Type(type_name)], attrs)).output
+
+    def aten(self, kind: str, schema: str, inputs: list[Value], source) -> Value:
+        node = self.block.graph.create(kind, inputs, [TENSOR], source=source)
+        node.schema = resolve_aten(kind, schema)
+        return self.add(node).output
+
+
+def _split_bias(block: Block, node: Node, spatial: int) -> bool:
+    bias = node.inputs[2]
+    if not bias.type.is_tensor:
+        return False
+    none = block.graph.create("prim::Constant", [], [Type("NoneType")])
+    block.insert_before(node, none)
+    node.replace_input(2, none.output)
+    e = _Emitter(block, node)
+    b = bias
+    for _ in range(spatial):
+        b = e.aten("aten::unsqueeze", _UNSQUEEZE, [b, e.const(-1, "int")], node.source)
+    out = e.aten("aten::add", _ADD, [node.output, b, e.const(1, "int")], node.source)
+    add = out.node
+    for user, i in list(node.output.uses):
+        if user is not add:
+            user.replace_input(i, out)
+    block.replace_return_everywhere(node.output, out)
+    return True
+
+
+def _int_list(v: Value):
+    """The constant int list ``v`` holds (a constant or a ListConstruct of constants), else None."""
+    if v.is_constant:
+        c = v.constant()
+        return [c] if isinstance(c, int) else list(c) if isinstance(c, (list, tuple)) else None
+    if v.node is not None and v.node.kind == "prim::ListConstruct" and all(i.is_constant for i in v.node.inputs):
+        return [i.constant() for i in v.node.inputs]
+    return None
+
+
+def _global_pool(block: Block, node: Node, dims: int) -> bool:
+    size = _int_list(node.inputs[1])
+    if size is None or len(size) not in (1, dims) or any(s != 1 for s in size):
+        return False
+    e = _Emitter(block, node)
+    items = [e.const(-d, "int") for d in range(1, dims + 1)]
+    lst = e.add(block.graph.create("prim::ListConstruct", items, [Type("int[]")])).output
+    out = e.aten("aten::mean", _MEAN, [node.inputs[0], lst, e.const(True, "bool"), e.const(None, "NoneType")],
+                 node.source)
+    for user, i in list(node.output.uses):
+        user.replace_input(i, out)
+    block.replace_return_everywhere(node.output, out)
+    block.remove(node)
+    return True
+
+
+def _decompose_block(block: Block, linear: bool, conv: bool) -> int:
+    done = 0
+    for node in list(block.nodes):
+        for b in node.blocks:
+            done += _decompose_block(b, linear, conv)
+        if node.kind in _POOLS and len(node.inputs) == 2:
+            if _global_pool(block, node, _POOLS[node.kind]):
+                done += 1
+                jit_log("graph_fuser", 1, f"global average pool {node.where()} is a mean")
+            continue
+        if linear and node.kind == "aten::linear" and len(node.inputs) == 3:
+            spatial = 0
+        elif conv and node.kind in _CONVS and len(node.inputs) == 7:
+            spatial = _CONVS[node.kind]
+        else:
+            continue
+        if _split_bias(block, node, spatial):
+            done += 1
+            jit_log("graph_fuser", 1, f"decomposed the bias add of {node.where()}")
+    return done
+
+
+def decompose(graph: Graph) -> int:
+    """Apply the enabled decompositions to ``graph`` in place; returns how many ops were split."""
+    linear, conv = config.is_enabled("linear_decomposition"), config.is_enabled("conv_decomposition")
+    return _decompose_block(graph.block, linear, conv)
