@@ -78,7 +78,8 @@ class ScriptedFunction:
     def _run_through_torchscript(self, obj: Any, scripted: Any, reason: str) -> None:
         """Never less available than torch.jit.script: a graph with a construct the host program
         cannot execute runs through TorchScript's own executor, unfused, with one warning."""
-        name = type(obj).__name__ if isinstance(obj, torch.nn.Module) else getattr(obj, "__name__", "fn")
+        name = type(obj).__name__ if isinstance(obj, torch.nn.Module) else getattr(obj, "__name__", None) \
+            or getattr(obj, "name", "fn")
         warnings.warn(f"graphfuser.script({name}): {reason}; it runs through torch.jit.script, unfused",
                       stacklevel=3)
         jit_log("graph_fuser", 1, f"{name} runs through torch.jit.script: {reason}")
@@ -87,18 +88,21 @@ class ScriptedFunction:
         self._fast = None
         self._program = None
         self._optimized = None
-        if self._module is None:
-            self._torchscript = scripted
-            return
+        self._torchscript = self._torchscript_call(self._module, scripted)
+
+    @staticmethod
+    def _torchscript_call(module: Optional[torch.nn.Module], scripted: Any) -> Callable:
+        if module is None:
+            return scripted
         # scripting copied the modules' non-tensor attributes: keep ``training`` in step with them
-        pairs = [(m, s) for (_, m), (_, s) in zip(obj.named_modules(), scripted.named_modules())]
+        pairs = [(m, s) for (_, m), (_, s) in zip(module.named_modules(), scripted.named_modules())]
 
         def call(*args: Any, **kwargs: Any) -> Any:
             for m, s in pairs:
                 if s.training != m.training:
                     s.training = m.training
             return scripted(*args, **kwargs)
-        self._torchscript = call
+        return call
 
     def _reset(self) -> None:
         self._calls = 0
@@ -121,23 +125,24 @@ class ScriptedFunction:
         if fast is not None and not kwargs and len(args) == self._nargs and config.fusion_on:
             try:
                 out = fast(*args)
-            except Exception:
+            except Exception as e:
                 self._check_args(self._bind(args, {}))
-                raise
+                return self._recover(args, {}, e)
             _state.graph = self._optimized
             if self._pending:
                 self._respecialize()
             return out
         if self._torchscript is not None:
             return self._torchscript(*args, **kwargs)
+        user_args, user_kwargs = args, dict(kwargs)
         args = self._bind(args, kwargs)
         program = self._program
         if program is not None and config.fusion_on:
             try:
                 out = program.fn(*args)
-            except Exception:
+            except Exception as e:
                 self._check_args(args)  # a non-tensor for a Tensor argument: say so, not "no .dtype"
-                raise
+                return self._recover(user_args, user_kwargs, e)
             _state.graph = self._optimized
             if self._pending:
                 self._respecialize()
@@ -148,7 +153,28 @@ class ScriptedFunction:
             self._check_args(args)
             return self._plain.fn(*args)
         with self._lock:
-            return self._profile_call(args)
+            try:
+                return self._profile_call(args)
+            except Exception as e:
+                return self._recover(user_args, user_kwargs, e)
+
+    def _recover(self, args: tuple, kwargs: dict, exc: Exception) -> Any:
+        """The host program raised: if torch.jit.script's own executor runs the same call, the
+        graph has a construct the host program gets wrong; from now on it runs through
+        TorchScript (one warning). Where TorchScript raises too, the original error stands.
+        A ``raise`` in the scripted code (torch.jit.Error) and ``PYTORCH_NVFUSER_DISABLE=fallback``
+        never recover."""
+        scripted = self._captured.scripted if self._captured is not None else None
+        if scripted is None or isinstance(exc, torch.jit.Error) or config.is_disabled("fallback"):
+            raise exc
+        call = self._torchscript_call(self._module, scripted)
+        try:
+            out = call(*args, **kwargs)
+        except Exception:
+            raise exc from None
+        self._run_through_torchscript(self._module if self._module is not None else self._captured,
+                                      scripted, f"the host program raised {type(exc).__name__}: {exc}")
+        return out
 
     def graph_for(self, *args: Any, **kwargs: Any) -> Graph:
         """Run once with ``args`` and return the graph that ran: optimized once profiling is done

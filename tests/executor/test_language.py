@@ -290,3 +290,32 @@ def test_call_method_into_an_interface_submodule():
     for b in (2, 3, 4):
         x = torch.randn(b, 4)
         torch.testing.assert_close(sm(x), m(x))
+
+
+def test_a_handler_that_fails_at_run_time_falls_back_to_torchscript(monkeypatch):
+    """A host program that raises where torch.jit.script does not: the call is answered by
+    TorchScript, one warning names the error, and later calls run through TorchScript."""
+    monkeypatch.setitem(hostgen.HANDLERS, "prim::is_nested", hostgen._template("{0}.no_such_attribute"))
+    m = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    sm = graphfuser.script(m)
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        with pytest.warns(UserWarning, match="host program raised AttributeError.*no_such_attribute.*unfused"):
+            torch.testing.assert_close(sm(x), m(x))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            for b in (3, 4):
+                x = torch.randn(b, 3, 8)
+                torch.testing.assert_close(sm(x), m(x))
+
+
+def test_errors_torchscript_raises_too_are_not_swallowed():
+    sf = graphfuser.script(raises)
+    with pytest.raises(torch.jit.Error, match="too large"):
+        sf(torch.rand(3), 7)
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        graphfuser.script(lambda_add)(torch.rand(3), torch.rand(4))
+
+
+def lambda_add(x: torch.Tensor, y: torch.Tensor):
+    return x + y
