@@ -1,16 +1,33 @@
-"""How the host program executes each node kind that is not a fusion group.
+"""How the host program executes the nodes that are not fusion groups: the aten half of the table.
 
-``resolve_aten`` maps an aten node (with its TorchScript schema) to either a Python expression
-template (scalar and list ops such as ``aten::size`` or ``aten::__getitem__``) or a torch
-``OpOverload`` plus the names of its keyword-only arguments. ``PRIM_TEMPLATES`` covers the prim
-ops the host program spells inline; control flow is emitted by ``hostgen``.
+``resolve_aten`` maps an aten (or other operator-namespace) node with its TorchScript schema to
+either a Python expression template (scalar, string, list and dict ops such as ``aten::size``,
+``aten::_set_item.str`` or ``aten::format``) or a torch ``OpOverload`` plus the names of its
+keyword-only arguments. Templates are keyed by ``name.overload`` (most specific) or ``name`` (any
+overload whose arguments are all non-tensors, unless the name is in ``TENSOR_TEMPLATES``).
+
+Templates follow TorchScript's semantics, not Python's where they differ: ``aten::pow.int``
+returns a float, ``aten::round.float`` returns a float (half to even), ``aten::__and__.int`` is
+bitwise, list and dict ops mutate the object they are given (TorchScript lists and dicts alias).
+The runtime helpers the templates name live in ``RUNTIME`` (the host program's namespace).
+``PRIM_TEMPLATES`` covers the prim ops spelled as one expression; structural kinds (attributes,
+unpacking, control flow, calls, exceptions) have handlers in ``hostgen``.
 """
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
+
+DTYPE_CODES: dict[torch.dtype, int] = {dt: i for i, dt in enumerate([
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+    torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
+    torch.quint8, torch.qint32, torch.bfloat16])}
+_CODE_DTYPES = {c: dt for dt, c in DTYPE_CODES.items()}
+_LAYOUT_CODES = {torch.strided: 0, torch.sparse_coo: 1, torch._mkldnn: 2}  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -23,63 +40,164 @@ class AtenCall:
     schema: str = ""
 
 
-def _is_scalar_type(t: str) -> bool:
-    return t in ("int", "float", "bool", "number", "Scalar", "complex", "str")
+# -- runtime helpers named by templates -----------------------------------------------------
+def _fmt(fmt: str, *args: Any) -> str:
+    return fmt.format(*args)
 
 
-# Scalar / list ops with their Python spelling, keyed by "name.overload" or "name" (any overload
-# whose arguments are all non-tensors).
+def _range_length(lo: int, hi: int, step: int) -> int:
+    if step == 0:
+        raise RuntimeError("range() arg 3 must not be zero")
+    if step > 0:
+        return max(0, (hi - lo + step - 1) // step)
+    return max(0, (lo - hi - step - 1) // -step)
+
+
+def _dict_of(*kv: Any) -> dict:
+    return {kv[i]: kv[i + 1] for i in range(0, len(kv), 2)}
+
+
+def _warn(msg: Any, stacklevel: int = 2) -> None:
+    warnings.warn(str(msg), stacklevel=2)
+
+
+def _setitem(container: Any, key: Any, value: Any) -> Any:
+    container[key] = value
+    return container
+
+
+def _dtype(code: Any) -> Optional[torch.dtype]:
+    """TorchScript passes ScalarType as an int code; torch's Python API wants a dtype."""
+    return _CODE_DTYPES[code] if isinstance(code, int) else code
+
+
+def _num_to_tensor(x: Any) -> torch.Tensor:
+    """``prim::NumToTensor``: a 0-dim tensor of the scalar's own type (int64, float64, bool)."""
+    if isinstance(x, torch.Tensor):
+        return x
+    dtype = torch.bool if isinstance(x, bool) else torch.int64 if isinstance(x, int) else \
+        torch.complex128 if isinstance(x, complex) else torch.float64
+    return torch.tensor(x, dtype=dtype)
+
+
+def _pow(a: Any, b: Any) -> Any:
+    """Scalar ``aten::pow``: C's pow where Python's differs (a negative base to a fractional
+    power is nan, not complex; zero to a negative power is inf, not ZeroDivisionError)."""
+    try:
+        r = a ** b
+    except ZeroDivisionError:
+        return math.inf
+    return math.nan if isinstance(r, complex) else r
+
+
+def _list_sort(lst: list, reverse: bool = False) -> None:
+    lst.sort(reverse=reverse)
+
+
+def _pop(container: Any, *args: Any) -> Any:
+    return container.pop(*args)
+
+
+def _dict_get(d: dict, key: Any, default: Any = None) -> Any:
+    return d.get(key, default)
+
+
+RUNTIME: dict[str, Any] = {
+    "_torch": torch, "_math": math, "_DTYPE_CODE": DTYPE_CODES, "_LAYOUT_CODE": _LAYOUT_CODES,
+    "_fmt": _fmt, "_range_length": _range_length, "_dict_of": _dict_of, "_warn": _warn,
+    "_setitem": _setitem, "_dtype": _dtype, "_num_to_tensor": _num_to_tensor,
+    "_pow": _pow, "_list_sort": _list_sort, "_pop": _pop, "_dict_get": _dict_get,
+}
+
+# Scalar / string / list / dict ops with their Python spelling, keyed by "name.overload" or
+# "name" (any overload whose arguments are all non-tensors). "{args}" is every argument.
 PY_TEMPLATES: dict[str, str] = {
+    # tensor metadata
     "size.int": "{0}.size({1})", "size": "list({0}.shape)", "sym_size.int": "{0}.size({1})",
-    "dim": "{0}.dim()", "numel": "{0}.numel()", "len": "len({0})", "__getitem__": "{0}[{1}]",
-    "__is__": "({0} is {1})", "__isnot__": "({0} is not {1})", "__not__": "(not {0})",
-    "Int": "int({0})", "Float": "float({0})", "Bool": "bool({0})", "ScalarImplicit": "{0}.item()",
-    "item": "{0}.item()", "is_contiguous": "{0}.is_contiguous()", "__contains__": "({1} in {0})",
-    "append": "{0}.append({1})", "list": "list({0})", "str": "str({0})", "format": "_fmt({0}, {args})",
-    "__range_length": "_range_length({0}, {1}, {2})", "__derive_index": "({1} + {0} * {2})",
-    "warn": "_warn({0})", "__and__": "({0} and {1})", "__or__": "({0} or {1})", "__xor__": "({0} != {1})",
+    "dim": "{0}.dim()", "numel": "{0}.numel()", "is_contiguous": "{0}.is_contiguous()",
+    "is_floating_point": "{0}.is_floating_point()",
+    # conversions
+    "Int": "int({0})", "Float": "float({0})", "Bool": "bool({0})", "IntImplicit": "int({0})",
+    "FloatImplicit": "float({0})", "ScalarImplicit": "{0}.item()", "item": "{0}.item()",
+    "tensor": "_torch.tensor({0}, dtype=_dtype({1}), device={2}, requires_grad={3})",
+    "as_tensor.list": "_torch.as_tensor({0}, dtype=_dtype({1}), device={2})",
+    "device": "_torch.device({args})",
+    # scalar arithmetic (TorchScript's int / float semantics are Python's, except where noted)
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "floordiv": "({0} // {1})", "remainder": "({0} % {1})", "__mod__": "({0} % {1})", "pow": "({0} ** {1})",
-    "neg": "(-{0})", "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
-    "gt": "({0} > {1})", "ge": "({0} >= {1})", "abs": "abs({0})", "max": "max({args})", "min": "min({args})",
-    "floor": "_math.floor({0})", "ceil": "_math.ceil({0})", "sqrt": "_math.sqrt({0})",
-    "device": "{0}.device", "dtype": "_DTYPE_CODE[{0}.dtype]", "values": "list({0}.values())",
-    "keys": "list({0}.keys())", "__isinstance": "isinstance({0}, {1})", "slice.t": "{0}[{1}:{2}:{3}]",
+    "floordiv": "({0} // {1})", "remainder": "({0} % {1})", "__mod__": "({0} % {1})",
+    "pow": "_pow({0}, {1})", "pow.int": "float(_pow({0}, {1}))", "neg": "(-{0})", "abs": "abs({0})",
+    "max": "max({args})", "min": "min({args})", "floor": "_math.floor({0})", "ceil": "_math.ceil({0})",
+    "sqrt": "_math.sqrt({0})", "log": "_math.log({0})", "exp": "_math.exp({0})", "round": "float(round({0}))",
+    "round.int": "float({0})", "isnan": "_math.isnan({0})", "isinf": "_math.isinf({0})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
+    "gt": "({0} > {1})", "ge": "({0} >= {1})", "__is__": "({0} is {1})", "__isnot__": "({0} is not {1})",
+    "__not__": "(not {0})", "__and__": "({0} & {1})", "__or__": "({0} | {1})", "__xor__": "({0} ^ {1})",
+    "sum": "sum({0})", "all": "all({0})", "any": "any({0})",
+    "__range_length": "_range_length({0}, {1}, {2})", "__derive_index": "({1} + {0} * {2})",
+    # strings
+    "str": "str({0})", "format": "_fmt({args})", "percentFormat": "({0} % {1})", "len": "len({0})", "__getitem__": "{0}[{1}]",
+    "slice.t": "{0}[{1}:{2}:{3}]", "slice.str": "{0}[{1}:{2}:{3}]", "join": "{0}.join({1})",
+    "startswith": "{0}.startswith({1})", "endswith": "{0}.endswith({1})", "lower": "{0}.lower()",
+    "upper": "{0}.upper()", "strip": "{0}.strip({1})", "replace": "{0}.replace({1}, {2}, {3})",
+    "warn": "_warn({0})",
+    # lists (mutating ops change the list they are given: TorchScript lists alias)
+    "list": "list({0})", "append": "{0}.append({1})", "_set_item": "_setitem({0}, {1}, {2})",
+    "insert": "{0}.insert({1}, {2})", "pop": "_pop({args})", "extend": "{0}.extend({1})",
+    "clear": "{0}.clear()", "reverse": "{0}.reverse()", "remove": "{0}.remove({1})",
+    "count": "{0}.count({1})", "index": "{0}.index({1})", "copy": "{0}.copy()", "sort": "_list_sort({args})",
+    "sorted": "sorted({0})", "__contains__": "({1} in {0})",
+    # dicts
+    "dict": "dict({args})", "keys": "list({0}.keys())", "values": "list({0}.values())",
+    "items": "list({0}.items())", "update": "{0}.update({1})", "get": "_dict_get({args})",
+    "setdefault": "{0}.setdefault({1}, {2})", "popitem": "{0}.popitem()",
+    # global state
+    "is_grad_enabled": "_torch.is_grad_enabled()", "is_autocast_enabled": "_torch.is_autocast_enabled()",
+    "is_scripting": "True",
 }
-
-PRIM_TEMPLATES: dict[str, str] = {
-    "prim::ListConstruct": "[{args}]", "prim::TupleConstruct": "({args},)", "prim::TupleIndex": "{0}[{1}]",
-    "prim::dtype": "_DTYPE_CODE[{0}.dtype]", "prim::device": "{0}.device", "prim::NumToTensor": "_torch.scalar_tensor({0})",
-    "prim::Uninitialized": "None", "prim::unchecked_cast": "{0}", "prim::min": "min({args})",
-    "prim::max": "max({args})", "prim::abs": "abs({0})", "prim::requires_grad": "{0}.requires_grad",
-    "prim::is_cuda": "{0}.is_cuda", "prim::layout": "0", "prim::shape": "list({0}.shape)",
-    "prim::data": "{0}.detach()", "prim::Print": "print({args})", "prim::DictConstruct": "_dict_of({args})",
-    "prim::StringIndex": "{0}[{1}]", "prim::RaiseException": "_raise({args})",
-    "prim::TupleUnpack": "", "prim::ListUnpack": "", "prim::GetAttr": "", "prim::SetAttr": "",
-    "prim::Constant": "", "prim::If": "", "prim::Loop": "",
-}
-SUPPORTED_PRIMS = frozenset(PRIM_TEMPLATES) | {
-    "prim::CudaFusionGroup", "prim::CpuFusionGroup", "prim::FallbackGraph", "prim::CudaFusionGuard",
-    "prim::CpuFusionGuard",
-}
-
-
-def _split_schema(schema: Optional[str]) -> tuple[str, str, list]:
-    parsed = torch._C.parse_schema(schema)
-    name, _, overload = parsed.name.partition("::")[2].partition(".")
-    return parsed.name.split("::")[1], parsed.overload_name or "default", parsed.arguments
-
 
 # Templates that are right for tensor arguments too; any other template is for scalars only
 # (``aten::floor(Tensor)`` must not become ``math.floor``).
 TENSOR_TEMPLATES = frozenset((
     "size", "dim", "numel", "len", "__getitem__", "__is__", "__isnot__", "Int", "Float", "Bool", "item",
-    "ScalarImplicit", "is_contiguous", "append", "list", "format", "warn", "__contains__", "str", "keys", "values",
+    "ScalarImplicit", "IntImplicit", "FloatImplicit", "is_contiguous", "is_floating_point", "append",
+    "list", "format", "warn", "__contains__", "str", "keys", "values", "items", "_set_item", "insert",
+    "pop", "extend", "clear", "reverse", "copy", "dict", "update", "get", "setdefault", "index.list",
 ))
+
+PRIM_TEMPLATES: dict[str, str] = {
+    "prim::ListConstruct": "[{args}]", "prim::TupleIndex": "{0}[{1}]", "prim::DictIndex": "{0}[{1}]",
+    "prim::dtype": "_DTYPE_CODE[{0}.dtype]", "prim::device": "{0}.device", "prim::type": "{0}.type",
+    "prim::layout": "_LAYOUT_CODE[{0}.layout]", "prim::is_nested": "{0}.is_nested",
+    "prim::NumToTensor": "_num_to_tensor({0})", "prim::Uninitialized": "None", "prim::unchecked_cast": "{0}",
+    "prim::min": "min({args})", "prim::max": "max({args})", "prim::abs": "abs({0})",
+    "prim::requires_grad": "{0}.requires_grad", "prim::is_cuda": "{0}.is_cuda", "prim::is_cpu": "{0}.is_cpu",
+    "prim::shape": "list({0}.shape)", "prim::data": "{0}.detach()", "prim::grad": "{0}.grad",
+    "prim::Print": "print({args})", "prim::DictConstruct": "_dict_of({args})", "prim::StringIndex": "{0}[{1}]",
+    "prim::tolist": "{0}.tolist()", "prim::name": "{0}.name", "prim::index": "{0}.index",
+}
+
+
+def _template_key(name: str, overload: str, arg_types: list[str]) -> Optional[str]:
+    tensor_free = not any("Tensor" in t for t in arg_types)
+    for key in (f"{name}.{overload}", f"{name}.{overload.split('_')[0]}") if overload else ():
+        if key in PY_TEMPLATES and (tensor_free or key in TENSOR_TEMPLATES or name in TENSOR_TEMPLATES):
+            return key
+    if name in PY_TEMPLATES and (tensor_free or name in TENSOR_TEMPLATES):
+        return name
+    return None
+
+
+def _op_packet(kind: str) -> Any:
+    ns, _, name = kind.partition("::")
+    try:
+        return getattr(getattr(torch.ops, ns), name)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def resolve_aten(kind: str, schema: Optional[str], tensor_args: Optional[bool] = None) -> Optional[AtenCall]:
-    """How to execute ``kind`` with ``schema``; None if graphfuser cannot.
+    """How to execute ``kind`` (``aten::`` or another operator namespace) with ``schema``; None if
+    graphfuser cannot.
 
     Without a schema (graphs parsed from text), ``tensor_args`` says whether any input is a
     tensor: tensor ops then run through the op table's eager reference or the aten packet.
@@ -94,24 +212,22 @@ def resolve_aten(kind: str, schema: Optional[str], tensor_args: Optional[bool] =
             row = lookup(kind)
             if row is not None and row.eager is not None:
                 return AtenCall(op=row.eager)      # called with schema-order positional args
-        packet = getattr(torch.ops.aten, name, None)
+        packet = _op_packet(kind)
         return AtenCall(op=packet) if packet is not None else None
     parsed = torch._C.parse_schema(schema)
     overload = parsed.overload_name
     arg_types = [str(a.type) for a in parsed.arguments]
-    tensor_free = not any("Tensor" in t for t in arg_types)
-    if overload and f"{name}.{overload}" in PY_TEMPLATES:
-        return AtenCall(template=PY_TEMPLATES[f"{name}.{overload}"], schema=schema)
-    if name in PY_TEMPLATES and (tensor_free or name in TENSOR_TEMPLATES):
-        return AtenCall(template=PY_TEMPLATES[name], schema=schema)
+    key = _template_key(name, overload, arg_types) if kind.startswith("aten::") else None
+    if key is not None:
+        return AtenCall(template=PY_TEMPLATES[key], schema=schema)
     if "..." in schema[:schema.rindex("->")]:
         return None  # a vararg schema (e.g. aten::percentFormat): its OpOverload takes no extra args
-    packet = getattr(torch.ops.aten, name, None)
+    packet = _op_packet(kind)
     if packet is None:
         return None
     try:
         op = getattr(packet, overload or "default")
-    except AttributeError:
+    except (AttributeError, RuntimeError):
         return None
     kw = tuple(a.name if a.kwarg_only else None for a in parsed.arguments)
     return AtenCall(op=op, kwarg_names=kw, schema=schema)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
 
 from ..config import config
-from ..frontend.torchscript import Captured, capture
+from ..frontend.torchscript import Captured, UnsupportedError, capture
 from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
@@ -55,11 +56,54 @@ class ScriptedFunction:
     """
 
     def __init__(self, obj: Any) -> None:
-        self._captured: Captured = capture(obj)
+        self._torchscript: Optional[Callable] = None
+        self._lock = threading.Lock()
+        self._captured: Captured = None  # type: ignore[assignment]
+        try:
+            self._captured = capture(obj)
+            build_program(self._captured.graph, name="check")   # every node has a handler
+        except UnsupportedError as e:
+            if e.scripted is None:
+                raise                   # torch.jit.script itself rejects it: so do we
+            self._run_through_torchscript(obj, e.scripted, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - a handler that cannot emit this node
+            if self._captured is None:
+                raise
+            self._run_through_torchscript(obj, self._captured.scripted, f"cannot execute: {e}")
+            return
         self._module = self._captured.module
         self.graph: Graph = self._captured.graph
-        self._lock = threading.Lock()
         self._reset()
+
+    def _run_through_torchscript(self, obj: Any, scripted: Any, reason: str) -> None:
+        """Never less available than torch.jit.script: a graph with a construct the host program
+        cannot execute runs through TorchScript's own executor, unfused, with one warning."""
+        name = type(obj).__name__ if isinstance(obj, torch.nn.Module) else getattr(obj, "__name__", None) \
+            or getattr(obj, "name", "fn")
+        warnings.warn(f"graphfuser.script({name}): {reason}; it runs through torch.jit.script, unfused",
+                      stacklevel=3)
+        jit_log("graph_fuser", 1, f"{name} runs through torch.jit.script: {reason}")
+        self._module = obj if isinstance(obj, torch.nn.Module) else None
+        self.graph = None  # type: ignore[assignment]
+        self._fast = None
+        self._program = None
+        self._optimized = None
+        self._torchscript = self._torchscript_call(self._module, scripted)
+
+    @staticmethod
+    def _torchscript_call(module: Optional[torch.nn.Module], scripted: Any) -> Callable:
+        if module is None:
+            return scripted
+        # scripting copied the modules' non-tensor attributes: keep ``training`` in step with them
+        pairs = [(m, s) for (_, m), (_, s) in zip(module.named_modules(), scripted.named_modules())]
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for m, s in pairs:
+                if s.training != m.training:
+                    s.training = m.training
+            return scripted(*args, **kwargs)
+        return call
 
     def _reset(self) -> None:
         self._calls = 0
@@ -82,21 +126,24 @@ class ScriptedFunction:
         if fast is not None and not kwargs and len(args) == self._nargs and config.fusion_on:
             try:
                 out = fast(*args)
-            except Exception:
+            except Exception as e:
                 self._check_args(self._bind(args, {}))
-                raise
+                return self._recover(args, {}, e)
             _state.graph = self._optimized
             if self._pending:
                 self._respecialize()
             return out
+        if self._torchscript is not None:
+            return self._torchscript(*args, **kwargs)
+        user_args, user_kwargs = args, dict(kwargs)
         args = self._bind(args, kwargs)
         program = self._program
         if program is not None and config.fusion_on:
             try:
                 out = program.fn(*args)
-            except Exception:
+            except Exception as e:
                 self._check_args(args)  # a non-tensor for a Tensor argument: say so, not "no .dtype"
-                raise
+                return self._recover(user_args, user_kwargs, e)
             _state.graph = self._optimized
             if self._pending:
                 self._respecialize()
@@ -107,16 +154,42 @@ class ScriptedFunction:
             self._check_args(args)
             return self._plain.fn(*args)
         with self._lock:
-            return self._profile_call(args)
+            try:
+                return self._profile_call(args)
+            except Exception as e:
+                return self._recover(user_args, user_kwargs, e)
+
+    def _recover(self, args: tuple, kwargs: dict, exc: Exception) -> Any:
+        """The host program raised: if torch.jit.script's own executor runs the same call, the
+        graph has a construct the host program gets wrong; from now on it runs through
+        TorchScript (one warning). Where TorchScript raises too, the original error stands.
+        A ``raise`` in the scripted code (torch.jit.Error) and ``PYTORCH_NVFUSER_DISABLE=fallback``
+        never recover."""
+        scripted = self._captured.scripted if self._captured is not None else None
+        if scripted is None or isinstance(exc, torch.jit.Error) or config.is_disabled("fallback"):
+            raise exc
+        call = self._torchscript_call(self._module, scripted)
+        try:
+            out = call(*args, **kwargs)
+        except Exception:
+            raise exc from None
+        self._run_through_torchscript(self._module if self._module is not None else self._captured,
+                                      scripted, f"the host program raised {type(exc).__name__}: {exc}")
+        return out
 
     def graph_for(self, *args: Any, **kwargs: Any) -> Graph:
-        """Run once with ``args`` and return the graph that ran: optimized once profiling is done."""
+        """Run once with ``args`` and return the graph that ran: optimized once profiling is done
+        (None where the function runs through torch.jit.script)."""
         self(*args, **kwargs)
+        if self._torchscript is not None:
+            return None  # type: ignore[return-value]
         return self._optimized if self._optimized is not None else self._work
 
     @property
     def code(self) -> str:
         """Source of the current host program."""
+        if self._torchscript is not None:
+            return ""
         return (self._program or self._profiling or build_program(self.graph)).source
 
     # -- argument binding ----------------------------------------------------------------

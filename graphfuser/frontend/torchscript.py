@@ -2,8 +2,9 @@
 
 Module parameters and buffers stay ``prim::GetAttr`` nodes on the module input (``self``), so
 the host program reads them at run time and a changed parameter is seen on the next call.
-``prim::If`` and ``prim::Loop`` stay blocks. Anything the host program cannot execute raises
-``UnsupportedError`` naming the construct and its source line.
+``prim::If`` and ``prim::Loop`` stay blocks. Anything the host program's table cannot execute
+raises ``UnsupportedError`` naming the construct and its source line (the executor then runs the
+scripted object itself, so graphfuser is never less available than ``torch.jit.script``).
 """
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ import torch
 
 from ..ir.graph import Block, Graph, Value
 from ..ir.types import TENSOR, Type
-from ..executor.builtins import SUPPORTED_PRIMS, resolve_aten
+from ..executor.builtins import resolve_aten
+from ..executor.hostgen import handler_for
 
 
 class UnsupportedError(RuntimeError):
     """A construct graphfuser cannot capture or execute."""
+
+    def __init__(self, message: str, scripted: Any = None) -> None:
+        super().__init__(message)
+        self.scripted = scripted    # the torch.jit.script result, when scripting itself worked
 
 
 @dataclass
@@ -30,6 +36,7 @@ class Captured:
     arg_names: list[str]            # user-facing argument names (self excluded)
     defaults: dict[str, Any]
     name: str
+    scripted: Any = None            # what torch.jit.script returned
 
 
 def _script(obj: Any):
@@ -45,10 +52,26 @@ def _script(obj: Any):
 _SOURCE_RE = re.compile(r"#\s*(\S+:\d+:\d+)\s*$")
 
 
-def _source_of(tnode) -> Optional[str]:
-    first = str(tnode).splitlines()[0] if str(tnode) else ""
-    m = _SOURCE_RE.search(first)
+def _own_source(tnode) -> Optional[str]:
+    text = str(tnode)
+    m = _SOURCE_RE.search(text.splitlines()[0]) if text else None
     return m.group(1) if m else None
+
+
+def _source_near(tnode) -> Optional[str]:
+    """``file:line:col`` of ``tnode``; for a node TorchScript keeps no range for (prim::isinstance),
+    that of the next node in its block or of the node that owns the block."""
+    found = _own_source(tnode)
+    if found is not None:
+        return found
+    block = tnode.owningBlock()
+    nodes = list(block.nodes())
+    for n in nodes[nodes.index(tnode) + 1:] if tnode in nodes else ():
+        found = _own_source(n)
+        if found is not None:
+            return found
+    owner = block.owningNode()
+    return _source_near(owner) if owner is not None else None
 
 
 def _type_of(tv) -> Type:
@@ -90,26 +113,29 @@ class _Converter:
 
     def convert_node(self, tnode, block: Block) -> None:
         kind = tnode.kind()
-        source = _source_of(tnode)
+        source = _own_source(tnode)
         attrs: dict[str, Any] = {}
         overload = None
         if kind == "prim::Constant":
             value = _constant_value(tnode)
             if value is not None or tnode.hasAttribute("value"):
                 attrs["value"] = value
-        elif kind in ("prim::GetAttr", "prim::SetAttr"):
+        elif kind in ("prim::GetAttr", "prim::SetAttr", "prim::CallMethod"):
             attrs["name"] = tnode.s("name")
-        elif kind.startswith("aten::"):
+        elif kind == "prim::isinstance":
+            attrs["types"] = [t.annotation_str for t in tnode.tys("types")]
+        handler = handler_for(kind)
+        if handler is None:
+            where = source or _source_near(tnode)
+            raise UnsupportedError(f"unsupported construct {kind}" + (f" at {where}" if where else ""))
+        if "::" in kind and not kind.startswith("prim::"):
             try:
                 schema = tnode.schema()
             except RuntimeError:
                 schema = None
-            overload = resolve_aten(kind, schema)
+            overload = resolve_aten(kind, schema) if schema != "(no schema)" else None
             if overload is None:
                 raise UnsupportedError(f"unsupported operator {kind}" + (f" at {source}" if source else ""))
-        elif kind not in SUPPORTED_PRIMS:
-            raise UnsupportedError(f"unsupported construct {kind}" + (f" at {source}" if source else "")
-                                   + "; graphfuser.script executes aten ops, control flow and simple prim ops")
         node = self.g.create(kind, [self.value(i) for i in tnode.inputs()],
                              [_type_of(o) for o in tnode.outputs()], attrs, source,
                              [o.debugName() for o in tnode.outputs()])
@@ -125,21 +151,47 @@ class _Converter:
             self.convert_block(tb, b, [(p, None) for p in tb.inputs()])
 
 
+def forward_method(scripted: Any) -> Any:
+    """The scripted module's ``forward``; for an overloaded one (``nn.LSTM``: ``forward__0`` for a
+    Tensor input, ``forward__1`` for a PackedSequence), the first overload taking a Tensor."""
+    if hasattr(scripted, "forward") and hasattr(scripted.forward, "graph"):
+        return scripted.forward
+    overloads = []
+    i = 0
+    while hasattr(scripted._c, f"forward__{i}"):
+        overloads.append(getattr(scripted, f"forward__{i}"))
+        i += 1
+    for m in overloads:
+        args = list(m.schema.arguments)[1:]
+        if args and isinstance(args[0].type, torch._C.TensorType):
+            return m
+    if overloads:
+        return overloads[0]
+    raise UnsupportedError(f"{type(scripted).__name__} has no scripted forward", scripted)
+
+
 def capture(obj: Any) -> Captured:
     """Script ``obj`` (a function or ``nn.Module``) and convert its inlined graph to the IR."""
     module = obj if isinstance(obj, torch.nn.Module) else None
     if module is None and not callable(obj):
         raise TypeError(f"graphfuser.script expects a function or nn.Module, got {type(obj).__name__}")
     scripted = _script(obj)
-    tgraph = (scripted.forward.graph if module is not None else scripted.graph).copy()
+    fn = forward_method(scripted) if module is not None else scripted
+    tgraph = fn.graph.copy()
     torch._C._jit_pass_inline(tgraph)
     g = Graph()
     conv = _Converter(g)
-    conv.convert_block(tgraph.block() if hasattr(tgraph, "block") else tgraph, g.block,
-                       [(i, None) for i in tgraph.inputs()])
-    schema = scripted.forward.schema if module is not None else scripted.schema
+    try:
+        conv.convert_block(tgraph.block() if hasattr(tgraph, "block") else tgraph, g.block,
+                           [(i, None) for i in tgraph.inputs()])
+    except UnsupportedError as e:
+        e.scripted = scripted
+        raise
+    except Exception as e:  # a construct the converter does not know how to read
+        raise UnsupportedError(f"cannot capture: {e}", scripted) from e
+    schema = fn.schema
     args = list(schema.arguments)[1:] if module is not None else list(schema.arguments)
     defaults = {a.name: a.default_value for a in args if a.default_value is not None
                 or a.has_default_value()} if args else {}
     name = type(obj).__name__ if module is not None else getattr(obj, "__name__", "fn")
-    return Captured(g, module, [a.name for a in args], defaults, name)
+    return Captured(g, module, [a.name for a in args], defaults, name, scripted)

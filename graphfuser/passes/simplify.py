@@ -29,7 +29,10 @@ def _fold_scalar(block: Block, node) -> bool:
         return False
     if not all(v.is_constant and v.type.name in _SCALAR_TYPES for v in node.inputs):
         return False
-    value = fn(*[v.constant() for v in node.inputs])
+    try:
+        value = fn(*[v.constant() for v in node.inputs])
+    except TypeError:  # e.g. ``None > 0`` in a branch that a folded ``is not None`` makes dead
+        return False
     const = block.graph.create("prim::Constant", [], [node.outputs[0].type], {"value": value})
     block.insert_before(node, const)
     for user, i in list(node.outputs[0].uses):

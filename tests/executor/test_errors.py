@@ -38,14 +38,20 @@ def test_uncompilable_python_raises_unsupported_error_naming_it():
         graphfuser.script(uses_import)
 
 
-def test_unsupported_construct_names_it_and_its_line():
-    with pytest.raises(graphfuser.UnsupportedError, match=r"prim::CreateObject at .*test_errors.py:\d+"):
-        graphfuser.script(uses_with_no_grad)
+def test_with_no_grad_runs_in_the_host_program():
+    sf = graphfuser.script(uses_with_no_grad)
+    x = torch.rand(3, 4, requires_grad=True)
+    for _ in range(3):
+        out = sf(x)
+        torch.testing.assert_close(out, uses_with_no_grad(x))
+        assert not out.requires_grad and torch.is_grad_enabled()
 
 
-def test_op_graphfuser_cannot_execute_names_it():
-    with pytest.raises(graphfuser.UnsupportedError, match=r"unsupported operator aten::percentFormat at .*test_errors"):
-        graphfuser.script(uses_percent_format)
+def test_percent_format_runs_in_the_host_program():
+    sf = graphfuser.script(uses_percent_format)
+    x = torch.rand(3, 4)
+    for n in (1, 12, 3):
+        torch.testing.assert_close(sf(x, n), uses_percent_format(x, n))
 
 
 def test_not_a_function():
