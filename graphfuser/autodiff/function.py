@@ -19,7 +19,7 @@ import torch
 
 from ..frontend.torchscript import Captured
 from ..ir.graph import Graph, Node
-from ..ir.printer import print_graph
+from ..ir.printer import SECTION_HOOKS, print_graph
 from ..log import jit_log, jit_log_graph, warn
 from .backward import BackwardPlan, plan_backward
 
@@ -115,11 +115,25 @@ class DifferentiableGroup:
             return self.fn.apply(*args)
         return self.forward(*args)
 
-    def text(self, index: int) -> str:
-        """``prim::DifferentiableGraph_<index>`` holding the forward group, then the backward graph."""
+    def text(self, name: str) -> str:
+        """The ``prim::DifferentiableGraph`` section printed after the group's own section: the
+        forward group, what it saves, and the backward graph (optimized once it has run)."""
+        sub = self.group.subgraph
+        index = name.rsplit("_", 1)[-1]
+        saved = ", ".join(f"%{sub.inputs[i].name}" for i in self.tensor_in)
         bwd = self.backward._optimized or self.backward.graph
-        return (f"with prim::DifferentiableGraph_{index} = forward: {self.group.kind}\n"
-                f"  backward = {print_graph(bwd)}")
+        body = print_graph(bwd).rstrip("\n").splitlines()
+        return "\n".join([f"with prim::DifferentiableGraph_{index} = {name} as one autograd node:",
+                          f"  forward = {name}  # saves {saved}; the backward recomputes intermediates",
+                          "  backward:"] + ["    " + line for line in body]) + "\n"
+
+
+def _section(node: Node, name: str) -> Optional[str]:
+    dg = GROUPS.get(node)
+    return dg.text(name) if dg is not None else None
+
+
+SECTION_HOOKS.append(_section)
 
 
 def _eager(sub: Graph) -> Callable[..., tuple]:
