@@ -29,7 +29,8 @@ import torch
 
 from ..ir.graph import Graph, Value
 from ..ir.types import TENSOR, TensorType, Type
-from ..ops import lookup
+from ..ops import bind, lookup
+from ..passes import dce
 from ..ops.derivatives import DERIVATIVES, ZERO
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -46,6 +47,8 @@ def _scalar_type(v: Any) -> Type:
         return Type("float")
     if isinstance(v, str):
         return Type("str")
+    if isinstance(v, list) and all(isinstance(i, int) for i in v):
+        return Type("int[]")
     raise TypeError(f"no constant of type {type(v).__name__} in a backward graph")
 
 
@@ -56,6 +59,7 @@ class D:
         self.g = graph
         self.row = ""
         self._consts: dict[tuple, Value] = {}
+        self.ftypes: dict[Value, Type] = {}     # backward value -> profiled type of its forward value
 
     @staticmethod
     def is_value(x: Any) -> bool:
@@ -64,7 +68,7 @@ class D:
     def _in(self, x: Any) -> Value:
         if isinstance(x, Value):
             return x
-        key = (type(x), x)
+        key = (type(x), tuple(x) if isinstance(x, list) else x)
         if key not in self._consts:
             self._consts[key] = self.g.constant(x, _scalar_type(x))
         return self._consts[key]
@@ -95,6 +99,25 @@ class D:
 
     def where(self, c: Any, a: Any, b: Any) -> Value:
         return self.op("aten::where", c, a, b)
+
+    def rank(self, v: Value) -> int:
+        """Rank of a recomputed forward value (from profiling)."""
+        return self.ftypes[v].rank
+
+    def expand_like(self, g: Value, x: Value) -> Value:
+        """``g`` broadcast to ``x``'s shape as a fusible pointwise op: ``where(x == x, g, g)``."""
+        return self.where(self.op("aten::eq", x, x), g, g)
+
+    def restore_dims(self, g: Value, dims: Any, keepdim: bool, rank: int) -> Value:
+        """A reduction's output gradient with its reduced dims back as size-1 dims."""
+        if keepdim or dims is None or rank == 0:
+            return g
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        if not dims:
+            return g
+        for dim in sorted(x % rank for x in dims):
+            g = self.op("aten::unsqueeze", g, dim)
+        return g
 
 
 @dataclass
@@ -144,6 +167,8 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
         nn.schema = n.schema
         g.block.append(nn)
         vmap.update(zip(n.outputs, nn.outputs))
+    for v, bv in vmap.items():
+        d.ftypes[bv] = v.type
     zero: set[Value] = set()
     for n in reversed(list(sub.block.nodes)):
         outs = [o for o in n.outputs if o in grads]
@@ -153,13 +178,12 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
         formula = DERIVATIVES.get(row.name) if row is not None else None
         if formula is None or len(n.outputs) != 1:
             return f"{n.kind} has no derivative formula in the op table"
-        args: dict[str, Any] = {}
-        for name, inp in zip(row.arg_names, n.inputs):
-            args[name] = inp.constant() if inp.is_constant else vmap[inp]
+        bound, _, _ = bind(row, n)
+        args = {k: vmap[v] if isinstance(v, Value) else v for k, v in bound.items()}
         d.row = row.name
         res = formula(d, args, grads[n.output], vmap[n.output])
-        for name, inp in zip(row.arg_names, n.inputs):
-            if inp not in diff:
+        for name, inp in bound.items():
+            if not isinstance(inp, Value) or inp not in diff:
                 continue
             if name not in res:
                 return f"{row.name} has no derivative with respect to {name}"
@@ -176,4 +200,5 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     g.block.returns = [grads[sub.inputs[i]] for i in grad_inputs]
     if not g.block.returns:
         return "no input of the group receives a gradient"
+    dce(g)      # formulas build gradients for every argument; drop the unused ones now
     return BackwardPlan(g, diff_outputs, grad_inputs, zero_inputs)

@@ -367,3 +367,63 @@ def _dropout(d, a, g, out):
     if a.get("train"):
         return {}
     return {"input": g}
+
+
+# -- reductions and normalizations --------------------------------------------------------------
+# A reduction's gradient comes back in the reduced shape with size-1 dims (``restore_dims``) and
+# is broadcast to the input's shape by a fusible ``where(x == x, g, g)`` so that it fuses with
+# what consumes it.
+
+
+def _reduced(d, a, g):
+    x = a["self"]
+    return x, d.restore_dims(g, a.get("dim"), bool(a.get("keepdim")), d.rank(x))
+
+
+@derivative("sum")
+def _sum(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    return {"self": d.expand_like(gu, x)}
+
+
+@derivative("mean")
+def _mean(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    n_out = d.op("aten::numel", out, out=_INT)
+    n_in = d.op("aten::numel", x, out=_INT)
+    return {"self": d.expand_like(d.div(d.mul(gu, n_out), n_in), x)}
+
+
+@derivative("amax", "amin")
+def _amax(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    ou = d.restore_dims(out, a.get("dim"), bool(a.get("keepdim")), d.rank(x))
+    mask = d.op("aten::eq", x, ou)
+    count = d.op("aten::sum", mask, a.get("dim") if a.get("dim") not in (None, []) else None, True)
+    return {"self": d.where(mask, d.div(gu, count), 0.0)}
+
+
+@derivative("sum_to_size")
+def _sum_to_size(d, a, g, out):
+    return {"self": d.expand_like(g, a["self"])}
+
+
+@derivative("softmax", "_softmax")
+def _softmax(d, a, g, out):
+    s = d.op("aten::sum", d.mul(g, out), [a["dim"]], True)
+    return {"self": d.mul(out, d.sub(g, s))}
+
+
+@derivative("log_softmax", "_log_softmax")
+def _log_softmax(d, a, g, out):
+    s = d.op("aten::sum", g, [a["dim"]], True)
+    return {"self": d.sub(g, d.mul(d.op("aten::exp", out), s))}
+
+
+def _int_type():
+    from ..ir.types import Type
+
+    return Type("int")
+
+
+_INT = _int_type()
