@@ -87,7 +87,8 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
         for d, s in enumerate(t.sizes):
             conds.append(f"s{i}[{d}] == 1" if s == 1 else f"s{i}[{d}] != 1")
         conds += _layout_checks(i, t)
-        conds.append(f"not x{i}.requires_grad" if not t.requires_grad else "not _grad_enabled()")
+        # a group specialized for inputs requiring grad runs as an autograd node (graphfuser.autodiff)
+        conds.append(f"x{i}.requires_grad" if t.requires_grad else f"not x{i}.requires_grad")
     # Non-broadcast dims aligned to the same output dim (loop axis) must agree.
     owners: dict[int, tuple[int, int]] = {}
     for i, t in enumerate(types if check_tensors else ()):
