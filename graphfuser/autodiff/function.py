@@ -12,12 +12,10 @@ differentiates that, with a one-time warning: the fused backward is not itself d
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Optional
 
 import torch
 
-from ..frontend.torchscript import Captured
 from ..ir.graph import Graph, Node
 from ..ir.printer import SECTION_HOOKS, print_graph
 from ..log import jit_log, jit_log_graph, warn
@@ -32,13 +30,7 @@ def scripted_graph(graph: Graph, name: str):
     """A ``ScriptedFunction`` running ``graph`` (no module), as ``graphfuser.script`` makes."""
     from ..executor.executor import ScriptedFunction
 
-    sf = ScriptedFunction.__new__(ScriptedFunction)
-    sf._captured = Captured(graph, None, [v.name for v in graph.inputs], {}, name)
-    sf._module = None
-    sf.graph = graph
-    sf._lock = threading.Lock()
-    sf._reset()
-    return sf
+    return ScriptedFunction.from_graph(graph, name)
 
 
 class DifferentiableGroup:

@@ -76,6 +76,19 @@ class ScriptedFunction:
         self.graph: Graph = self._captured.graph
         self._reset()
 
+    @classmethod
+    def from_graph(cls, graph: Graph, name: str) -> "ScriptedFunction":
+        """A ScriptedFunction running ``graph`` (no module, inputs by position), profiled and fused
+        like a scripted function: how backward graphs run."""
+        sf = cls.__new__(cls)
+        sf._torchscript = None
+        sf._lock = threading.Lock()
+        sf._captured = Captured(graph, None, [v.name for v in graph.inputs], {}, name)
+        sf._module = None
+        sf.graph = graph
+        sf._reset()
+        return sf
+
     def _run_through_torchscript(self, obj: Any, scripted: Any, reason: str) -> None:
         """Never less available than torch.jit.script: a graph with a construct the host program
         cannot execute runs through TorchScript's own executor, unfused, with one warning."""
