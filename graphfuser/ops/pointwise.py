@@ -347,13 +347,17 @@ binary("min_other", prim="minimum", aten=("aten::min",), eager=torch.min, check=
 
 # -- clamps, selects --------------------------------------------------------------------------
 def _clamp(call: OpCall) -> Expr:
-    """minimum(maximum(self, min), max): NaN in self or in a bound propagates, and max wins
-    when min > max, as in eager"""
+    """minimum(maximum(self, min), max): NaN in self or in a tensor bound propagates, and max wins
+    when min > max, as in eager; a NaN number bound propagates on the CPU and is ignored on CUDA,
+    as eager's kernels do"""
     b, x = call.b, call.x("self")
-    if call.args.get("min") is not None:
-        x = b.call("maximum", x, call.x("min"))
-    if call.args.get("max") is not None:
-        x = b.call("minimum", x, call.x("max"))
+    for name, tensor_prim, scalar_prim in (("min", "maximum", "clamp_lo_scalar"),
+                                           ("max", "minimum", "clamp_hi_scalar")):
+        if call.args.get(name) is None:
+            continue
+        part = call.participants.get(name)
+        scalar = part is None or part.priority == "wrapped"   # a Python number, not a tensor
+        x = b.call(scalar_prim if scalar else tensor_prim, x, call.x(name))
     return x
 
 
