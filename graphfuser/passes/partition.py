@@ -106,13 +106,21 @@ class _BlockPartition:
 
     # -- reachability ------------------------------------------------------------------------
     def _closure(self, start: set[Node], edges: dict[Node, set[Node]]) -> set[Node]:
+        """Nodes reachable from ``start`` along ``edges``, with every existing group contracted to
+        one unit: reaching one member reaches them all. Node-level reachability alone misses a
+        cycle through a third group (a -> c1, c2 -> b with c1, c2 in one group C)."""
         seen, stack = set(), list(start)
         while stack:
             n = stack.pop()
             for m in edges[n]:
-                if m not in seen:
-                    seen.add(m)
-                    stack.append(m)
+                if m in seen:
+                    continue
+                seen.add(m)
+                stack.append(m)
+                for k in self.members.get(self.group.get(m, -1), ()):
+                    if k not in seen:
+                        seen.add(k)
+                        stack.append(k)
         return seen
 
     def can_merge(self, a: set[Node], b: set[Node]) -> bool:
