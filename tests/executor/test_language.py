@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import graphfuser
-from graphfuser.executor import hostgen
+from graphfuser.executor import handlers
 
 
 def same(a, b) -> None:
@@ -204,7 +204,7 @@ def test_children_under_any_name():
 
 
 def test_unhandled_construct_runs_through_torchscript_with_one_warning(monkeypatch):
-    monkeypatch.delitem(hostgen.HANDLERS, "prim::isinstance")
+    monkeypatch.delitem(handlers.HANDLERS, "prim::isinstance")
     with pytest.warns(UserWarning, match=r"prim::isinstance at .*test_language.py:\d+.*torch.jit.script, unfused") as w:
         sf = graphfuser.script(optional_union)
     assert len([r for r in w if "unfused" in str(r.message)]) == 1
@@ -214,7 +214,7 @@ def test_unhandled_construct_runs_through_torchscript_with_one_warning(monkeypat
 
 
 def test_unhandled_construct_in_a_module_follows_train_and_eval(monkeypatch):
-    monkeypatch.delitem(hostgen.HANDLERS, "prim::is_nested")
+    monkeypatch.delitem(handlers.HANDLERS, "prim::is_nested")
     m = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
     with pytest.warns(UserWarning, match="prim::is_nested"):
         sm = graphfuser.script(m)
@@ -295,7 +295,7 @@ def test_call_method_into_an_interface_submodule():
 def test_a_handler_that_fails_at_run_time_falls_back_to_torchscript(monkeypatch):
     """A host program that raises where torch.jit.script does not: the call is answered by
     TorchScript, one warning names the error, and later calls run through TorchScript."""
-    monkeypatch.setitem(hostgen.HANDLERS, "prim::is_nested", hostgen._template("{0}.no_such_attribute"))
+    monkeypatch.setitem(handlers.HANDLERS, "prim::is_nested", handlers._template("{0}.no_such_attribute"))
     m = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
     sm = graphfuser.script(m)
     x = torch.randn(2, 3, 8)
