@@ -319,3 +319,20 @@ def test_errors_torchscript_raises_too_are_not_swallowed():
 
 def lambda_add(x: torch.Tensor, y: torch.Tensor):
     return x + y
+
+
+def indexing(x: torch.Tensor, idx: torch.Tensor, mask: torch.Tensor):
+    """Schemas out of the ordinary: Tensor?[] indices with None, in-place index_put_, kwarg-only
+    arguments (alpha, dtype), list-returning ops."""
+    y = x.clone()
+    y[mask] = 0.0
+    y[:, idx] += 1.0
+    a = torch.add(y, x, alpha=2.0)
+    parts = torch.chunk(a, 2, dim=1)
+    s = a.sum(dim=1, dtype=torch.float64)
+    return x[:, idx], a[..., 0], parts[0] * float(len(parts)), s, torch.where(mask)[0]
+
+
+def test_indexing_and_unusual_schemas():
+    x = torch.randn(4, 6)
+    run_both(indexing, x, torch.tensor([0, 2, 5]), x > 0.5)
