@@ -167,7 +167,9 @@ def build_program(graph: Graph, name: str = "forward",
                 gen.emit(1, f"_P({len(gen.slots) - 1}, {gen.var(v)})")
     gen.block(graph.block, 1)
     outs = [gen.var(r) for r in graph.outputs]
-    if tuple_return:
+    if not outs:
+        gen.emit(1, "return ()" if tuple_return else "return None")
+    elif tuple_return:
         gen.emit(1, f"return ({', '.join(outs)},)")
     else:
         gen.emit(1, f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)})")
