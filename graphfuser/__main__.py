@@ -5,6 +5,7 @@ Commands::
     python -m graphfuser ops            # the op table: what fd.ops.<name> and the fuser support
     python -m graphfuser ops --kind pointwise
     python -m graphfuser zoo --device cuda   # real models: eager / jit / torch.compile / graphfuser
+    python -m graphfuser fuzz --device cpu --graphs 2000 --seed 7 --out logs/   # see tools/fuzz.py
 
 A command is a function taking the parsed arguments; add one with ``_command`` below.
 """
@@ -35,8 +36,16 @@ def ops_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def fuzz_command(args: argparse.Namespace) -> int:
+    """Fuzz graphfuser against eager PyTorch with random graphs (needs hypothesis)."""
+    from .fuzz.cli import run_args
+
+    return run_args(args)
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "ops": (ops_command, "list the op table (fd.ops operators)"),
+    "fuzz": (fuzz_command, "random graphs through graphfuser and eager; writes logs/fuzz-<device>.md"),
 }
 
 
@@ -48,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     ops = sub.add_parser("ops", help=COMMANDS["ops"][1])
     ops.add_argument("--kind", help="only rows of this kind (pointwise, cast, reduction ...)")
     ops.add_argument("--width", type=int, default=None, help="table width (default: the terminal's)")
+    from .fuzz.cli import add_arguments
+
+    add_arguments(sub.add_parser("fuzz", help=COMMANDS["fuzz"][1]))
     return p
 
 

@@ -364,6 +364,7 @@ class _Walk(PassPlan, RowPipeline):
         bound_red = [i for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
         if bound_red and L > 1:
             raise ScheduleError("thread-bound reduced leaves with lane accumulators are not supported")
+        plain: list[Reduce] = []
         for r in reds:
             j = self.acc[id(r)]
             if self.nan_flag(r):
@@ -380,15 +381,32 @@ class _Walk(PassPlan, RowPipeline):
             if second is not None and second.fused:
                 continue                      # combined with its first
             pair = first or second
+            if pair is None:
+                plain.append(r)
+                continue
             for i in bound_red:
                 ptype = self.nest.leaves[i].ptype
-                if pair is not None:
-                    em(pair.combine(self.d.thread_reduce_pair[(pair.kind, ptype)],
-                                    self.acc[id(pair.first)], self.acc[id(pair.second)]))
-                else:
-                    em(self.d.thread_reduce[ptype].format(acc=j, op=r.op))
+                em(pair.combine(self.d.thread_reduce_pair[(pair.kind, ptype)],
+                                self.acc[id(pair.first)], self.acc[id(pair.second)]))
+        for i in bound_red:
+            self.emit_thread_combines(em, self.nest.leaves[i].ptype, plain)
         if self.grid_red and reds:
             self.emit_grid_combine(em, reds)
+
+    def emit_thread_combines(self, em: _Emitter, ptype, reds: list[Reduce]) -> None:
+        """Combine ``reds`` across the threads of a bound axis; two reductions of one op and
+        dtype share one combine where the dialect has it (``thread_reduce2``: one round of
+        shared-memory barriers for both, e.g. the shifted sums of the moments)."""
+        two = self.d.thread_reduce2.get(ptype)
+        left = list(reds)
+        while left:
+            r = left.pop(0)
+            mate = next((q for q in left if two and q.op == r.op and q.dtype == r.dtype), None)
+            if mate is not None:
+                left.remove(mate)
+                em(two.format(a=self.acc[id(r)], b=self.acc[id(mate)], op=r.op))
+            else:
+                em(self.d.thread_reduce[ptype].format(acc=self.acc[id(r)], op=r.op))
 
     def emit_body(self, em: _Emitter, p: int, reds: list[Reduce], lane: str) -> None:
         order = self.pass_order(p)

@@ -51,6 +51,10 @@ GF_FN float gf_maximum(float a, float b) { return (a != a || b != b) ? a + b : (
 GF_FN double gf_maximum(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 GF_FN float gf_minimum(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
 GF_FN double gf_minimum(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+template <typename T> GF_FN T gf_clamp_lo_scalar(T a, T b) { return (!GF_NAN_BOUND && b != b) ? a : gf_maximum(a, b); }
+template <typename T> GF_FN T gf_clamp_hi_scalar(T a, T b) { return (!GF_NAN_BOUND && b != b) ? a : gf_minimum(a, b); }
+template <typename T> GF_FN T gf_fmax(T a, T b) { return a != a ? b : (b != b ? a : (a > b ? a : b)); }
+template <typename T> GF_FN T gf_fmin(T a, T b) { return a != a ? b : (b != b ? a : (a < b ? a : b)); }
 template <typename T> GF_FN bool gf_isnan(T x) { return x != x; }
 template <typename T> GF_FN bool gf_isinf(T x) { return x == x && (x - x) != (x - x); }
 template <typename T> GF_FN bool gf_isfinite(T x) { return (x - x) == (x - x); }
@@ -258,6 +262,20 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_x(T v, double* raw) {
   T r = lane < (int)(blockDim.x >> 5) ? smem[base + lane] : Op::template id<T>();
   return gf_warp_reduce<Op>(r, 32);
 }
+template <typename Op, typename T> GF_FN void gf_block_reduce2_x(T& a, T& b, double* raw) {
+  T* smem = reinterpret_cast<T*>(raw);
+  const int w = blockDim.x < 32 ? blockDim.x : 32;
+  a = gf_warp_reduce<Op>(a, w);
+  b = gf_warp_reduce<Op>(b, w);
+  if (blockDim.x <= 32) return;
+  const int lane = threadIdx.x & 31, base = threadIdx.y * 64;
+  __syncthreads();
+  if (lane == 0) { smem[base + (threadIdx.x >> 5)] = a; smem[base + 32 + (threadIdx.x >> 5)] = b; }
+  __syncthreads();
+  const bool in = lane < (int)(blockDim.x >> 5);
+  a = gf_warp_reduce<Op>(in ? smem[base + lane] : Op::template id<T>(), 32);
+  b = gf_warp_reduce<Op>(in ? smem[base + 32 + lane] : Op::template id<T>(), 32);
+}
 template <typename T> GF_FN void gf_online_merge(T& m, T& s, T m2, T s2) {
   const T mn = gf_maximum(m, m2);
   s = (m == mn ? s : s * gf_exp(m - mn)) + (m2 == mn ? s2 : s2 * gf_exp(m2 - mn));
@@ -385,6 +403,7 @@ class Dialect:
     # OpenMP reduction identifier of each op for simd loops that accumulate.
     thread_reduce: dict = field(default_factory=dict)
     thread_reduce_pair: dict = field(default_factory=dict)     # (pair kind, axis): {a} {b} {n}
+    thread_reduce2: dict = field(default_factory=dict)         # axis: two accumulators {a} {b}, one {op}
     shared_decl: str = ""
     simd_reduction: dict = field(default_factory=dict)
     reduction_prelude: str = ""
@@ -438,7 +457,8 @@ CPP = Dialect(
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     row_scratch=True,
-    constants={"GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
+    constants={"GF_NAN_BOUND": "1",
+               "GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )
 
@@ -473,11 +493,13 @@ CUDA = Dialect(
                  ("min", torch.float32): "{a} = gf_fmin_nan({a}, {v});"},
     thread_reduce={P.TIDx: "{acc} = gf_block_reduce_x<gf_op_{op}>({acc}, gf_smem);",
                    P.TIDy: "{acc} = gf_block_reduce_y<gf_op_{op}>({acc}, gf_smem);"},
+    thread_reduce2={P.TIDx: "gf_block_reduce2_x<gf_op_{op}>({a}, {b}, gf_smem);"},
     thread_reduce_pair={("softmax", P.TIDx): "gf_block_online_x({a}, {b}, gf_smem);",
                         ("variance", P.TIDx): "gf_block_chan_x({n}, {a}, {b}, gf_smem);"},
     shared_decl="__shared__ double gf_smem[1024];",
     reduction_prelude=_CUDA_REDUCTION,
-    constants={"GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
+    constants={"GF_NAN_BOUND": "0",
+               "GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
                "GF_INF_D": "__longlong_as_double(0x7ff0000000000000LL)",
                "GF_NAN_D": "__longlong_as_double(0x7fffffffffffffffLL)"},
 )

@@ -57,6 +57,12 @@ PRIMS: dict[str, tuple[int, str, str]] = {
     "atan2": (2, "gf_atan2({0}, {1})", "same"),
     "maximum": (2, "gf_maximum({0}, {1})", "same"),
     "minimum": (2, "gf_minimum({0}, {1})", "same"),
+    # clamp by a Python-number bound: a NaN bound propagates on the CPU, eager's CUDA kernel
+    # ignores it (GF_NAN_BOUND in the dialect's constants); tensor bounds use maximum/minimum
+    "clamp_lo_scalar": (2, "gf_clamp_lo_scalar({0}, {1})", "same"),
+    "clamp_hi_scalar": (2, "gf_clamp_hi_scalar({0}, {1})", "same"),
+    "fmax": (2, "gf_fmax({0}, {1})", "same"),        # NaN only where both are NaN
+    "fmin": (2, "gf_fmin({0}, {1})", "same"),
     "isnan": (1, "gf_isnan({0})", "bool"),
     "isinf": (1, "gf_isinf({0})", "bool"),
     "isfinite": (1, "gf_isfinite({0})", "bool"),

@@ -19,15 +19,19 @@ arguments: a new batch size reuses the kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from ..ir.graph import Graph, Value
 from ..ir.types import TensorType
-from ..ops import bind, lookup
+from ..ops import bind, host_scalar, lookup
 from ..ops.table import OpCall
 from .kir import Expr, ExprBuilder, Kernel, ScalarParam, TensorParam, compute_dtype
+
+
+# (floating, bool) -> the kernel argument type a host-read 0-dim tensor is passed as
+_HOST_ARG_DTYPES = {(True, False): torch.float64, (False, False): torch.int64, (False, True): torch.bool}
 
 
 class LoweringError(ValueError):
@@ -56,6 +60,7 @@ class LaunchPlan:
     scalar_inputs: list[int]           # group input index of each scalar param
     aliases: dict[int, int] = field(default_factory=dict)  # output index -> group input index
     strided: list[tuple[int, int]] = field(default_factory=list)  # (tensor param, root) needing a stride arg
+    host_scalars: list[int] = field(default_factory=list)  # group inputs: CPU 0-dim tensors passed by value
 
 
 def _aligned(t: TensorType, out_rank: int) -> dict[int, int]:
@@ -75,12 +80,15 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     for o, t in zip(outs, out_types):
         if not isinstance(t, TensorType) or not t.complete:
             raise LoweringError(f"output %{o.name} has no complete profiled type")
-    tensor_inputs = [(i, v) for i, v in enumerate(sub.inputs) if isinstance(v.type, TensorType)]
+    device = out_types[0].device
+    # CPU 0-dim tensors of a CUDA group are read on the host and passed as scalar arguments
+    host = {i for i, v in enumerate(sub.inputs) if isinstance(v.type, TensorType) and v.type.complete
+            and host_scalar(v.type, device)}
+    tensor_inputs = [(i, v) for i, v in enumerate(sub.inputs) if isinstance(v.type, TensorType) and i not in host]
     for i, v in tensor_inputs:
         if not v.type.complete:
             raise LoweringError(f"input %{v.name} has no complete profiled type")
     out_rank = max([t.rank for t in out_types] + [v.type.rank for _, v in tensor_inputs])
-    device = out_types[0].device
 
     # 1. iteration dims and their order
     typed = [("in", i, v.type) for i, v in tensor_inputs] + [("out", k, t) for k, t in enumerate(out_types)]
@@ -119,6 +127,9 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
             roots[-1].append(od)
         else:
             roots.append([od])
+    if not roots:
+        # 0-dim or all-size-1 tensors: one root of extent 1 that every tensor broadcasts over
+        roots = [[]]
     n_roots = len(roots)
 
     # 3. tensor params
@@ -152,9 +163,15 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     scalars: list[ScalarParam] = []
     scalar_inputs: list[int] = []
     for i, v in enumerate(sub.inputs):
-        if isinstance(v.type, TensorType):
+        if isinstance(v.type, TensorType) and i not in host:
             k = add_param(f"t{len(params)}", v.type, False, i)
             env[v] = b.load(k, v.type.dtype)
+        elif i in host:
+            dt = _HOST_ARG_DTYPES[v.type.dtype.is_floating_point, v.type.dtype == torch.bool]
+            scalars.append(ScalarParam(f"a{len(scalars)}", dt))
+            scalar_inputs.append(i)
+            env[v] = b.arg(len(scalars) - 1, dt) if dt == compute_dtype(v.type.dtype) else \
+                b.cast(b.arg(len(scalars) - 1, dt), compute_dtype(v.type.dtype))
         else:
             dt = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}.get(v.type.name)
             if dt is None:
@@ -193,7 +210,8 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
         p = add_param(f"t{len(params)}", out_layouts[k], True, k)
         stores.append((p, b.cast(e, compute_dtype(t.dtype))))
     kernel = Kernel(name, params, scalars, n_roots, stores)
-    plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided)
+    plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided,
+                      sorted(host))
     return kernel, plan
 
 
@@ -207,12 +225,19 @@ def _returns_self(node, row_name: str) -> bool:
     return not any(v.is_constant and v.constant() is True for v in node.inputs[1:])
 
 
-def lower_node(node, env: dict, b: ExprBuilder) -> None:
+def lower_node(node, env: dict, b: ExprBuilder, emulate: Optional[bool] = None) -> None:
     """Lower one subgraph node through its op-table row into ``env`` (Value -> Expr or constant).
 
     Shared by the pointwise and the reduction lowering. Outputs are cast to their compute dtype;
     a cast to fp16/bf16 rounds to that precision (unless it is a no-op cast), as eager does.
+    With ``emulate`` (default: the ``emulate_precision_casts`` knob) every fp16/bf16 result is
+    rounded to its dtype, as eager rounds after each op; the rounding also keeps the compiler
+    from contracting a multiply in one node with an add in the next.
     """
+    if emulate is None:
+        from ..config import config
+
+        emulate = bool(config.emulate_precision_casts)
     if node.kind == "prim::Constant":
         env[node.output] = node.attrs.get("value")
         return
@@ -228,6 +253,8 @@ def lower_node(node, env: dict, b: ExprBuilder) -> None:
         out_dtype, compute = node.output.type.dtype, compute_dtype(node.output.type.dtype)
     else:
         out_dtype, compute = row.result_dtypes(parts, consts)
+    if emulate and out_dtype in (torch.float16, torch.bfloat16):
+        _round_scalar_operands(row.name, args, parts, out_dtype, b)
     result = row.lower(OpCall(args, parts, out_dtype, compute, b))
     results = result if isinstance(result, tuple) else (result,)
     src_t = node.inputs[0].type if node.inputs else None
@@ -235,9 +262,32 @@ def lower_node(node, env: dict, b: ExprBuilder) -> None:
         dt = o.type.dtype
         e = b.cast(e, compute_dtype(dt))
         no_op = isinstance(src_t, TensorType) and src_t.dtype == dt
-        if dt in (torch.float16, torch.bfloat16) and row.kind == "cast" and not no_op:
+        if dt in (torch.float16, torch.bfloat16) and (emulate or (row.kind == "cast" and not no_op)):
             e = b.call("round_half" if dt == torch.float16 else "round_bf16", e)
         env[o] = e
+
+
+# Rows whose eager kernel computes with a Python-scalar operand converted to the tensor's
+# fp16/bf16 dtype first (TensorIterator's common-dtype cast of the wrapped number), measured on
+# torch's CPU kernels; mul and div keep the unrounded scalar (their reduced-float fast path).
+_HALF_SCALAR_ARGS = {"add": ("other", "alpha"), "sub": ("other", "alpha"), "rsub": ("other", "alpha"),
+                     "pow": ("exponent",), "fmod": ("other",), "remainder": ("other",)}
+
+
+def _round_scalar_operands(row_name: str, args: dict, parts: dict, dtype: torch.dtype, b: ExprBuilder) -> None:
+    """Round the wrapped-scalar operands of ``row_name`` to ``dtype`` in place (emulation only)."""
+    prim = "round_half" if dtype == torch.float16 else "round_bf16"
+    for name in _HALF_SCALAR_ARGS.get(row_name, ()):
+        v = args.get(name)
+        if v is None or isinstance(v, (bool, str, list)):
+            continue
+        p = parts.get(name)
+        if p is not None and p.priority != "wrapped":
+            continue
+        if name == "alpha" and not isinstance(v, Expr) and v == 1:
+            continue
+        e = v if isinstance(v, Expr) else b.const(v, torch.float32)
+        args[name] = b.call(prim, b.cast(e, torch.float32))
 
 
 def _dense(t: TensorType) -> TensorType:

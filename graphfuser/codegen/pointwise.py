@@ -26,7 +26,7 @@ class PointwiseParams:
 def vector_width(kernel: Kernel) -> int:
     """Largest width such that every vector access is 16 bytes at most; 1 if the innermost root
     of some tensor is strided (not contiguous)."""
-    widest = 1
+    widest = 0
     for t in kernel.tensors:
         if not t.dim_kinds:
             continue
@@ -34,6 +34,8 @@ def vector_width(kernel: Kernel) -> int:
             return 1
         if t.dim_kinds[-1] != "bcast":
             widest = max(widest, t.dtype.itemsize)
+    if widest == 0:
+        return 1          # every tensor broadcasts along the innermost root: nothing to vectorize
     return max(1, min(8, 16 // widest))
 
 

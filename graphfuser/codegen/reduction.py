@@ -75,6 +75,13 @@ class ReductionPlan:
     red_roots: tuple[int, ...]
     aliases: dict[int, int] = field(default_factory=dict)
     reduce_ops: tuple[str, ...] = ()
+    # Size relations the kernel relies on, compared by the launcher before a launch (a mismatch
+    # runs the eager fallback, which computes eager's result or raises eager's error):
+    # every (group input, dim) that walks an axis has that axis' size ...
+    axis_uses: list[tuple[int, int, int]] = field(default_factory=list)
+    # ... and (axis or None for a size-1 dim, expected) pairs from the rows' ``size_checks``;
+    # expected is an int or ("input", i), a group input holding an int.
+    size_checks: list[tuple[Optional[int], Any]] = field(default_factory=list)
 
 
 class _Builder(ExprBuilder):
@@ -166,7 +173,9 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
                 roots[-1].append(a)
             else:
                 roots.append([a])
-    red_roots = tuple(r for r, g in enumerate(roots) if g[0] in axes.reduced)
+    if not roots:
+        roots = [[]]        # 0-dim / all-size-1 groups: one root of extent 1 (every tensor broadcasts)
+    red_roots = tuple(r for r, g in enumerate(roots) if g and g[0] in axes.reduced)
 
     # 3. tensor params
     params: list[TensorParam] = []
@@ -234,14 +243,41 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
     if red_roots and reduces:
         ref_param = next((p for p, t in enumerate(params) if not t.is_output and t.dim_kinds[red_roots[-1]] == "unit"),
                          None)
-        kind = "inner" if ref_param is not None else "outer"
+        # a lone (strided or expanded) row has no kept dim for the outer schedules to spread
+        kind = "inner" if ref_param is not None or len(red_roots) == len(roots) else "outer"
     elif red_roots:
         raise LoweringError("reduced loop axes without a reduction")
     kernel = ReductionKernel(name, params, scalars, len(roots), stores, red_roots=red_roots, kind=kind)
     kernel.stores = _multiply_by_row_reciprocals(kernel, b)
     plan = ReductionPlan(roots, source, tplans, outputs, scalar_inputs, red_roots, aliases,
                          tuple(sorted({e.op for e in reduces})))
+    plan.axis_uses = [(i, d, a) for i, v in tensor_inputs for d, a in enumerate(axes_of(v))
+                      if a is not None and source[a] != (i, d)]
+    plan.size_checks = _size_checks(nodes, sub, axes_of)
     return kernel, plan
+
+
+def _size_checks(nodes: list[Node], sub: Graph, axes_of) -> list[tuple[Optional[int], Any]]:
+    """The rows' size relations (normalized_shape vs trailing dims ...) as (axis, expected)."""
+    inputs = {v: i for i, v in enumerate(sub.inputs)}
+    out: list[tuple[Optional[int], Any]] = []
+    for n in nodes:
+        row = lookup(n.kind)
+        rule = getattr(row, "size_checks", None)
+        if rule is None:
+            continue
+        for v, d, e in rule(n, bind(row, n)[0]):
+            ax = axes_of(v)
+            if not 0 <= d < len(ax):
+                continue
+            if isinstance(e, Value):
+                if e not in inputs:
+                    raise LoweringError(f"{n.kind}: a size the kernel relies on is computed inside the group")
+                e = ("input", inputs[e])
+            elif not isinstance(e, int):
+                continue
+            out.append((ax[d], e))
+    return out
 
 
 def _multiply_by_row_reciprocals(kernel: ReductionKernel, b: ExprBuilder) -> list:

@@ -6,8 +6,8 @@ specialization + target + codegen knobs; see ``runtime/cache.py``), otherwise lo
 schedules, renders and compiles it (through the on-disk cache), and generates a small Python
 launcher that computes the run-time sizes and strides, allocates the outputs through torch's
 caching allocator and launches. Any failure follows the fallback policy: one warning naming the
-group and a repro written under ``logs/repro``, then eager execution; with
-``PYTORCH_NVFUSER_DISABLE=fallback`` it raises ``FusionFailure`` with the same information.
+group and a repro written under ``config.repro_dir`` (default: ``<cache dir>/repro``), then eager
+execution; with ``PYTORCH_NVFUSER_DISABLE=fallback`` it raises ``FusionFailure`` with the same information.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import torch
 from ..codegen.cstyle import RenderOptions, render_function, render_source, stride_args
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import Kernel, kernel_ir_text
-from ..codegen.lower import LaunchPlan, lower_group
+from ..codegen.lower import LaunchPlan, LoweringError, lower_group
 from ..codegen.pointwise import PointwiseParams, pointwise_heuristics, schedule_pointwise
 from ..codegen.schedule import LoopNest, ScheduleError
 from ..config import config
@@ -147,7 +147,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
         L.append(f"    s{i} = x{i}.shape")
     size = {od: f"s{i}[{d}]" for od, (i, d) in plan.dim_source.items()}
     for r, dims in enumerate(plan.root_dims):
-        L.append(f"    n{r} = " + " * ".join(size[od] for od in dims))
+        L.append(f"    n{r} = " + (" * ".join(size[od] for od in dims) or "1"))
     if not plan.root_dims:
         L.append("    n0 = 1")
     outs = []
@@ -163,7 +163,9 @@ def _launcher_source(cg: CompiledGroup) -> str:
         acc = "1"
         for d in reversed(full):
             st[d] = acc
-            acc = f"{acc} * {sz[d]}" if acc != "1" else sz[d]
+            # as torch's contiguous strides: a size-0 dim counts as 1 for the dims outside it
+            nz = sz[d] if sz[d] == "1" else f"({sz[d]} or 1)"
+            acc = f"{acc} * {nz}" if acc != "1" else nz
         L.append(f"    o{j} = _empty(({', '.join(sz)}{',' if rank == 1 else ''}), "
                  f"({', '.join(st)}{',' if rank == 1 else ''}), dtype=_odt{j}, device=_dev)")
         outs.append(f"o{j}")
@@ -175,7 +177,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
         tp = plan.tensors[p]
         owner = f"o{tp.position}" if k.tensors[p].is_output else f"x{tp.position}"
         args.append(f"{owner}.stride({tp.dims[r][-1]})")
-    args += [f"x{i}" for i in plan.scalar_inputs]
+    args += [f"x{i}.item()" if i in plan.host_scalars else f"x{i}" for i in plan.scalar_inputs]
     total = " * ".join(f"n{r}" for r in range(max(k.n_dims, 1)))
     L.append(f"    total = {total}")
     ret = f"({', '.join(outs)},)"
@@ -230,6 +232,14 @@ def _launcher_source(cg: CompiledGroup) -> str:
                 emit(0, "            ", flat)
                 L.append("        else:")
                 emit(1, "            ", flat)
+    # An output with fewer dims or size-1 dims is written by every iteration along the dims it
+    # broadcasts over; when one of those is empty, nothing writes it although it has elements
+    # (sqrt(x[1, 5]) next to x + y[0, 5]): that call runs eager.
+    partial = [f"o{j}" for j, (_, sizes, _, _) in enumerate(plan.outputs)
+               if j not in plan.aliases and (len(sizes) < plan.out_rank or 1 in sizes)]
+    if k.stores and partial:
+        L.append(f"    if not total and ({' or '.join(f'{o}.numel()' for o in partial)}):")
+        L.append(f"        return _empty_domain({', '.join(f'x{i}' for i in range(n_in))})")
     L.append(f"    return {ret}")
     body = L[1:]
     params = ", ".join(f"x{i}" for i in range(n_in))
@@ -305,17 +315,39 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
         ns["_magic"] = magic_divisor
     src = _launcher_source(cg)
     cg.launcher_source = src
-    ns.update({"_broken": False, "_eager": None, "_fail": None})
+    ns.update({"_broken": False, "_eager": None, "_fail": None, "_empty_domain": _lazy_eager(cg.sub)})
     exec(compile(src, f"<graphfuser launcher {cg.name}>", "exec"), ns)
     run = ns["run"]
     run.namespace = ns
     return run
 
 
+def _lazy_eager(sub: Graph) -> Callable:
+    """The group's eager runner, built on first use (calls with an empty iteration domain)."""
+    box: list = []
+
+    def run(*args):
+        if not box:
+            box.append(eager_runner(sub, "fallback"))
+        return box[0](*args)
+
+    return run
+
+
 # -- entry point -----------------------------------------------------------------------------
+def repro_root() -> str:
+    """Where repros go: ``config.repro_dir``, else ``<cache root>/repro``. Nothing is created
+    until a fusion fails."""
+    if config.repro_dir:
+        return os.path.expanduser(str(config.repro_dir))
+    from ..runtime.cache import cache_root
+
+    return str(cache_root() / "repro")
+
+
 def write_repro(name: str, sub: Graph, source: str, error: BaseException) -> str:
     """Write the group's IR, input types, generated source and the error; returns the path."""
-    root = config.repro_dir
+    root = repro_root()
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, f"{name}-{hashlib.sha1(str(sub).encode()).hexdigest()[:10]}.txt")
     log = getattr(error, "log", "") or ""
@@ -359,6 +391,8 @@ def compile_group(group: Node, scheduler: Optional[PointwiseScheduler] = None,
     t0 = time.perf_counter()
     try:
         if scheduler is None and needs_axes(sub.block.nodes):   # reductions / normalizations
+            if any(isinstance(v.type, TensorType) and v.type.device != device for v in sub.inputs):
+                raise LoweringError("reduction kernels take no CPU 0-dim tensors as scalar arguments")
             from .compiled_reduction import ReductionGroup, build_reduction_launcher
 
             cg = ReductionGroup(sub, target, device, name)

@@ -41,8 +41,9 @@ from ..ir.graph import Graph
 from ..config import config
 from ..log import dump
 
-class EmptyReductionError(RuntimeError):
-    """max / min over zero elements (eager raises; the fallback reproduces its error)."""
+class DeferToEager(Exception):
+    """Raised inside a launcher for a call the kernel does not compute (see ``launcher_source``);
+    the launcher runs the eager fallback for that call only."""
 
 
 INDEX_LIMIT = 2 ** 31 - 2 ** 24   # 32-bit variants: every offset (and loop overshoot) below 2**31
@@ -107,14 +108,27 @@ def launcher_source(cg: ReductionGroup) -> str:
     k, plan = cg.kernel, cg.plan
     n_in = len(cg.sub.inputs)
     L = [f"def run({', '.join(f'x{i}' for i in range(n_in))}):"]
-    for i in sorted({i for i, _ in plan.axis_source.values()}):
+    for i in sorted({i for i, _ in plan.axis_source.values()} | {i for i, _, _ in plan.axis_uses}):
         L.append(f"    s{i} = x{i}.shape")
     size = {a: f"s{i}[{d}]" for a, (i, d) in plan.axis_source.items()}
     for r, axes in enumerate(plan.root_axes):
-        L.append(f"    n{r} = " + " * ".join(size[a] for a in axes))
+        L.append(f"    n{r} = " + (" * ".join(size[a] for a in axes) or "1"))
     kept = [r for r in range(k.n_dims) if r not in plan.red_roots]
     L.append("    rows = " + (" * ".join(f"n{r}" for r in kept) or "1"))
     L.append("    nr = " + (" * ".join(f"n{r}" for r in plan.red_roots) or "1"))
+    # Cases the kernel does not compute run the eager fallback for this call (eager's values
+    # or eager's error): an empty reduced extent (identities, NaN means, max / min raise) and
+    # sizes that break a relation the kernel relies on (operands of one axis of different
+    # sizes, normalized_shape vs the trailing dims, ...).
+    defer = [f"s{i}[{d}] != {size[a]}" for i, d, a in plan.axis_uses]
+    for a, e in plan.size_checks:
+        lhs = "1" if a is None else size[a]
+        defer.append(f"{lhs} != " + (f"x{e[1]}" if isinstance(e, tuple) else str(e)))
+    if k.stores and plan.red_roots and plan.reduce_ops:
+        defer.insert(0, "not nr")
+    if defer:
+        L.append(f"    if {' or '.join(defer)}:")
+        L.append("        raise _Defer")
     outs = []
     for j, op in enumerate(plan.outputs):
         if j in plan.aliases:
@@ -139,9 +153,6 @@ def launcher_source(cg: ReductionGroup) -> str:
     ret = f"({', '.join(outs)},)"
     if not k.stores:
         return _armed(L + [f"    return {ret}"], n_in)
-    if any(op in ("max", "min") for op in plan.reduce_ops):
-        L.append("    if nr == 0 and rows:")
-        L.append("        raise _Empty('max / min over an empty dim')")
     L.append("    if rows and nr:" if k.kind != "none" else "    if rows * nr:")
     if cg.target == "cpu" and len(cg.variants) > 1:
         L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)({', '.join(args)})")
@@ -160,7 +171,9 @@ def _armed(L: list[str], n_in: int) -> str:
     params = ", ".join(f"x{i}" for i in range(n_in))
     return "\n".join([L[0], "    if _broken:", f"        return _eager({params})", "    try:"]
                      + ["    " + ln for ln in L[1:]]
-                     + ["    except Exception as e:", f"        return _fail(e, ({params}{',' if n_in == 1 else ''}))"]) + "\n"
+                     + ["    except _Defer:", "        pass",
+                        "    except Exception as e:", f"        return _fail(e, ({params}{',' if n_in == 1 else ''}))",
+                        f"    return _fallback({params})"]) + "\n"
 
 
 def _small_index(cg: ReductionGroup, first_stride: int) -> str:
@@ -312,9 +325,23 @@ def _magic_divisor() -> Callable:
     return magic_divisor
 
 
+def _lazy_fallback(cg: ReductionGroup) -> Callable:
+    """The group's eager program, built on the first call that needs it."""
+    built: list[Callable] = []
+
+    def run(*args):
+        if not built:
+            from .fusion_eager import eager_runner
+
+            built.append(eager_runner(cg.sub, "fallback"))
+        return built[0](*args)
+    return run
+
+
 def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     k, plan = cg.kernel, cg.plan
-    ns: dict[str, Any] = {"_empty": torch.empty_strided, "_dev": cg.device, "_Empty": EmptyReductionError}
+    ns: dict[str, Any] = {"_empty": torch.empty_strided, "_dev": cg.device, "_Defer": DeferToEager,
+                           "_fallback": _lazy_fallback(cg)}
     for j, op in enumerate(plan.outputs):
         ns[f"_odt{j}"] = op.dtype
     arg_kind = {torch.float64: "f64", torch.int64: "i64", torch.bool: "i32"}

@@ -23,7 +23,8 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, wrap_group
+from ..passes import (dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, sink_views,
+                      wrap_group)
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
 from ..ops.axes import input_axes
@@ -74,6 +75,19 @@ class ScriptedFunction:
         self._module = self._captured.module
         self.graph: Graph = self._captured.graph
         self._reset()
+
+    @classmethod
+    def from_graph(cls, graph: Graph, name: str) -> "ScriptedFunction":
+        """A ScriptedFunction running ``graph`` (no module, inputs by position), profiled and fused
+        like a scripted function: how backward graphs run."""
+        sf = cls.__new__(cls)
+        sf._torchscript = None
+        sf._lock = threading.Lock()
+        sf._captured = Captured(graph, None, [v.name for v in graph.inputs], {}, name)
+        sf._module = None
+        sf.graph = graph
+        sf._reset()
+        return sf
 
     def _run_through_torchscript(self, obj: Any, scripted: Any, reason: str) -> None:
         """Never less available than torch.jit.script: a graph with a construct the host program
@@ -246,6 +260,7 @@ class ScriptedFunction:
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
         fold_constant_ifs(g)
         functionalize(g)
+        sink_views(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)
         groups = partition(g)
         insert_guards(g, groups)

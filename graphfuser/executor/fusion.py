@@ -49,9 +49,6 @@ class FusionSite:
         out = self.fallback_fn(*inputs)
         if self.exhausted or not config.guard_mode:
             return out
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in inputs):
-            # Autograd needs the eager path; no specialization could pass its guard.
-            return out
         sig = self.signature(inputs)
         if sig in self.rejected:
             return out
@@ -86,6 +83,7 @@ def _hashable(value: Any) -> Any:
 def make_group_runner(group: Node) -> Callable[..., tuple]:
     """The compiled kernel for ``group`` (the codegen backend), or the eager program when the
     backend cannot take it; compile failures follow the fallback policy."""
+    from ..autodiff import make_differentiable_runner
     from .compiled import compile_group  # the kernel backend
 
-    return compile_group(group)
+    return make_differentiable_runner(group, compile_group(group))

@@ -1,7 +1,7 @@
 """Guard functions: generated Python that checks exactly what a kernel was specialized on.
 
 For each tensor input: dtype, device, rank, broadcast (size-1) dims, contiguity along the
-profiled stride order, and requires_grad (or grad mode). Across inputs: the non-broadcast sizes
+profiled stride order and the order itself, and requires_grad (or grad mode). Across inputs: the non-broadcast sizes
 that must agree for the group's broadcast to be valid (eager would raise on a mismatch; the
 fallback then raises the same error). Never concrete sizes. Scalars the kernel was specialized
 on (a reduction's dims, keepdim, dtype, correction, eps: the guard node's ``values``) follow the
@@ -24,6 +24,10 @@ from ..ir.types import TensorType
 
 
 def _layout_checks(i: int, t: TensorType) -> list[str]:
+    """Contiguity along the profiled stride order, and the order itself where a dim is not
+    contiguous with the next: outputs are allocated in the stride order eager gave them
+    (TensorIterator derives it from the inputs' stride orders), so an input whose order changed
+    must miss the guard even when the kernel could read it."""
     rank = t.rank
     order, contig = t.stride_order, t.contiguity
     default_order = tuple(d for d in range(rank) if t.sizes[d] != 1)
@@ -31,12 +35,18 @@ def _layout_checks(i: int, t: TensorType) -> list[str]:
         return [f"x{i}.is_contiguous()"]
     checks = []
     for k, d in enumerate(order):
-        if not contig[k]:
-            continue
+        if not contig[k] and t.strides is not None and t.strides[d] >= 0:
+            # TensorIterator skips an operand's stride-0 (expanded) dims when it orders the
+            # output's dims, so which dims are expanded is part of the layout
+            checks.append(f"st{i}[{d}] {'==' if t.strides[d] == 0 else '!='} 0")
         if k + 1 < len(order):
             n = order[k + 1]
-            checks.append(f"st{i}[{d}] == st{i}[{n}] * s{i}[{n}]")
-        else:
+            if contig[k]:
+                checks.append(f"st{i}[{d}] == st{i}[{n}] * s{i}[{n}]")
+            else:
+                # layout_of orders by decreasing stride, ties by increasing dim
+                checks.append(f"st{i}[{d}] {'>=' if d < n else '>'} st{i}[{n}]")
+        elif contig[k]:
             checks.append(f"st{i}[{d}] == 1")
     return checks
 
@@ -77,7 +87,8 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
         for d, s in enumerate(t.sizes):
             conds.append(f"s{i}[{d}] == 1" if s == 1 else f"s{i}[{d}] != 1")
         conds += _layout_checks(i, t)
-        conds.append(f"not x{i}.requires_grad" if not t.requires_grad else "not _grad_enabled()")
+        # a group specialized for inputs requiring grad runs as an autograd node (graphfuser.autodiff)
+        conds.append(f"x{i}.requires_grad" if t.requires_grad else f"not x{i}.requires_grad")
     # Non-broadcast dims aligned to the same output dim (loop axis) must agree.
     owners: dict[int, tuple[int, int]] = {}
     for i, t in enumerate(types if check_tensors else ()):

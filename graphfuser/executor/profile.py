@@ -3,8 +3,9 @@
 A dim that changed between runs becomes symbolic (-1); a dim that stayed 1 stays a broadcast dim;
 contiguity and stride order keep only what held on every run (see ``TensorType.merge``).
 
-Non-tensor values that feed a reduction's dims / keepdim / dtype / correction / eps
-(``ops.profiled_args``) are recorded too: an int, bool, float, None, dtype or list of numbers
+Non-tensor values that feed a row's constant-only arguments (a reduction's dims / keepdim /
+dtype / correction / eps, add's alpha, gelu's approximate: ``ops.profiled_args``) are recorded
+too: an int, bool, float, str, None, dtype or list of numbers
 that was the same on every run becomes the value's ``profiled`` constant; anything else (a value
 that changed, or one of another kind) is ``VARIED``.
 """
@@ -17,7 +18,7 @@ import torch
 from ..ir.graph import VARIED, Value
 from ..ir.types import TensorType
 
-_SCALARS = (bool, int, float, type(None), torch.dtype)
+_SCALARS = (bool, int, float, str, type(None), torch.dtype)
 _NUMBERS = (bool, int, float)
 
 

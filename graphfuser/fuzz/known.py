@@ -21,7 +21,7 @@ DEVIATIONS: dict[str, dict[str, str]] = {
     },
 }
 
-# (class name in issue 10, categories, ops or None for any op)
+# (class name in issue 10, categories, ops or None for any op; "alias:*" matches every alias statement)
 KNOWN_DEFECTS: list[tuple[str, frozenset[str], Optional[frozenset[str]]]] = [
     ("1: reductions over an empty extent", frozenset({"wrong_value", "missing_error", "crash"}),
      frozenset({"sum", "mean", "prod", "amax", "amin", "var", "std", "var_mean", "std_mean", "sum_to_size",
@@ -34,7 +34,8 @@ KNOWN_DEFECTS: list[tuple[str, frozenset[str], Optional[frozenset[str]]]] = [
                 "threshold", "relu", "nan_to_num"})),
     ("4: eager's errors are lost (shape preconditions)", frozenset({"missing_error"}), None),
     ("5: output strides differ from eager's", frozenset({"wrong_strides"}), None),
-    ("6: in-place writes through aliases", frozenset({"wrong_value", "wrong_shape", "wrong_strides"}), None),
+    ("6: in-place writes through aliases", frozenset({"wrong_value", "wrong_shape", "wrong_strides"}),
+     frozenset({"alias:*", "inplace:*"})),
     ("7: crashes in the pipeline", frozenset({"crash", "compile_fallback"}), None),
     ("8/9: guards that never hit, pathological cost", frozenset({"hang"}), None),
     ("10: arguments that only select a dtype; in-place shape rule", frozenset({"wrong_shape", "missing_error",
@@ -45,6 +46,6 @@ KNOWN_DEFECTS: list[tuple[str, frozenset[str], Optional[frozenset[str]]]] = [
 def known_defect(category: str, ops: list[str]) -> Optional[str]:
     """The known-defect class a failure of ``category`` in a graph of ``ops`` belongs to, if any."""
     for name, cats, only in KNOWN_DEFECTS:
-        if category in cats and (only is None or any(o in only for o in ops)):
+        if category in cats and (only is None or any(o in only or o.split(":")[0] + ":*" in only for o in ops)):
             return name
     return None

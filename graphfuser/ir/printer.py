@@ -64,10 +64,16 @@ def format_attr(value: Any, type_: Type | None = None) -> str:
     return str(value)
 
 
+# Extra text after a subgraph node's ``with`` section: callables (node, printed name) -> text or
+# None. graphfuser.autodiff adds the prim::DifferentiableGraph of a group that runs under grad.
+SECTION_HOOKS: list = []
+
+
 class _Printer:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.subgraphs: list[tuple[str, Graph]] = []
+        self.sub_nodes: list[Node] = []
         self.sub_names: dict[int, str] = {}
 
     def kind_name(self, node: Node) -> str:
@@ -78,6 +84,7 @@ class _Printer:
             name = f"{node.kind}_{len(self.subgraphs)}"
             self.sub_names[key] = name
             self.subgraphs.append((name, node.subgraph))
+            self.sub_nodes.append(node)
         return self.sub_names[key]
 
     def node(self, node: Node, indent: int) -> None:
@@ -117,6 +124,10 @@ def print_graph(g: Graph) -> str:
         name, sub = p.subgraphs[done]
         done += 1
         p.graph(sub, header=f"with {name} = graph")
+        for hook in SECTION_HOOKS:
+            extra = hook(p.sub_nodes[done - 1], name)
+            if extra:
+                p.lines.extend(extra.rstrip("\n").splitlines())
     return "\n".join(p.lines) + "\n"
 
 

@@ -26,8 +26,14 @@ FUSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, t
 FUSIBLE_KINDS = ("pointwise", "cast", "reduction", "normalization")
 
 
-# Base types (``?`` stripped) of the non-tensor arguments profiling records for reduction rows.
-PROFILED_TYPES = ("int", "float", "bool", "int[]", "Scalar", "number")
+# Base types (``?`` stripped) of the non-tensor arguments profiling records for rows' constants.
+PROFILED_TYPES = ("int", "float", "bool", "int[]", "Scalar", "number", "str")
+
+
+def host_scalar(t: TensorType, device: torch.device) -> bool:
+    """A CPU 0-dim tensor feeding a CUDA op: torch allows it (its value is read on the host), and
+    a fusion group takes it as a scalar kernel argument."""
+    return t.rank == 0 and t.device is not None and t.device.type == "cpu" and device.type == "cuda"
 
 
 def _profilable(v: Value) -> bool:
@@ -66,10 +72,11 @@ def _constant_of(v: Value, profiled: bool = False) -> tuple[bool, Any]:
 
 
 def _profiled_items(row: OpRow, node: Node) -> list[tuple[str, Value]]:
-    if not isinstance(row, ReductionRow) or not row.consts:
+    if not row.consts:
         return []
+    names = row.names_for(node) if isinstance(row, ReductionRow) else row.arg_names
     out: list[tuple[str, Value]] = []
-    for name, v in zip(row.names_for(node), node.inputs):
+    for name, v in zip(names, node.inputs):
         if name not in row.consts:
             continue
         items = v.node.inputs if v.node is not None and v.node.kind == "prim::ListConstruct" else [v]
@@ -78,8 +85,9 @@ def _profiled_items(row: OpRow, node: Node) -> list[tuple[str, Value]]:
 
 
 def profiled_args(node: Node) -> list[Value]:
-    """The non-constant scalars feeding the constant-only arguments of a reduction row's node
-    (dims, keepdim, dtype, correction, eps ...), directly or as items of a ``prim::ListConstruct``.
+    """The non-constant scalars feeding the constant-only arguments of a row's node (a
+    reduction's dims, keepdim, dtype, correction, eps; add's alpha, gelu's approximate ...),
+    directly or as items of a ``prim::ListConstruct``.
 
     Profiling records these values; where every run saw the same value, the node fuses with it
     as a constant and the group's guard checks it (``passes.guard.specialize_scalars``).
@@ -99,8 +107,7 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
 
     Returns (args, consts, participants): ``args`` holds Values for run-time inputs and Python
     values for constants; ``consts`` only the constants; ``participants`` the promotion inputs.
-    A reduction row's constant-only argument that profiling saw with one value binds as that
-    constant.
+    A row's constant-only argument that profiling saw with one value binds as that constant.
     """
     reducing = isinstance(row, ReductionRow)
     names = row.names_for(node) if reducing else row.arg_names
@@ -110,7 +117,7 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
     for i, name in enumerate(names):
         if i < len(node.inputs):
             v = node.inputs[i]
-            known, value = _constant_of(v, reducing and name in row.consts)
+            known, value = _constant_of(v, name in row.consts)
             if known:
                 args[name] = consts[name] = value
             else:
@@ -175,7 +182,7 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
                 return f"input %{v.name} has no complete profiled type"
             if t.dtype not in FUSIBLE_DTYPES:
                 return f"input dtype {t.dtype} is not fused"
-            if t.device != out.device:
+            if t.device != out.device and not host_scalar(t, out.device):
                 return f"input %{v.name} on {t.device}, output on {out.device}"
             if t.rank > out.rank and not reducing:
                 return f"input %{v.name} has a higher rank than the output"
@@ -208,4 +215,4 @@ def op_listing() -> list[tuple[str, str, str, str, str]]:
 
 
 __all__ = ["ROWS", "REGISTRY", "OpRow", "OpCall", "lookup", "bind", "fusible", "op_listing", "Participant",
-           "result_type", "participant_of", "profiled_args", "as_constant", "PROFILED_TYPES"]
+           "result_type", "participant_of", "profiled_args", "as_constant", "PROFILED_TYPES", "host_scalar"]

@@ -45,6 +45,8 @@ def _reject_int(what: str):
 def _scaled(call: OpCall, name: str) -> Expr:
     alpha = call["alpha"]
     x = call.x(name)
+    if isinstance(alpha, Expr):
+        return call.b.mul(call.b.cast(alpha, call.compute), x)
     if alpha == 1:
         return x
     return call.b.mul(call.const(alpha), x)
@@ -322,23 +324,51 @@ register(OpRow("frac", ("aten::frac",), "pointwise", ("self",), "default", ("sel
                float_only=True, eager=torch.frac, doc="self - trunc(self)"))
 binary("maximum", doc="elementwise max, NaN propagating")
 binary("minimum", doc="elementwise min, NaN propagating")
+binary("fmax", doc="elementwise max ignoring NaN (NaN only where both are NaN)")
+binary("fmin", doc="elementwise min ignoring NaN (NaN only where both are NaN)")
+
+
+def _needs_other(what: str):
+    def check(consts, parts) -> Optional[str]:
+        if "other" not in parts:
+            return f"{what} of one tensor is a reduction (amax/amin rows); only max(a, b) is pointwise"
+        return None
+    return check
+
+
+# torch.max(a, b) / torch.min(a, b): the ``.other`` overloads of aten::max / aten::min. The
+# reduction overloads (one tensor, or a dim with two outputs) are rejected by the check and by
+# the output count.
+binary("max_other", prim="maximum", aten=("aten::max",), eager=torch.max, check=_needs_other("max"),
+       doc="torch.max(self, other): elementwise max, NaN propagating")
+binary("min_other", prim="minimum", aten=("aten::min",), eager=torch.min, check=_needs_other("min"),
+       doc="torch.min(self, other): elementwise min, NaN propagating")
 
 
 # -- clamps, selects --------------------------------------------------------------------------
 def _clamp(call: OpCall) -> Expr:
-    """min(max(self, min), max), NaN propagating"""
+    """minimum(maximum(self, min), max): NaN in self or in a tensor bound propagates, and max wins
+    when min > max, as in eager; a NaN number bound propagates on the CPU and is ignored on CUDA,
+    as eager's kernels do"""
     b, x = call.b, call.x("self")
-    if call.args.get("min") is not None:
-        lo = call.x("min")
-        x = b.where(b.call("lt", x, lo), lo, x)
-    if call.args.get("max") is not None:
-        hi = call.x("max")
-        x = b.where(b.call("gt", x, hi), hi, x)
+    for name, tensor_prim, scalar_prim in (("min", "maximum", "clamp_lo_scalar"),
+                                           ("max", "minimum", "clamp_hi_scalar")):
+        if call.args.get(name) is None:
+            continue
+        part = call.participants.get(name)
+        scalar = part is None or part.priority == "wrapped"   # a Python number, not a tensor
+        x = b.call(scalar_prim if scalar else tensor_prim, x, call.x(name))
     return x
 
 
+def _clamp_check(consts, parts) -> Optional[str]:
+    if "min" not in parts and "max" not in parts:
+        return "clamp without min and max raises in eager; not fused"
+    return None
+
+
 register(OpRow("clamp", ("aten::clamp", "aten::clip"), "pointwise", ("self", "min=None", "max=None"), "default",
-               ("self", "min", "max"), decomp=_clamp, no_bool=True,
+               ("self", "min", "max"), decomp=_clamp, no_bool=True, check=_clamp_check,
                eager=lambda self, min=None, max=None: torch.clamp(self, min, max), doc="clamp(self, min, max)"))
 register(OpRow("clamp_min", ("aten::clamp_min",), "pointwise", ("self", "min"), "default", ("self", "min"),
                decomp=_clamp, no_bool=True, eager=torch.clamp_min, doc="max(self, min)"))

@@ -2,8 +2,17 @@
 
 Every row here decomposes into the four reduction primitives of the kernel IR (``sum``,
 ``prod``, ``max``, ``min``; ``ExprBuilder.reduce``) plus pointwise primitives, so the kernel
-IR and the renderers know nothing about softmax or layer norm. Variance is two-pass
-(``sum((x - mean)^2)``), which matches eager to rounding. A row also gives its ``DimPlan``
+IR and the renderers know nothing about softmax or layer norm. Moments (mean / var / std and
+the normalizations) are a *corrected* two-pass (``_moments``): a first mean ``m0 = sum(x) / N``,
+then the shifted sums ``s1 = sum(x - m0)``, ``s2 = sum((x - m0)^2)``, ``mean = m0 + s1 / N``,
+``M2 = s2 - s1 * s1 / N``. ``m0`` is within rounding of the row, so the shifted sums do not
+cancel; for a constant row ``x - m0`` is one small exactly representable value, every sum of it
+is exact, and the mean comes out exactly the row's value with ``M2 == 0`` (eager's Welford has
+that property too; ``sum / N`` alone does not, and ``(x - mean) * rsqrt(var + eps)`` turns its
+rounding into an O(1) error). It keeps the pass structure of the plain two-pass (the second
+pass carries two sums of one difference instead of one) and combines across threads and blocks
+by plain sums, where Welford needs a division per element and Chan's merge at every combine.
+A row also gives its ``DimPlan``
 (``ops/axes.py``): which dims of its input it reduces and how its outputs and parameter tensors
 line up with the input.
 
@@ -53,6 +62,9 @@ class ReductionRow(OpRow):
     planner: Optional[Callable[[Node, dict, dict], Union[DimPlan, str]]] = None
     out_dtype: Optional[Callable[[torch.dtype, dict], Union[torch.dtype, str]]] = None
     shape_args: tuple[str, ...] = ()            # list args whose values the kernel never reads
+    # (value, dim, expected size) relations eager checks and the kernel relies on; the launcher
+    # compares them before every launch. ``expected``: an int or a Value holding an int.
+    size_checks: Optional[Callable[[Node, dict], list[tuple[Value, int, Any]]]] = None
 
     def names_for(self, node: Node) -> tuple[str, ...]:
         schema = getattr(node.schema, "schema", "") or ""
@@ -218,6 +230,43 @@ def _sum_to_size_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, st
     return DimPlan(rank, {"self": tuple(range(rank))}, [tuple(out)], tuple(red))
 
 
+def list_items(v: Any) -> Optional[list[Any]]:
+    """Entries of a list argument (ints, or Values for run-time entries), None when unknown."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    if isinstance(v, Value) and v.node is not None:
+        if v.node.kind == "prim::Constant":
+            val = v.node.attrs.get("value")
+            return list(val) if isinstance(val, (list, tuple)) else None
+        if v.node.kind == "prim::ListConstruct":
+            out = []
+            for i in v.node.inputs:
+                c = list_items(i) if i.node is not None and i.node.kind == "prim::Constant" else None
+                out.append(c[0] if c and len(c) == 1 else i)
+            return out
+    return None
+
+
+def _trailing_checks(node: Node, args: dict) -> list[tuple[Value, int, Any]]:
+    """layer_norm / rms_norm: input.shape[-k:] == normalized_shape (eager raises otherwise)."""
+    v, items = args["input"], list_items(args.get("normalized_shape"))
+    if not isinstance(v, Value) or items is None:
+        return []
+    rank, k = _rank(v), len(items)
+    return [(v, rank - k + j, e) for j, e in enumerate(items)]
+
+
+def _sum_to_size_checks(node: Node, args: dict) -> list[tuple[Value, int, Any]]:
+    """sum_to_size: every non-1 entry of size equals the input's aligned dim."""
+    v, items = args["self"], list_items(args.get("size"))
+    if not isinstance(v, Value) or items is None:
+        return []
+    off = _rank(v) - len(items)
+    return [(v, off + j, e) for j, e in enumerate(items) if e != 1 and off + j >= 0]
+
+
 # -- dtypes ---------------------------------------------------------------------------------
 def _is_int(dt: torch.dtype) -> bool:
     return dt in INT_TYPES or dt == torch.bool
@@ -289,12 +338,27 @@ def _correction(call: OpCall) -> float:
     return 1.0 if unbiased is None or unbiased else 0.0
 
 
+def _moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
+    """(mean, M2) by the corrected two-pass: shifted sums against the first-pass mean ``m0``.
+
+    Exact for constant rows (``mean`` is the row's value, ``M2`` is 0); ``M2`` is kept >= 0
+    against rounding (NaN stays NaN)."""
+    b, ct = call.b, call.compute
+    n = b.reduction_size(ct)
+    m0 = _mean_of(call, x)
+    d = b.sub(x, m0)
+    s1 = b.reduce("sum", d, ct)
+    s2 = b.reduce("sum", b.mul(d, d), ct)
+    c = b.div(s1, n)
+    m2 = b.sub(s2, b.mul(s1, c))
+    m2 = b.where(b.call("lt", m2, call.const(0)), call.const(0), m2)
+    return b.add(m0, c), m2
+
+
 def _var_mean(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
-    """two-pass variance: sum((x - mean)^2) / max(N - correction, 0), and the mean"""
+    """corrected two-pass variance: M2 / max(N - correction, 0), and the mean"""
     b = call.b
-    mean = _mean_of(call, x)
-    d = b.sub(x, mean)
-    m2 = b.reduce("sum", b.mul(d, d), call.compute)
+    mean, m2 = _moments(call, x)
     dof = b.call("maximum", b.sub(b.reduction_size(call.compute), call.const(_correction(call))), call.const(0))
     return b.div(m2, dof), mean
 
@@ -344,11 +408,10 @@ def _affine(call: OpCall, y: Expr) -> Expr:
 
 def _normalize(call: OpCall) -> tuple[Expr, Expr, Expr]:
     b, x = call.b, _x(call, "input")
-    mean = _mean_of(call, x)
-    d = b.sub(x, mean)
-    var = b.div(b.reduce("sum", b.mul(d, d), call.compute), b.reduction_size(call.compute))
+    mean, m2 = _moments(call, x)
+    var = b.div(m2, b.reduction_size(call.compute))
     rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
-    return _affine(call, b.mul(d, rstd)), mean, rstd
+    return _affine(call, b.mul(b.sub(x, mean), rstd)), mean, rstd
 
 
 def _layer_norm(call: OpCall) -> Expr:
@@ -425,11 +488,12 @@ CHECKS: dict[str, Callable[[Node, dict, dict], Optional[str]]] = {}
 
 def reduction(name: str, aten: tuple[str, ...], kind: str, args: tuple[str, ...], lower, *, planner=None,
               out_dtype=None, overloads: tuple = (), consts: tuple[str, ...] = (), n_outputs: int = 1,
-              shape_args: tuple[str, ...] = (), check=None, eager=None, doc: str = "") -> ReductionRow:
+              shape_args: tuple[str, ...] = (), check=None, eager=None, doc: str = "",
+              size_checks=None) -> ReductionRow:
     first = args[0].split("=")[0]
     row = ReductionRow(name, aten, kind, args, "none", (first,), consts=consts, decomp=lower, eager=eager, doc=doc,
                        n_outputs=n_outputs, overloads=overloads, planner=planner or _reduce_plan,
-                       out_dtype=out_dtype, shape_args=shape_args)
+                       out_dtype=out_dtype, shape_args=shape_args, size_checks=size_checks)
     register(row)
     CHECKS[name] = check or _need_const(*consts)
     return row
@@ -454,9 +518,10 @@ for _n, _fn, _k in (("var", _var, 1), ("std", _std, 1), ("var_mean", _var_mean_p
                     ("std_mean", _std_mean_pair, 2)):
     reduction(_n, (f"aten::{_n}",), "reduction", _VAR, _fn, out_dtype=_same_float, overloads=_VAR_OVERLOADS,
               consts=("dim", "unbiased", "correction", "keepdim"), n_outputs=_k, eager=getattr(torch, _n),
-              doc=f"{_n} with correction (two-pass)")
+              doc=f"{_n} with correction (corrected two-pass)")
 reduction("sum_to_size", ("aten::sum_to_size",), "reduction", ("self", "size"), _sum, planner=_sum_to_size_plan,
-          out_dtype=_same_nonbool, consts=("size",), eager=lambda self, size: self.sum_to_size(size),
+          out_dtype=_same_nonbool, consts=("size",), size_checks=_sum_to_size_checks,
+          eager=lambda self, size: self.sum_to_size(size),
           doc="sum the dims that size broadcasts")
 
 _SOFTMAX_OVERLOADS = (("self", "dim", "dtype"),)
@@ -477,17 +542,19 @@ reduction("_log_softmax", ("aten::_log_softmax",), "normalization", ("self", "di
 
 _LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")
 reduction("layer_norm", ("aten::layer_norm",), "normalization", _LN, _layer_norm, planner=_layer_norm_plan,
-          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",),
+          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), size_checks=_trailing_checks,
           eager=lambda input, ns, weight=None, bias=None, eps=1e-5, cudnn_enable=True:
           torch.layer_norm(input, ns, weight, bias, eps),
           doc="(x - mean) * rsqrt(var + eps) * weight + bias over the last dims")
 reduction("native_layer_norm", ("aten::native_layer_norm",), "normalization",
           ("input", "normalized_shape", "weight", "bias", "eps"), _native_layer_norm, planner=_layer_norm_plan,
-          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), n_outputs=3,
+          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), size_checks=_trailing_checks,
+          n_outputs=3,
           eager=torch.native_layer_norm, doc="(layer_norm, mean, rstd)")
 reduction("rms_norm", ("aten::rms_norm",), "normalization", ("input", "normalized_shape", "weight=None", "eps=None"),
           _rms_norm, planner=_layer_norm_plan, out_dtype=_same_float, consts=("eps",),
-          shape_args=("normalized_shape",), eager=torch.rms_norm, doc="x * rsqrt(mean(x^2) + eps) * weight")
+          shape_args=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm,
+          doc="x * rsqrt(mean(x^2) + eps) * weight")
 reduction("batch_norm", ("aten::batch_norm",), "normalization",
           ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
            "cudnn_enabled"), _batch_norm, planner=_channel_plan(False), out_dtype=_same_float,

@@ -105,6 +105,13 @@ class OpRow:
             return common, compute_dtype(common)
         raise AssertionError("cast rows compute their dtype from the profiled output")
 
+    @property
+    def derivative(self) -> Optional[Callable]:
+        """The derivative formula of this row (``ops/derivatives.py``), or None."""
+        from .derivatives import DERIVATIVES
+
+        return DERIVATIVES.get(self.name)
+
     def lower(self, call: OpCall) -> Expr:
         if self.decomp is not None:
             return self.decomp(call)

@@ -11,6 +11,9 @@ After profiling:
                   in-place shape / dtype rules hold on the profiled types (must precede partition,
                   which never fuses in-place ops; may-alias sets come from schema annotations,
                   passes/aliasing.py)
+1b. sink_views   permute / transpose / unsqueeze of a single-use pointwise result move onto its
+                  inputs, so views between fusible ops stop splitting groups (after functionalize,
+                  whose alias sets see the original views; before partition)
 2. partition      the graph fuser: shape reads move to their source value, dead nodes go (dce),
                   then fusion groups from the op table's verdicts and the knobs; functionalized
                   ops no group took become in-place again
@@ -24,8 +27,9 @@ from .functionalize import functionalize
 from .guard import insert_guards, wrap_group
 from .partition import partition
 from .simplify import fold_constant_ifs
+from .sink_views import sink_views
 
 PRE_PROFILING = ("decompose",)
-PIPELINE = ("fold_constant_ifs", "functionalize", "partition", "insert_guards", "dce")
+PIPELINE = ("fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "decompose", "fold_constant_ifs", "functionalize", "partition", "insert_guards", "wrap_group", "dce"]
+__all__ = ["PRE_PROFILING", "PIPELINE", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce"]

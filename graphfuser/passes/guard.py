@@ -14,7 +14,8 @@
 The guard checks the group's tensor inputs; its ``types`` attribute lists what the kernel is
 specialized on. The fallback holds a copy of the group's subgraph, run eagerly.
 
-Scalars that feed a reduction's dims / keepdim / dtype / correction / eps and had one value on
+Scalars that feed a row's constant-only arguments (a reduction's dims / keepdim / dtype /
+correction / eps, add's alpha, gelu's approximate) and had one value on
 every profiling run (``Value.profiled``, ``ops.profiled_args``) become constants of the group's
 subgraph and leave its inputs; the guard takes them after the tensors and checks them against
 its ``values`` attribute, while the fallback keeps them as inputs and computes with whatever
@@ -36,7 +37,7 @@ from typing import Any
 
 from ..ir.clone import clone_graph
 from ..ir.graph import Block, Graph, Node, Value
-from ..ir.types import BOOL, FLOAT, INT, NONE, TENSOR, Type
+from ..ir.types import BOOL, FLOAT, INT, NONE, STR, TENSOR, Type
 from ..ops import as_constant, profiled_args
 from .functionalize import mark_clone, restore_in_fallback
 
@@ -53,6 +54,8 @@ def constant_type(value: Any) -> Type:
         return NONE
     if isinstance(value, bool):
         return BOOL
+    if isinstance(value, str):
+        return STR
     if isinstance(value, float):
         return FLOAT
     if isinstance(value, (list, tuple)):

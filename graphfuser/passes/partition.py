@@ -234,7 +234,7 @@ class _BlockPartition:
         while len(sibs) > 1:
             a, b = sibs[0], sibs[1]
             if a in self.members and b in self.members and self.device[a] == self.device[b] \
-                    and _same_shape(self.members[a], self.members[b]) \
+                    and _same_shape(self.members[a] + self.members[b]) \
                     and self.can_merge(set(self.members[a]), set(self.members[b])) \
                     and not self.misfit(set(self.members[a]), set(self.members[b])):
                 jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
@@ -361,11 +361,24 @@ def _widest(nodes: list[Node]) -> Optional[tuple[int, ...]]:
     return max(sizes, key=len) if sizes else None
 
 
-def _same_shape(a: list[Node], b: list[Node]) -> bool:
-    """Horizontal siblings run over one iteration domain: their widest outputs' profiled shapes
-    agree (a symbolic dim only with a symbolic dim)."""
-    sa, sb = _widest(a), _widest(b)
-    return sa is not None and sa == sb
+def _same_shape(nodes: list[Node]) -> bool:
+    """Pointwise horizontal siblings run over one iteration domain, right-aligned: every output's
+    profiled shape is a suffix-aligned broadcast of the widest one's with equal sizes (a symbolic
+    dim only with a symbolic dim), else sizes the guard must equate may be unrelated. Groups with
+    reductions are checked by the loop-axes analysis instead."""
+    if needs_axes(nodes):
+        return True
+    wide = _widest(nodes)
+    if wide is None:
+        return False
+    for n in nodes:
+        for o in n.outputs:
+            t = o.type
+            if not isinstance(t, TensorType) or t.sizes is None:
+                continue
+            if any(s != 1 and s != w for s, w in zip(reversed(t.sizes), reversed(wide))):
+                return False
+    return True
 
 
 def _pointwise_misfit(nodes: set[Node]) -> Optional[str]:

@@ -1,0 +1,152 @@
+"""The autograd node of a differentiable fusion group.
+
+``make_differentiable_runner(group, forward)`` wraps the group's compiled forward in a
+``torch.autograd.Function``: the forward launches the fused kernel (no autograd graph inside),
+keeps the group's inputs for the backward (see ``backward.py`` for why nothing else is saved),
+and the backward runs the group's backward graph as a scripted graph of its own, which the
+profiling executor partitions, guards and compiles like any other. Outside grad mode, or when
+no input requires grad, the forward kernel runs directly.
+
+Double backward (``create_graph=True``) runs the group's eager program on the saved inputs and
+differentiates that, with a one-time warning: the fused backward is not itself differentiable.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..ir.graph import Graph, Node
+from ..ir.printer import SECTION_HOOKS, print_graph
+from ..log import jit_log, jit_log_graph, warn
+from .backward import BackwardPlan, plan_backward
+
+STATS = {"forward": 0, "backward": 0, "double_backward": 0}
+_warned_double = False
+GROUPS: dict[Node, "DifferentiableGroup"] = {}    # group node -> its autograd node
+
+
+def scripted_graph(graph: Graph, name: str):
+    """A ``ScriptedFunction`` running ``graph`` (no module), as ``graphfuser.script`` makes."""
+    from ..executor.executor import ScriptedFunction
+
+    return ScriptedFunction.from_graph(graph, name)
+
+
+class DifferentiableGroup:
+    """Forward kernel + backward graph of one group: what ``graph_for`` shows as
+    ``prim::DifferentiableGraph``."""
+
+    def __init__(self, group: Node, forward: Callable[..., tuple], plan: BackwardPlan) -> None:
+        self.group = group
+        self.forward = forward
+        self.plan = plan
+        sub = group.subgraph
+        self.n_in = len(sub.inputs)
+        self.tensor_in = [i for i, v in enumerate(sub.inputs) if v.type.is_tensor]
+        self.non_diff_out = [k for k in range(len(sub.outputs)) if k not in plan.diff_outputs]
+        self.backward = scripted_graph(plan.graph, f"{group.kind.split('::')[-1]}_backward")
+        self.eager = _eager(sub)
+        self.fn = self._function()
+
+    def _function(self) -> type:
+        dg = self
+
+        class FusedGroup(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *args):
+                outs = dg.forward(*args)
+                STATS["forward"] += 1
+                ctx.save_for_backward(*[args[i] for i in dg.tensor_in])
+                ctx.scalars = [None if i in dg.tensor_in else a for i, a in enumerate(args)]
+                ctx.mark_non_differentiable(*[outs[k] for k in dg.non_diff_out])
+                return tuple(outs)
+
+            @staticmethod
+            def backward(ctx, *gouts):
+                args = list(ctx.scalars)
+                for i, t in zip(dg.tensor_in, ctx.saved_tensors):
+                    args[i] = t
+                if torch.is_grad_enabled():
+                    return dg.double_backward(args, gouts)
+                STATS["backward"] += 1
+                args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+                grads = dg.backward(*args, *[gouts[k] for k in dg.plan.diff_outputs])
+                if not isinstance(grads, tuple):
+                    grads = (grads,)
+                out: list[Optional[torch.Tensor]] = [None] * dg.n_in
+                for i, gr in zip(dg.plan.grad_inputs, grads):
+                    out[i] = gr
+                for i in dg.plan.zero_inputs:
+                    out[i] = torch.zeros_like(args[i])
+                return tuple(out)
+
+        return FusedGroup
+
+    def double_backward(self, args: list, gouts: tuple) -> tuple:
+        global _warned_double
+        if not _warned_double:
+            _warned_double = True
+            warn(f"graphfuser: double backward through {self.group.kind} runs its eager program "
+                 "(the fused backward is not differentiable)")
+        STATS["double_backward"] += 1
+        ins = [a for i, a in enumerate(args) if i in self.tensor_in and a.requires_grad]
+        outs = self.eager(*args)
+        pairs = [(outs[k], gouts[k]) for k in self.plan.diff_outputs if outs[k].requires_grad]
+        res = torch.autograd.grad([o for o, _ in pairs], ins, [g for _, g in pairs],
+                                  create_graph=True, allow_unused=True)
+        full: list[Optional[torch.Tensor]] = [None] * self.n_in
+        it = iter(res)
+        for i, a in enumerate(args):
+            if i in self.tensor_in and a.requires_grad:
+                full[i] = next(it)
+        return tuple(full)
+
+    def __call__(self, *args: Any) -> tuple:
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return self.fn.apply(*args)
+        return self.forward(*args)
+
+    def text(self, name: str) -> str:
+        """The ``prim::DifferentiableGraph`` section printed after the group's own section: the
+        forward group, what it saves, and the backward graph (optimized once it has run)."""
+        sub = self.group.subgraph
+        index = name.rsplit("_", 1)[-1]
+        saved = ", ".join(f"%{sub.inputs[i].name}" for i in self.tensor_in)
+        bwd = self.backward._optimized or self.backward.graph
+        body = print_graph(bwd).rstrip("\n").splitlines()
+        return "\n".join([f"with prim::DifferentiableGraph_{index} = {name} as one autograd node:",
+                          f"  forward = {name}  # saves {saved}; the backward recomputes intermediates",
+                          "  backward:"] + ["    " + line for line in body]) + "\n"
+
+
+def _section(node: Node, name: str) -> Optional[str]:
+    dg = GROUPS.get(node)
+    return dg.text(name) if dg is not None else None
+
+
+SECTION_HOOKS.append(_section)
+
+
+def _eager(sub: Graph) -> Callable[..., tuple]:
+    from ..executor.fusion_eager import eager_runner
+
+    return eager_runner(sub, "differentiable_fallback")
+
+
+def make_differentiable_runner(group: Node, forward: Callable[..., tuple]) -> Callable[..., tuple]:
+    """``forward`` (the group's compiled runner) as one autograd node when the group was
+    specialized for inputs requiring grad; ``forward`` itself otherwise. A group whose backward
+    cannot be built runs its eager program, and the reason is logged under ``>partition``."""
+    sub = group.subgraph
+    if not any(v.type.is_tensor and getattr(v.type, "requires_grad", None) for v in sub.inputs):
+        return forward
+    plan = plan_backward(sub)
+    if isinstance(plan, str):
+        jit_log("partition", 1, f"{group.kind} not fused under grad: {plan}; it runs eagerly")
+        eager = _eager(sub)
+        return eager
+    jit_log_graph("graph_fuser", f"Backward of {group.kind} (before fusion):", plan.graph)
+    dg = DifferentiableGroup(group, forward, plan)
+    GROUPS[group] = dg    # read by graph_for's printer
+    return dg

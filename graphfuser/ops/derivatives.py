@@ -1,0 +1,429 @@
+"""Derivative formulas: the op table's derivative column, registered by row name.
+
+A formula is called by the backward builder (``graphfuser.autodiff.backward``) with a ``D``
+builder that emits aten nodes into the backward graph, the forward node's arguments by schema
+name (``Value`` for tensors and runtime scalars, Python values for constants), the gradient of
+the node's output ``g`` and the output ``out`` itself (recomputed in the backward). It returns
+``{arg name: gradient}``; an argument it leaves out gets no gradient from this node, ``ZERO``
+says "a zero gradient" (rounding ops, ``div`` with a rounding mode) without computing one.
+Gradients come back in the output's shape: the builder sums them back to each input's shape
+(``sum_to_size``) and autograd casts them to the input's dtype. Formulas follow eager's
+(``tools/autograd/derivatives.yaml``), including its conventions at kinks: ``clamp`` passes the
+gradient at the bounds (inclusive mask), ``maximum`` / ``minimum`` split ties 50/50, ``relu``
+passes nothing at 0, ``abs`` gives 0 at 0 (``sign``).
+
+Rows with no entry (comparisons, logical and bitwise ops, ``isnan`` ...) produce bool or
+integer outputs and are not differentiable; a differentiable input reaching a row that has no
+entry makes its group run unfused under grad, with the reason logged under ``>partition``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+ZERO = object()      # "this input's gradient is zero"
+
+DERIVATIVES: dict[str, Callable[..., dict[str, Any]]] = {}
+
+
+def derivative(*names: str):
+    """Register the decorated formula for the rows ``names``."""
+    def wrap(fn):
+        for n in names:
+            DERIVATIVES[n] = fn
+        return fn
+    return wrap
+
+
+def _scaled(d, g, alpha):
+    return g if alpha == 1 else d.mul(g, alpha)
+
+
+@derivative("add")
+def _add(d, a, g, out):
+    return {"self": g, "other": _scaled(d, g, a.get("alpha", 1))}
+
+
+@derivative("sub")
+def _sub(d, a, g, out):
+    return {"self": g, "other": d.neg(_scaled(d, g, a.get("alpha", 1)))}
+
+
+@derivative("rsub")
+def _rsub(d, a, g, out):
+    return {"self": d.neg(_scaled(d, g, a.get("alpha", 1))), "other": g}
+
+
+@derivative("mul")
+def _mul(d, a, g, out):
+    return {"self": d.mul(g, a["other"]), "other": d.mul(g, a["self"])}
+
+
+@derivative("div")
+def _div(d, a, g, out):
+    if a.get("rounding_mode") is not None:
+        return {"self": ZERO, "other": ZERO}
+    q = d.div(g, a["other"])
+    return {"self": q, "other": d.neg(d.mul(q, d.div(a["self"], a["other"])))}
+
+
+@derivative("floor", "ceil", "trunc", "round", "sign")   # floor_divide: eager has no derivative either
+def _zero(d, a, g, out):
+    return {k: ZERO for k in ("self", "other")}
+
+
+@derivative("frac")
+def _frac(d, a, g, out):
+    return {"self": g}
+
+
+@derivative("fmod")
+def _fmod_(d, a, g, out):
+    return {"self": g, "other": d.neg(d.mul(g, d.op("aten::trunc", d.div(a["self"], a["other"]))))}
+
+
+@derivative("remainder")
+def _remainder(d, a, g, out):
+    return {"self": g, "other": d.neg(d.mul(g, d.op("aten::floor", d.div(a["self"], a["other"]))))}
+
+
+@derivative("neg")
+def _neg(d, a, g, out):
+    return {"self": d.neg(g)}
+
+
+@derivative("abs")
+def _abs(d, a, g, out):
+    return {"self": d.mul(g, d.op("aten::sign", a["self"]))}
+
+
+@derivative("reciprocal")
+def _reciprocal(d, a, g, out):
+    return {"self": d.neg(d.mul(g, d.mul(out, out)))}
+
+
+@derivative("exp")
+def _exp(d, a, g, out):
+    return {"self": d.mul(g, out)}
+
+
+@derivative("exp2")
+def _exp2(d, a, g, out):
+    return {"self": d.mul(d.mul(g, out), math.log(2.0))}
+
+
+@derivative("expm1")
+def _expm1(d, a, g, out):
+    return {"self": d.mul(g, d.add(out, 1.0))}
+
+
+@derivative("log")
+def _log(d, a, g, out):
+    return {"self": d.div(g, a["self"])}
+
+
+@derivative("log2", "log10")
+def _logb(d, a, g, out):
+    base = 2.0 if d.row == "log2" else 10.0
+    return {"self": d.div(g, d.mul(a["self"], math.log(base)))}
+
+
+@derivative("log1p")
+def _log1p(d, a, g, out):
+    return {"self": d.div(g, d.add(a["self"], 1.0))}
+
+
+@derivative("sqrt")
+def _sqrt(d, a, g, out):
+    return {"self": d.div(g, d.mul(out, 2.0))}
+
+
+@derivative("rsqrt")
+def _rsqrt(d, a, g, out):
+    return {"self": d.mul(d.mul(g, d.mul(out, d.mul(out, out))), -0.5)}
+
+
+@derivative("sin")
+def _sin(d, a, g, out):
+    return {"self": d.mul(g, d.op("aten::cos", a["self"]))}
+
+
+@derivative("cos")
+def _cos(d, a, g, out):
+    return {"self": d.neg(d.mul(g, d.op("aten::sin", a["self"])))}
+
+
+@derivative("tan")
+def _tan(d, a, g, out):
+    return {"self": d.mul(g, d.add(d.mul(out, out), 1.0))}
+
+
+@derivative("asin", "acos")
+def _asin(d, a, g, out):
+    x = a["self"]
+    r = d.mul(g, d.op("aten::rsqrt", d.rsub(d.mul(x, x), 1.0)))
+    return {"self": r if d.row == "asin" else d.neg(r)}
+
+
+@derivative("atan")
+def _atan(d, a, g, out):
+    x = a["self"]
+    return {"self": d.div(g, d.add(d.mul(x, x), 1.0))}
+
+
+@derivative("sinh")
+def _sinh(d, a, g, out):
+    return {"self": d.mul(g, d.op("aten::cosh", a["self"]))}
+
+
+@derivative("cosh")
+def _cosh(d, a, g, out):
+    return {"self": d.mul(g, d.op("aten::sinh", a["self"]))}
+
+
+@derivative("tanh")
+def _tanh(d, a, g, out):
+    return {"self": d.mul(g, d.rsub(d.mul(out, out), 1.0))}
+
+
+@derivative("sigmoid")
+def _sigmoid(d, a, g, out):
+    return {"self": d.mul(g, d.mul(out, d.rsub(out, 1.0)))}
+
+
+@derivative("erf", "erfc")
+def _erf(d, a, g, out):
+    x = a["self"]
+    r = d.mul(d.mul(g, d.op("aten::exp", d.neg(d.mul(x, x)))), 2.0 / math.sqrt(math.pi))
+    return {"self": r if d.row == "erf" else d.neg(r)}
+
+
+@derivative("atan2")
+def _atan2(d, a, g, out):
+    x, y = a["self"], a["other"]
+    q = d.div(g, d.add(d.mul(x, x), d.mul(y, y)))
+    return {"self": d.mul(q, y), "other": d.neg(d.mul(q, x))}
+
+
+@derivative("relu")
+def _relu(d, a, g, out):
+    return {"self": d.where(d.op("aten::gt", out, 0.0), g, 0.0)}
+
+
+@derivative("leaky_relu")
+def _leaky_relu(d, a, g, out):
+    return {"self": d.where(d.op("aten::gt", a["self"], 0.0), g, d.mul(g, a.get("negative_slope", 0.01)))}
+
+
+@derivative("hardtanh")
+def _hardtanh(d, a, g, out):
+    x = a["self"]
+    inside = d.op("aten::logical_and", d.op("aten::gt", x, a.get("min_val", -1.0)),
+                  d.op("aten::lt", x, a.get("max_val", 1.0)))
+    return {"self": d.where(inside, g, 0.0)}
+
+
+@derivative("gelu")
+def _gelu(d, a, g, out):
+    x = a["self"]
+    if a.get("approximate", "none") == "tanh":
+        beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
+        x2 = d.mul(x, x)
+        inner = d.mul(d.add(x, d.mul(d.mul(x2, x), kappa)), beta)
+        t = d.op("aten::tanh", inner)
+        left = d.mul(d.add(t, 1.0), 0.5)
+        right = d.mul(d.mul(d.mul(x, 0.5), d.rsub(d.mul(t, t), 1.0)),
+                      d.mul(d.add(d.mul(x2, 3.0 * kappa), 1.0), beta))
+        return {"self": d.mul(g, d.add(left, right))}
+    cdf = d.mul(d.add(d.op("aten::erf", d.mul(x, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
+    pdf = d.mul(d.op("aten::exp", d.mul(d.mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+    return {"self": d.mul(g, d.add(cdf, d.mul(x, pdf)))}
+
+
+@derivative("silu")
+def _silu(d, a, g, out):
+    x = a["self"]
+    s = d.op("aten::sigmoid", x)
+    return {"self": d.mul(d.mul(g, s), d.add(d.mul(x, d.rsub(s, 1.0)), 1.0))}
+
+
+@derivative("softplus")
+def _softplus(d, a, g, out):
+    x, beta, thr = a["self"], a.get("beta", 1), a.get("threshold", 20)
+    bx = d.mul(x, beta)
+    z = d.op("aten::exp", bx)
+    return {"self": d.where(d.op("aten::gt", bx, thr), g, d.div(d.mul(g, z), d.add(z, 1.0)))}
+
+
+@derivative("pow")
+def _pow(d, a, g, out):
+    x, e = a["self"], a["exponent"]
+    grads = {}
+    if d.is_value(x):
+        if d.is_value(e):
+            gx = d.mul(d.mul(g, e), d.op("aten::pow", x, d.sub(e, 1.0)))
+            grads["self"] = d.where(d.op("aten::eq", e, 0.0), 0.0, gx)
+        elif e == 0:
+            grads["self"] = ZERO
+        else:
+            grads["self"] = d.mul(d.mul(g, e), d.op("aten::pow", x, e - 1))
+    if d.is_value(e):
+        ge = d.mul(d.mul(g, out), d.op("aten::log", x) if d.is_value(x) else math.log(x) if x > 0 else float("nan"))
+        if d.is_value(x):
+            cond = d.op("aten::logical_and", d.op("aten::eq", x, 0.0), d.op("aten::ge", e, 0.0))
+            ge = d.where(cond, 0.0, ge)
+        elif x == 0:
+            ge = d.where(d.op("aten::ge", e, 0.0), 0.0, ge)
+        grads["exponent"] = ge
+    return grads
+
+
+def _max_min(first_masked: str, second_masked: str):
+    def formula(d, a, g, out):
+        x, y = a["self"], a["other"]
+        h = d.where(d.op("aten::eq", x, y), d.mul(g, 0.5), g)
+        return {"self": d.where(d.op(first_masked, x, y), 0.0, h),
+                "other": d.where(d.op(second_masked, x, y), 0.0, h)}
+    return formula
+
+
+DERIVATIVES["maximum"] = _max_min("aten::lt", "aten::gt")
+DERIVATIVES["minimum"] = _max_min("aten::gt", "aten::lt")
+
+
+def _clamp_mask(d, x, lo, hi):
+    mask = None
+    for bound, cmp in ((lo, "aten::ge"), (hi, "aten::le")):
+        if bound is None:
+            continue
+        m = d.op(cmp, x, bound)
+        mask = m if mask is None else d.op("aten::logical_and", mask, m)
+    return mask
+
+
+@derivative("clamp")
+def _clamp(d, a, g, out):
+    mask = _clamp_mask(d, a["self"], a.get("min"), a.get("max"))
+    return {"self": g if mask is None else d.where(mask, g, 0.0)}
+
+
+@derivative("clamp_min")
+def _clamp_min(d, a, g, out):
+    return {"self": d.where(_clamp_mask(d, a["self"], a["min"], None), g, 0.0)}
+
+
+@derivative("clamp_max")
+def _clamp_max(d, a, g, out):
+    return {"self": d.where(_clamp_mask(d, a["self"], None, a["max"]), g, 0.0)}
+
+
+@derivative("where")
+def _where(d, a, g, out):
+    c = a["condition"]
+    return {"self": d.where(c, g, 0.0), "other": d.where(c, 0.0, g)}
+
+
+@derivative("threshold")
+def _threshold(d, a, g, out):
+    return {"self": d.where(d.op("aten::gt", a["self"], a["threshold"]), g, 0.0)}
+
+
+@derivative("lerp")
+def _lerp(d, a, g, out):
+    x, end, w = a["self"], a["end"], a["weight"]
+    grads = {"self": d.mul(g, d.rsub(w, 1.0) if d.is_value(w) else 1.0 - w), "end": d.mul(g, w)}
+    if d.is_value(w):
+        grads["weight"] = d.mul(g, d.sub(end, x))
+    return grads
+
+
+@derivative("addcmul")
+def _addcmul(d, a, g, out):
+    v = a.get("value", 1)
+    return {"self": g, "tensor1": _scaled(d, d.mul(g, a["tensor2"]), v),
+            "tensor2": _scaled(d, d.mul(g, a["tensor1"]), v)}
+
+
+@derivative("addcdiv")
+def _addcdiv(d, a, g, out):
+    v = a.get("value", 1)
+    q = _scaled(d, d.div(g, a["tensor2"]), v)
+    return {"self": g, "tensor1": q, "tensor2": d.neg(d.mul(q, d.div(a["tensor1"], a["tensor2"])))}
+
+
+@derivative("nan_to_num")
+def _nan_to_num(d, a, g, out):
+    return {"self": d.where(d.op("aten::isfinite", a["self"]), g, 0.0)}
+
+
+@derivative("to")
+def _to(d, a, g, out):
+    x = a["self"]
+    return {"self": d.op("aten::type_as", g, x) if d.is_value(x) else g}   # grad cast back to the input dtype
+
+
+@derivative("dropout")
+def _dropout(d, a, g, out):
+    if a.get("train"):
+        return {}
+    return {"input": g}
+
+
+# -- reductions and normalizations --------------------------------------------------------------
+# A reduction's gradient comes back in the reduced shape with size-1 dims (``restore_dims``) and
+# is broadcast to the input's shape by a fusible ``where(x == x, g, g)`` so that it fuses with
+# what consumes it.
+
+
+def _reduced(d, a, g):
+    x = a["self"]
+    return x, d.restore_dims(g, a.get("dim"), bool(a.get("keepdim")), d.rank(x))
+
+
+@derivative("sum")
+def _sum(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    return {"self": d.expand_like(gu, x)}
+
+
+@derivative("mean")
+def _mean(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    n_out = d.op("aten::numel", out, out=_INT)
+    n_in = d.op("aten::numel", x, out=_INT)
+    return {"self": d.expand_like(d.div(d.mul(gu, n_out), n_in), x)}
+
+
+@derivative("amax", "amin")
+def _amax(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    ou = d.restore_dims(out, a.get("dim"), bool(a.get("keepdim")), d.rank(x))
+    mask = d.op("aten::eq", x, ou)
+    count = d.op("aten::sum", mask, a.get("dim") if a.get("dim") not in (None, []) else None, True)
+    return {"self": d.where(mask, d.div(gu, count), 0.0)}
+
+
+@derivative("sum_to_size")
+def _sum_to_size(d, a, g, out):
+    return {"self": d.expand_like(g, a["self"])}
+
+
+@derivative("softmax", "_softmax")
+def _softmax(d, a, g, out):
+    s = d.op("aten::sum", d.mul(g, out), [a["dim"]], True)
+    return {"self": d.mul(out, d.sub(g, s))}
+
+
+@derivative("log_softmax", "_log_softmax")
+def _log_softmax(d, a, g, out):
+    s = d.op("aten::sum", g, [a["dim"]], True)
+    return {"self": d.sub(g, d.mul(d.op("aten::exp", out), s))}
+
+
+def _int_type():
+    from ..ir.types import Type
+
+    return Type("int")
+
+
+_INT = _int_type()

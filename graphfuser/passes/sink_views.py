@@ -1,0 +1,190 @@
+"""Sink layout views below pointwise ops, so that a view between two fusible ops no longer splits
+their group.
+
+A permute / transpose / unsqueeze of a pointwise result is the same pointwise op applied to the
+viewed inputs (each input first gets leading size-1 dims up to the output's rank, which is what
+broadcasting does anyway)::
+
+    %p = aten::mul(%gamma, %o)                  %g1 = aten::unsqueeze(%gamma, 0)  (x2)
+    %v = aten::permute(%p, [0, 3, 1, 2])   ->   %g2 = aten::permute(%g1, [0, 3, 1, 2])
+    %y = aten::add(%x, %v)                      %o2 = aten::permute(%o, [0, 3, 1, 2])
+                                                %v = aten::mul(%g2, %o2)
+                                                %y = aten::add(%x, %v)
+
+The views now read group inputs, where they are free on the host (metadata only), and the mul and
+add fuse (ConvNeXt's layer scale before its residual, attention's head permutes). The rewritten
+op takes the view's profiled type, so its result has the values and strides the view had.
+
+Applied only when the pointwise result has no other use (it would otherwise be computed twice)
+and every type involved is completely profiled; 0-dim inputs stay as they are (they broadcast,
+and type promotion ranks them apart from tensors with dims). Runs after profiling, before
+partition; repeats until nothing moves, so a view sinks through a whole chain.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from ..executor.builtins import resolve_aten
+from ..ir.graph import Block, Graph, Node, Value
+from ..ir.types import TensorType, Type
+from ..log import jit_log
+from ..ops import lookup
+
+_PERMUTE = "aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)"
+_UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
+
+
+# -- types of views -------------------------------------------------------------------------
+def permute_type(t: TensorType, dims: list[int]) -> TensorType:
+    inv = {d: j for j, d in enumerate(dims)}
+    return replace(t, sizes=tuple(t.sizes[d] for d in dims),
+                   strides=None if t.strides is None else tuple(t.strides[d] for d in dims),
+                   stride_order=tuple(inv[d] for d in t.stride_order))
+
+
+def unsqueeze_type(t: TensorType, dim: int) -> TensorType:
+    """``unsqueeze(dim)`` with ``0 <= dim <= rank``: a size-1 dim, strided as torch strides it."""
+    sizes, strides = list(t.sizes), None if t.strides is None else list(t.strides)
+    if strides is not None:
+        inner = strides[dim] * sizes[dim] if dim < len(sizes) and strides[dim] >= 0 and sizes[dim] >= 0 else \
+            (1 if dim == len(sizes) else -1)
+        strides.insert(dim, inner)
+    sizes.insert(dim, 1)
+    order = tuple(d + 1 if d >= dim else d for d in t.stride_order)
+    return replace(t, sizes=tuple(sizes), strides=None if strides is None else tuple(strides), stride_order=order)
+
+
+# -- the rewrite ------------------------------------------------------------------------------
+def _const_ints(v: Value) -> Optional[list[int]]:
+    if v.is_constant:
+        c = v.constant()
+        return [c] if isinstance(c, int) else list(c) if isinstance(c, (list, tuple)) else None
+    if v.node is not None and v.node.kind == "prim::ListConstruct" and all(i.is_constant for i in v.node.inputs):
+        return [i.constant() for i in v.node.inputs]
+    return None
+
+
+def _view_plan(view: Node) -> Optional[list[tuple[str, int | list[int]]]]:
+    """The view as steps over the producer's rank-r result: [("permute", dims)] or [("unsqueeze", d)]."""
+    out = view.outputs[0].type
+    if not isinstance(out, TensorType) or not out.complete:
+        return None
+    r = out.rank
+    if view.kind == "aten::permute":
+        dims = _const_ints(view.inputs[1])
+        if dims is None or len(dims) != r:
+            return None
+        return [("permute", [d % r for d in dims])]
+    if view.kind == "aten::transpose" and len(view.inputs) == 3:
+        d = _const_ints(view.inputs[1]), _const_ints(view.inputs[2])
+        if None in d or r == 0:
+            return None
+        a, b = d[0][0] % r, d[1][0] % r
+        dims = list(range(r))
+        dims[a], dims[b] = dims[b], dims[a]
+        return [("permute", dims)]
+    if view.kind == "aten::unsqueeze":
+        d = _const_ints(view.inputs[1])
+        if d is None:
+            return None
+        return [("unsqueeze", d[0] % r)]
+    return None
+
+
+class _Sinker:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def const(self, block: Block, before: Node, value, type_name: str) -> Value:
+        node = self.graph.create("prim::Constant", [], [Type(type_name)], {"value": value})
+        block.insert_before(before, node)
+        return node.output
+
+    def view_input(self, block: Block, before: Node, v: Value, rank: int, steps) -> Value:
+        """``v`` with leading size-1 dims up to ``rank``, then the view's steps, as host view nodes."""
+        t = v.type
+        for _ in range(rank - t.rank):
+            t = unsqueeze_type(t, 0)
+            v = self.view_node(block, before, "aten::unsqueeze", _UNSQUEEZE, v, self.const(block, before, 0, "int"), t)
+        for kind, arg in steps:
+            if kind == "permute":
+                items = [self.const(block, before, d, "int") for d in arg]
+                lst = self.graph.create("prim::ListConstruct", items, [Type("int[]")])
+                block.insert_before(before, lst)
+                t = permute_type(t, arg)
+                v = self.view_node(block, before, "aten::permute", _PERMUTE, v, lst.output, t)
+            else:
+                t = unsqueeze_type(t, arg)
+                v = self.view_node(block, before, "aten::unsqueeze", _UNSQUEEZE, v,
+                                   self.const(block, before, arg, "int"), t)
+        return v
+
+    def view_node(self, block: Block, before: Node, kind: str, schema: str, v: Value, arg: Value,
+                  t: TensorType) -> Value:
+        node = self.graph.create(kind, [v, arg], [t], source=before.source)
+        node.schema = resolve_aten(kind, schema)
+        block.insert_before(before, node)
+        return node.output
+
+    def try_sink(self, block: Block, view: Node) -> bool:
+        src = view.inputs[0]
+        prod = src.node
+        if prod is None or prod.owner is not block or len(prod.outputs) != 1:
+            return False
+        row = lookup(prod.kind)
+        if row is None or row.kind not in ("pointwise", "cast"):
+            return False
+        if len(src.uses) != 1 or src in block.returns or any(src in n.nested_returns() for n in block.nodes):
+            return False
+        steps = _view_plan(view)
+        if steps is None:
+            return False
+        ptype = src.type
+        if not isinstance(ptype, TensorType) or not ptype.complete:
+            return False
+        rank = ptype.rank
+        data = range(1) if row.kind == "cast" else range(len(prod.inputs))
+        tensors = [i for i in data if prod.inputs[i].type.is_tensor]
+        for i in tensors:
+            t = prod.inputs[i].type
+            if not isinstance(t, TensorType) or not t.complete or t.rank > rank:
+                return False
+        new_inputs = list(prod.inputs)
+        for i in tensors:
+            if prod.inputs[i].type.rank == 0:
+                continue
+            new_inputs[i] = self.view_input(block, prod, prod.inputs[i], rank, steps)
+        for i, v in enumerate(new_inputs):
+            if v is not prod.inputs[i]:
+                prod.replace_input(i, v)
+        # the producer now computes the viewed result: it takes the view's type and place in the uses
+        out = view.outputs[0]
+        src.type = out.type
+        for user, i in list(out.uses):
+            user.replace_input(i, src)
+        block.replace_return_everywhere(out, src)
+        block.remove(view)
+        jit_log("graph_fuser", 1, f"sank {view.kind} below {prod.where()}")
+        return True
+
+
+def _sink_block(sinker: _Sinker, block: Block) -> int:
+    moved = 0
+    for node in list(block.nodes):
+        for b in node.blocks:
+            moved += _sink_block(sinker, b)
+    changed = True
+    while changed:
+        changed = False
+        for node in list(block.nodes):
+            if node.owner is block and node.kind in ("aten::permute", "aten::transpose", "aten::unsqueeze") \
+                    and sinker.try_sink(block, node):
+                moved += 1
+                changed = True
+    return moved
+
+
+def sink_views(graph: Graph) -> int:
+    """Sink views below pointwise ops in ``graph`` (in place); returns how many moved."""
+    return _sink_block(_Sinker(graph), graph.block)

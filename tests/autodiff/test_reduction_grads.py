@@ -1,0 +1,96 @@
+"""Gradients through fused reductions, softmax / log_softmax and norms written as pointwise +
+reductions (RMSNorm, LayerNorm), and the CUDA source of backward kernels compiling with NVRTC."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import graphfuser
+import graphfuser.autodiff.function as adf
+from graphfuser.executor import compiled
+from graphfuser.executor.compiled_reduction import ReductionGroup
+from graphfuser.ops.axes import needs_axes
+from graphfuser.ir import parse_graph, print_graph
+from graphfuser.runtime import nvrtc
+from grad_helpers import GRAD_TOL, check_grads, make_function
+
+RMS = "x * torch.rsqrt(torch.mean(x * x, -1, keepdim=True) + 1e-6) * y"
+LN = ("(x - x.mean(-1, keepdim=True)) * torch.rsqrt(((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True)"
+      " + 1e-5) * y + y")
+CASES = {
+    "sum_dim": ["torch.sum(torch.sigmoid(x) * y, -1) * 2.0"],
+    "sum_keepdim": ["torch.sum(x * y, 0, keepdim=True) + y"],
+    "mean": ["torch.mean(x * y, 0)"],
+    "amax": ["torch.amax(x + y, 1, keepdim=True)"],
+    "amin": ["torch.amin(x * y, 1) * 3.0"],
+    "softmax": ["torch.softmax(x * y, -1)", "torch.log_softmax(x + y, 1)"],
+    "rms_norm": [RMS],
+    "layer_norm": [LN],
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_reduction_grads(case, dtype):
+    fn = make_function(["x", "y"], CASES[case])
+    torch.manual_seed(0)
+    x = torch.randn(6, 10, dtype=dtype, requires_grad=True)
+    y = torch.randn(6, 10, dtype=dtype, requires_grad=True)
+    check_grads(fn, [x, y], GRAD_TOL[dtype])
+
+
+def test_amax_ties_split_like_eager():
+    fn = make_function(["x", "y"], ["torch.amax(x * y, -1)"])
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0], [5.0, 5.0, 5.0, 1.0]], requires_grad=True)
+    y = torch.ones(2, 4, requires_grad=True)
+    check_grads(fn, [x, y], dict(rtol=0, atol=0))
+
+
+@pytest.mark.xfail(reason="the partition pass builds a cycle for this backward graph "
+                          "(amax and a LayerNorm side by side; graph in tests/autodiff/data)", strict=True)
+def test_amax_beside_layer_norm():
+    fn = make_function(["x", "y"], ["torch.amax(x + y, 1, keepdim=True)", LN])
+    x = torch.randn(6, 10, requires_grad=True)
+    y = torch.randn(6, 10, requires_grad=True)
+    check_grads(fn, [x, y], GRAD_TOL[torch.float32])
+
+
+NVRTC_OK, NVRTC_WHY = nvrtc.available()
+
+
+@pytest.mark.skipif(not NVRTC_OK, reason=f"NVRTC is not available here: {NVRTC_WHY}")
+def test_backward_kernels_compile_with_nvrtc():
+    """Every backward fusion group of the pointwise chain and RMSNorm, rendered as CUDA, compiles."""
+    subs = []
+    for exprs in (["torch.sigmoid(x * y + 2.0) * torch.tanh(x - y)"], [RMS]):
+        fn = make_function(["x", "y"], exprs)
+        x = torch.randn(8, 16, requires_grad=True)
+        y = torch.randn(8, 16, requires_grad=True)
+        sf = graphfuser.script(fn)
+        for _ in range(5):
+            sf(x, y)[0].sum().backward()
+        for dg in adf.GROUPS.values():
+            if dg.backward._optimized is not None:
+                subs += [n.subgraph for n in dg.backward._optimized.all_nodes() if n.kind.endswith("FusionGroup")]
+    assert subs
+    for k, sub in enumerate(subs):
+        cuda_sub = parse_graph(print_graph(sub).replace("device=cpu", "device=cuda:0"))
+        device = torch.device("cuda:0")
+        cg = ReductionGroup(cuda_sub, "cuda", device, f"bwd_{k}") if needs_axes(cuda_sub.block.nodes) \
+            else compiled.CompiledGroup(cuda_sub, "cuda", device, f"bwd_{k}")
+        names = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", cg.source)
+        assert names, cg.source
+        cubin = nvrtc.compile_cubin(cg.source, names[0], 90)
+        for name in names:
+            assert f".text.{name}\0".encode() in cubin, name
+
+
+@pytest.mark.cuda
+def test_pointwise_chain_grads_on_cuda():
+    fn = make_function(["x", "y"], ["torch.sigmoid(x * y + 2.0) * torch.tanh(x - y)", RMS])
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(64, 128, device="cuda", dtype=dtype, requires_grad=True)
+        y = torch.randn(64, 128, device="cuda", dtype=dtype, requires_grad=True)
+        check_grads(fn, [x, y], GRAD_TOL[dtype])

@@ -1,0 +1,88 @@
+"""sink_views: a permute / transpose / unsqueeze between pointwise ops no longer splits the group;
+values, dtypes, shapes and strides equal eager's over layouts, broadcasting and new sizes."""
+import pytest
+import torch
+
+import graphfuser
+from tests.helpers import DEVICES, check, fusion_groups, make_input
+
+
+def layer_scale_residual(x, gamma, o):
+    return x + (gamma * o).permute(0, 3, 1, 2)
+
+
+def transpose_chain(a, b):
+    return torch.relu((a * 2.0 + b).transpose(0, 1)) - 1.0
+
+
+def unsqueeze_chain(a, s):
+    return (a.sigmoid() * s).unsqueeze(1) * 3.0
+
+
+def through_cast(a):
+    return (a.float() * 2.0).permute(1, 0) + 1.0
+
+
+def zero_dim_operand(a, t):
+    return (a * t).transpose(-1, -2) + 1
+
+
+def two_uses(a):
+    p = a * 2.0
+    return p.permute(1, 0) + 1.0, p
+
+
+def _groups_hold(sf, *kinds):
+    groups = fusion_groups(sf._optimized)
+    inside = [[n.kind for n in g.subgraph.block.nodes] for g in groups]
+    assert any(all(k in ks for k in kinds) for ks in inside), str(sf._optimized)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cl", [False, True])
+def test_layer_scale_before_residual(device, cl):
+    x = make_input(2, 8, 5, 3, device=device)
+    o = make_input(2, 5, 3, 8, device=device)
+    if cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    sf = check(layer_scale_residual, x, make_input(8, device=device), o)
+    _groups_hold(sf, "aten::mul", "aten::add")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+@pytest.mark.parametrize("layout", ["dense", "transposed", "sliced"])
+def test_transpose_between_pointwise(device, dtype, layout):
+    a = make_input(6, 7, dtype=dtype, layout=layout, device=device)
+    b = make_input(7, dtype=dtype, device=device)
+    sf = check(transpose_chain, a, b)
+    _groups_hold(sf, "aten::mul", "aten::relu", "aten::sub")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unsqueeze_and_cast(device):
+    sf = check(unsqueeze_chain, make_input(4, 9, device=device), make_input(9, device=device))
+    _groups_hold(sf, "aten::sigmoid", "aten::mul")
+    sf = check(through_cast, make_input(5, 3, dtype=torch.float16, device=device))
+    _groups_hold(sf, "aten::to", "aten::mul", "aten::add")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_dim_operand_keeps_promotion(device):
+    a = make_input(3, 4, dtype=torch.float16, device=device)
+    check(zero_dim_operand, a, torch.tensor(2.5, dtype=torch.float64, device=device))
+
+
+def test_shared_result_is_not_recomputed():
+    sf = check(two_uses, make_input(4, 6), fused=None)
+    assert "aten::permute" in str(sf._optimized)
+
+
+def test_new_sizes_after_profiling():
+    sf = graphfuser.script(layer_scale_residual)
+    for n, h in ((2, 5), (2, 5), (3, 4), (1, 7), (3, 4)):
+        x, gamma, o = torch.randn(n, 8, h, 3), torch.randn(8), torch.randn(n, h, 3, 8)
+        out = sf(x, gamma, o)
+        ref = layer_scale_residual(x, gamma, o)
+        torch.testing.assert_close(out, ref)
+        assert out.stride() == ref.stride()
