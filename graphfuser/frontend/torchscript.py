@@ -18,7 +18,7 @@ import torch
 from ..ir.graph import Block, Graph, Value
 from ..ir.types import TENSOR, Type
 from ..executor.builtins import resolve_aten
-from ..executor.hostgen import handler_for
+from ..executor.handlers import handler_for
 
 
 class UnsupportedError(RuntimeError):

@@ -178,3 +178,17 @@ def test_threads_share_one_optimization():
         t.join()
     assert not errors
     assert len(fusion_groups(sf._optimized)) == 1
+
+
+def test_host_program_of_a_graph_without_outputs():
+    from graphfuser.executor.hostgen import build_program
+    from helpers import parse
+
+    g = parse("""graph(%x : Tensor):
+  %1 : float = prim::Constant[value=0.5]()
+  %2 : Tensor = aten::mul_(%x, %1)
+  return ()""")
+    x = torch.ones(3)
+    assert build_program(g, tuple_return=True).fn(x) == ()
+    assert build_program(g).fn(x) is None
+    assert torch.equal(x, torch.full((3,), 0.25))

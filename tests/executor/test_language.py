@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import graphfuser
-from graphfuser.executor import hostgen
+from graphfuser.executor import handlers
 
 
 def same(a, b) -> None:
@@ -204,7 +204,7 @@ def test_children_under_any_name():
 
 
 def test_unhandled_construct_runs_through_torchscript_with_one_warning(monkeypatch):
-    monkeypatch.delitem(hostgen.HANDLERS, "prim::isinstance")
+    monkeypatch.delitem(handlers.HANDLERS, "prim::isinstance")
     with pytest.warns(UserWarning, match=r"prim::isinstance at .*test_language.py:\d+.*torch.jit.script, unfused") as w:
         sf = graphfuser.script(optional_union)
     assert len([r for r in w if "unfused" in str(r.message)]) == 1
@@ -214,7 +214,7 @@ def test_unhandled_construct_runs_through_torchscript_with_one_warning(monkeypat
 
 
 def test_unhandled_construct_in_a_module_follows_train_and_eval(monkeypatch):
-    monkeypatch.delitem(hostgen.HANDLERS, "prim::is_nested")
+    monkeypatch.delitem(handlers.HANDLERS, "prim::is_nested")
     m = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
     with pytest.warns(UserWarning, match="prim::is_nested"):
         sm = graphfuser.script(m)
@@ -295,7 +295,7 @@ def test_call_method_into_an_interface_submodule():
 def test_a_handler_that_fails_at_run_time_falls_back_to_torchscript(monkeypatch):
     """A host program that raises where torch.jit.script does not: the call is answered by
     TorchScript, one warning names the error, and later calls run through TorchScript."""
-    monkeypatch.setitem(hostgen.HANDLERS, "prim::is_nested", hostgen._template("{0}.no_such_attribute"))
+    monkeypatch.setitem(handlers.HANDLERS, "prim::is_nested", handlers._template("{0}.no_such_attribute"))
     m = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
     sm = graphfuser.script(m)
     x = torch.randn(2, 3, 8)
@@ -319,3 +319,20 @@ def test_errors_torchscript_raises_too_are_not_swallowed():
 
 def lambda_add(x: torch.Tensor, y: torch.Tensor):
     return x + y
+
+
+def indexing(x: torch.Tensor, idx: torch.Tensor, mask: torch.Tensor):
+    """Schemas out of the ordinary: Tensor?[] indices with None, in-place index_put_, kwarg-only
+    arguments (alpha, dtype), list-returning ops."""
+    y = x.clone()
+    y[mask] = 0.0
+    y[:, idx] += 1.0
+    a = torch.add(y, x, alpha=2.0)
+    parts = torch.chunk(a, 2, dim=1)
+    s = a.sum(dim=1, dtype=torch.float64)
+    return x[:, idx], a[..., 0], parts[0] * float(len(parts)), s, torch.where(mask)[0]
+
+
+def test_indexing_and_unusual_schemas():
+    x = torch.randn(4, 6)
+    run_both(indexing, x, torch.tensor([0, 2, 5]), x > 0.5)

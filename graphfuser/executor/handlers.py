@@ -1,0 +1,214 @@
+"""The host program's handler table: node kind -> how the host program emits it.
+
+This is to node kinds what the op table is to aten ops: one entry per kind that scripted models
+emit (collected from the torch.jit.script graphs of torchvision, timm and torch.nn, see
+tests/models/zoo_node_kinds.json), each a function ``(gen, node, argument names, indent)`` that
+emits Python lines through the generator. aten ops (and other operator namespaces) share one
+handler that resolves through ``builtins.resolve_aten``; prim ops spelled as one expression come
+from ``builtins.PRIM_TEMPLATES``; the structural kinds (attributes, unpacking, control flow,
+calls, exceptions, objects) are written out below. A kind with no entry makes the capture raise
+``UnsupportedError``, and the graph runs through torch.jit.script instead.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+import torch
+
+from ..ir.graph import Node
+from .builtins import PRIM_TEMPLATES, AtenCall, resolve_aten
+
+if TYPE_CHECKING:
+    from .hostgen import _Gen
+
+_MAX_TRIP = 2 ** 63 - 1
+
+
+def _raise(msg: Any = "", cls: Optional[str] = None, where: str = "") -> None:
+    """``prim::RaiseException``: what the scripted function raises, ``torch.jit.Error`` whose
+    message ends with the Python exception's qualified name and message."""
+    name = cls or "builtins.Exception"
+    raise torch.jit.Error("The following operation failed in the TorchScript interpreter.\n"
+                          + (f"Traceback of TorchScript (most recent call last):\n  {where}\n" if where else "")
+                          + f"{name}: {msg}\n")
+
+
+ScriptError = torch.jit.Error
+_PY_TYPES = {"Tensor": (torch.Tensor,), "int": (int,), "float": (float,), "bool": (bool,), "str": (str,),
+             "complex": (complex,), "NoneType": (type(None),), "Device": (torch.device,)}
+_GENERIC_TYPES = {"List": (list,), "Tuple": (tuple,), "Dict": (dict,)}
+
+
+def _isinstance_check(types: Sequence[str]) -> Callable[[Any], bool]:
+    """``prim::isinstance[types=...]``: the predicate for TorchScript's type names. TorchScript's
+    ``int`` does not include ``bool``, unlike Python's."""
+    classes: list[type] = []
+    for t in types:
+        m = re.match(r"^Optional\[(.*)\]$", t)
+        if m:
+            classes.append(type(None))
+            t = m.group(1)
+        base = t.split("[", 1)[0]
+        found = _PY_TYPES.get(t) or _GENERIC_TYPES.get(base)
+        if found is None:
+            raise NotImplementedError(f"isinstance check against {t}")
+        classes.extend(found)
+    exact_int = int in classes and bool not in classes
+    allowed = tuple(classes)
+
+    def check(x: Any) -> bool:
+        return isinstance(x, allowed) and not (exact_int and isinstance(x, bool))
+    return check
+
+
+Handler = Callable[["_Gen", Node, list[str], int], None]
+
+
+def _constant(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    gen.emit(indent, f"{gen.outs(node)} = {gen.literal(node.attrs.get('value'))}")
+
+
+def _get_attr(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    # getattr, never ``a.name``: attribute names need not be identifiers (nn.Sequential's "0")
+    gen.emit(indent, f"{gen.outs(node)} = getattr({a[0]}, {node.attrs['name']!r})")
+
+
+def _set_attr(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    gen.emit(indent, f"setattr({a[0]}, {node.attrs['name']!r}, {a[1]})")
+
+
+def _unpack(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    if not node.outputs:
+        gen.emit(indent, f"() = {a[0]}")
+    else:
+        gen.emit(indent, f"{gen.outs(node)}, = {a[0]}")
+
+
+def _tuple(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    gen.emit(indent, f"{gen.outs(node)} = ({', '.join(a)},)" if a else f"{gen.outs(node)} = ()")
+
+
+def _if(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    gen.emit(indent, f"if {a[0]}:")
+    for i, b in enumerate(node.blocks):
+        if i == 1:
+            gen.emit(indent, "else:")
+        gen.block(b, indent + 1)
+        if node.outputs:
+            gen.emit(indent + 1, f"{gen.outs(node)}, = {', '.join(gen.var(r) for r in b.returns)},")
+
+
+def _loop(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    body = node.blocks[0]
+    trip, cond, init = a[0], a[1], a[2:]
+    it = gen.var(body.params[0])
+    carried = [gen.var(p) for p in body.params[1:]]
+    cv = f"c{len(gen.names)}"
+    gen.emit(indent, f"{it} = 0")
+    gen.emit(indent, f"{cv} = {cond}")
+    if carried:
+        gen.emit(indent, f"{', '.join(carried)}, = {', '.join(init)},")
+    bounded = not (node.inputs[0].is_constant and node.inputs[0].constant() == _MAX_TRIP)
+    gen.emit(indent, f"while {cv}" + (f" and {it} < {trip}:" if bounded else ":"))
+    gen.block(body, indent + 1)
+    rets = [gen.var(r) for r in body.returns]
+    gen.emit(indent + 1, f"{', '.join([cv] + carried)}, = {', '.join(rets)},")
+    gen.emit(indent + 1, f"{it} += 1")
+    if node.outputs:
+        gen.emit(indent, f"{gen.outs(node)}, = {', '.join(carried)},")
+
+
+def _raise_exception(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    where = gen.literal(node.source or "")
+    gen.ns["_raise"] = _raise
+    gen.emit(indent, f"_raise({', '.join(a + ([] if len(a) > 1 else ['None']))}, {where})")
+
+
+def _isinstance(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    check = gen.bind(_isinstance_check(node.attrs["types"]), "isinstance")
+    gen.emit(indent, f"{gen.outs(node)} = {check}({a[0]})")
+
+
+def _python_class(qualified: str) -> type:
+    """The Python class a TorchScript class type was compiled from (``__torch__.a.b.C`` -> a.b.C)."""
+    import importlib
+
+    parts = qualified.removeprefix("__torch__.").split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise NotImplementedError(f"no Python class for {qualified}")
+
+
+def _create_object(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    # an instance without __init__: the inlined __init__ follows as prim::SetAttr nodes
+    cls = gen.bind(_python_class(node.outputs[0].type.name), "cls")
+    gen.emit(indent, f"{gen.outs(node)} = {cls}.__new__({cls})")
+
+
+def _enter(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    gen.assign(node, indent, f"{a[0]}.__enter__()")
+
+
+def _exit(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    gen.assign(node, indent, f"{a[0]}.__exit__(None, None, None)")
+
+
+def _call_method(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    # a method that was not inlined (an interface call): the object's own method, as eager runs it
+    gen.assign(node, indent, f"getattr({a[0]}, {node.attrs['name']!r})({', '.join(a[1:])})")
+
+
+def _call_function(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    gen.assign(node, indent, f"{a[0]}({', '.join(a[1:])})")
+
+
+def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    call = node.schema if isinstance(node.schema, AtenCall) else \
+        resolve_aten(node.kind, None, any(v.type.is_tensor for v in node.inputs))
+    if call is None:
+        raise RuntimeError(f"cannot execute {node.where()}")
+    if call.template is not None:
+        expr = gen.fill(call.template, a)
+    else:
+        op = gen.bind(call.op, "op")
+        pos, kw = [], []
+        for i, s in enumerate(a):
+            name = call.kwarg_names[i] if i < len(call.kwarg_names) else None
+            (kw.append(f"{name}={s}") if name else pos.append(s))
+        expr = f"{op}({', '.join(pos + kw)})"
+    if len(node.outputs) > 1 and call.template is None:
+        gen.emit(indent, f"{gen.outs(node)}, = {expr}")
+    else:
+        gen.assign(node, indent, expr)
+
+
+def _template(template: str) -> Handler:
+    def emit(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+        gen.assign(node, indent, gen.fill(template, a))
+    return emit
+
+
+HANDLERS: dict[str, Handler] = {
+    "prim::Constant": _constant, "prim::GetAttr": _get_attr, "prim::SetAttr": _set_attr,
+    "prim::TupleUnpack": _unpack, "prim::ListUnpack": _unpack, "prim::TupleConstruct": _tuple,
+    "prim::If": _if, "prim::Loop": _loop, "prim::RaiseException": _raise_exception,
+    "prim::isinstance": _isinstance, "prim::CallMethod": _call_method, "prim::CallFunction": _call_function,
+    "prim::CreateObject": _create_object, "prim::Enter": _enter, "prim::Exit": _exit,
+    **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
+}
+_OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::")
+
+
+def handler_for(kind: str) -> Optional[Handler]:
+    """The table's handler for ``kind``; operator namespaces share the aten handler."""
+    handler = HANDLERS.get(kind)
+    if handler is None and kind.startswith(_OPERATOR_NAMESPACES):
+        return _aten
+    return handler
