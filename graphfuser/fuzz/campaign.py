@@ -95,9 +95,10 @@ def _focus(case: dict) -> Optional[str]:
     return ops[0] if ops else None
 
 
-def shrink(case: dict, category: str, worker: Worker, seconds: float, seed: int, examples: int = 300
-           ) -> tuple[dict, dict, bool]:
-    """Shrink ``case`` to a minimal case failing with ``category``: hypothesis searches graphs built
+def shrink(case: dict, category: str, worker: Worker, seconds: float, seed: int, examples: int = 300,
+           target: Optional[tuple] = None) -> tuple[dict, dict, bool]:
+    """Shrink ``case`` to a minimal case failing with ``category`` (and ``target``'s signature, see
+    ``signature``): hypothesis searches graphs built
     around the case's first op and shrinks the first failure it finds. Returns the smallest
     failing case, its result and whether hypothesis found (and shrank) one; when it found none
     within the budget the original case is returned."""
@@ -121,7 +122,8 @@ def shrink(case: dict, category: str, worker: Worker, seconds: float, seed: int,
             # Out of budget: only the best case so far still fails, so the shrinker stops at once.
             return best[0] is not None and key == best[0]["_key"]
         res = worker.run(c)
-        ok = any(f["category"] == category for f in res["findings"])
+        ok = any(f["category"] == category for f in res["findings"]) and (
+            target is None or signature(category, c, res) == target)
         memo[key] = ok
         if ok and (best[0] is None or size(c) < size(best[0])):
             best[0], best[1] = dict(c, _key=key), res
@@ -215,6 +217,29 @@ def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: flo
             "cases": cases, "results": results}
 
 
+def _family(ops: list) -> str:
+    from .gen import NORMS, REDUCTIONS
+
+    if any(":" in o for o in ops):
+        return "alias/in-place"
+    if any(o in NORMS for o in ops):
+        return "normalization"
+    if any(o in REDUCTIONS for o in ops):
+        return "reduction"
+    return "pointwise"
+
+
+def signature(category: str, case: dict, result: dict) -> tuple:
+    """What tells failure classes apart before shrinking: the category, the family of ops in the
+    graph and, for errors, the message with numbers and kernel names blanked."""
+    import re
+
+    detail = next((f["detail"] for f in result["findings"] if f["category"] == category), "")
+    if category.startswith("wrong_"):
+        detail = "nan" if "nan" in detail else ""
+    return category, _family(case["ops"]), re.sub(r"[0-9a-f]{12}|\d+", "N", detail)[:80]
+
+
 def _shrink_classes(cases: list, results: list, failing: dict, worker: Worker, limit: int, seconds: float,
                     seed: int, say: Callable[[str], None]) -> list[dict]:
     """Shrink representatives: per category, the smallest failing cases with distinct first ops,
@@ -224,7 +249,7 @@ def _shrink_classes(cases: list, results: list, failing: dict, worker: Worker, l
         idx = sorted(failing.get(cat, []), key=lambda i: len(cases[i]["source"]))
         seen, picked = set(), []
         for i in idx:
-            f = _focus(cases[i])
+            f = signature(cat, cases[i], results[i])
             if f not in seen:
                 seen.add(f)
                 picked.append(i)
@@ -236,7 +261,8 @@ def _shrink_classes(cases: list, results: list, failing: dict, worker: Worker, l
                 order.append((cat, q.pop(0)))
     classes: dict[tuple, dict] = {}
     for k, (cat, i) in enumerate(order):
-        small, res, shrunk = shrink(cases[i], cat, worker, seconds, seed + k)
+        small, res, shrunk = shrink(cases[i], cat, worker, seconds, seed + k,
+                                    target=signature(cat, cases[i], results[i]))
         if not res:
             res = results[i]
         detail = next((f for f in res["findings"] if f["category"] == cat), {"detail": "", "call": -1})

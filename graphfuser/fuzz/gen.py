@@ -260,8 +260,8 @@ def _emit_special(s: _State, op: str) -> tuple[Optional[str], Optional[tuple]]:
     if op == "silu":
         return f"F.silu({a.name})", (a.shape, "f")
     if op == "softplus":
-        return f"F.softplus({a.name}, {d(st.sampled_from(('1.0', '2.0', '0.5')))}, {d(st.sampled_from(('20.0', '1.0')))})", \
-            (a.shape, "f")
+        beta, threshold = d(st.sampled_from(("1.0", "2.0", "0.5"))), d(st.sampled_from(("20.0", "1.0")))
+        return f"F.softplus({a.name}, {beta}, {threshold})", (a.shape, "f")
     if op == "clamp":
         if d(st.booleans()):
             b = _pick(s, "f")

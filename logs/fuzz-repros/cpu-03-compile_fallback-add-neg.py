@@ -51,6 +51,11 @@ if __name__ == "__main__":
 
     from graphfuser.fuzz.oracle import run_case
 
+    import tempfile
+
+    from graphfuser.config import config
+
+    config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))   # not the working directory
     DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     result = run_case(CASE, DEVICE, "/tmp", "repro")
     for f in result["findings"]:

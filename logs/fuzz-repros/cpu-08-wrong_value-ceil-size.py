@@ -1,12 +1,12 @@
 """graphfuser fuzz repro: wrong_value (known: issue 10 class 1: reductions over an empty extent).
 
-Observed (call 2): output 2: 1/1 elements; at [0]: graphfuser -1.10407e-33, eager nan, fp64 reference nan
+Observed (call 2): output 2: 1/1 elements; at [0]: graphfuser -4.87212e+37, eager nan, fp64 reference nan
 
 Ops: ceil, size, std. Calls (batch size, layout flipped): [(0, False), (0, False), (0, False), (0, False), (2, False), (2, False), (2, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: x0: float32['B'] dense positive
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-12-wrong_value-ceil-size.py
+Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-08-wrong_value-ceil-size.py
 """
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,11 @@ if __name__ == "__main__":
 
     from graphfuser.fuzz.oracle import run_case
 
+    import tempfile
+
+    from graphfuser.config import config
+
+    config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))   # not the working directory
     DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     result = run_case(CASE, DEVICE, "/tmp", "repro")
     for f in result["findings"]:

@@ -2,20 +2,19 @@
 
 Observed (call 1): SyntaxError: invalid syntax (<graphfuser host program fallback>, line 8)
 
-Ops: alias:reshape, layer_norm. Calls (batch size, layout flipped): [(3, False), (3, False), (3, False), (3, False), (3, True), (3, True), (3, True)]; graphfuser profiles
+Ops: group_norm, layer_norm. Calls (batch size, layout flipped): [(5, False), (5, False), (5, False), (5, False), (5, True), (5, True), (5, True)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: float32['B', 3] dense normal
+Inputs: x0: float32['B', 4, 1] transposed zeros
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-10-crash-alias_reshape-layer_norm.py
+Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-06-crash-group_norm-layer_norm.py
 """
 import torch
 import torch.nn.functional as F
 
 
 def fn(x0: torch.Tensor):
-    v0 = F.layer_norm(x0, [3], None, None, 1e-05)
-    v1 = x0.reshape(-1)
-    x0.mul_(0.5)
+    v0 = F.layer_norm(x0, [1], None, None, 1e-05)
+    v1 = F.group_norm(x0, 4, None, None, 0.1)
     return v1
 
 
@@ -24,26 +23,30 @@ CASE = {'source': 'import torch\n'
            '\n'
            '\n'
            'def fn(x0: torch.Tensor):\n'
-           '    v0 = F.layer_norm(x0, [3], None, None, 1e-05)\n'
-           '    v1 = x0.reshape(-1)\n'
-           '    x0.mul_(0.5)\n'
+           '    v0 = F.layer_norm(x0, [1], None, None, 1e-05)\n'
+           '    v1 = F.group_norm(x0, 4, None, None, 0.1)\n'
            '    return v1\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
              'dtype': 'float32',
-             'shape': ['B', 3],
-             'layout': 'dense',
-             'fill': 'normal',
+             'shape': ['B', 4, 1],
+             'layout': 'transposed',
+             'fill': 'zeros',
              'requires_grad': False}],
- 'calls': [[3, False], [3, False], [3, False], [3, False], [3, True], [3, True], [3, True]],
- 'ops': ['alias:reshape', 'layer_norm'],
- 'seed': 0}
+ 'calls': [[5, False], [5, False], [5, False], [5, False], [5, True], [5, True], [5, True]],
+ 'ops': ['group_norm', 'layer_norm'],
+ 'seed': 65536}
 
 if __name__ == "__main__":
     import sys
 
     from graphfuser.fuzz.oracle import run_case
 
+    import tempfile
+
+    from graphfuser.config import config
+
+    config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))   # not the working directory
     DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     result = run_case(CASE, DEVICE, "/tmp", "repro")
     for f in result["findings"]:

@@ -6,7 +6,7 @@ Ops: cos, inplace:neg_, inplace:sigmoid_, remainder. Calls (batch size, layout f
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: x0: uint8['B', 33, 33] dense ints; s0: int [0, 3]
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-13-missing_error-cos-inplace_neg_.py
+Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-12-missing_error-cos-inplace_neg_.py
 """
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,11 @@ if __name__ == "__main__":
 
     from graphfuser.fuzz.oracle import run_case
 
+    import tempfile
+
+    from graphfuser.config import config
+
+    config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))   # not the working directory
     DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     result = run_case(CASE, DEVICE, "/tmp", "repro")
     for f in result["findings"]:

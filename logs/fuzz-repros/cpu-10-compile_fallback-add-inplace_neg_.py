@@ -2,11 +2,11 @@
 
 Observed (call -1): graphfuser: prim::CpuFusionGroup (cpu_fusion_6be48f7861e0) could not be compiled: IndexError: list index out of range
 
-Ops: add. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, False), (1, False), (1, False)]; graphfuser profiles
+Ops: add, inplace:neg_. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, False), (1, False), (1, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: x0: float32[] dense normal
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-11-compile_fallback-add.py
+Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-10-compile_fallback-add-inplace_neg_.py
 """
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,7 @@ def fn(x0: torch.Tensor):
     v0 = x0 + x0
     v1 = x0 + x0
     v2 = x0 + x0
+    x0.neg_()
     return (v2, v0)
 
 
@@ -27,6 +28,7 @@ CASE = {'source': 'import torch\n'
            '    v0 = x0 + x0\n'
            '    v1 = x0 + x0\n'
            '    v2 = x0 + x0\n'
+           '    x0.neg_()\n'
            '    return (v2, v0)\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
@@ -36,7 +38,7 @@ CASE = {'source': 'import torch\n'
              'fill': 'normal',
              'requires_grad': False}],
  'calls': [[1, False], [1, False], [1, False], [1, False], [1, False], [1, False], [1, False]],
- 'ops': ['add'],
+ 'ops': ['add', 'inplace:neg_'],
  'seed': 0}
 
 if __name__ == "__main__":
@@ -44,6 +46,11 @@ if __name__ == "__main__":
 
     from graphfuser.fuzz.oracle import run_case
 
+    import tempfile
+
+    from graphfuser.config import config
+
+    config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))   # not the working directory
     DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     result = run_case(CASE, DEVICE, "/tmp", "repro")
     for f in result["findings"]:
