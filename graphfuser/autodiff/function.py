@@ -146,6 +146,8 @@ def make_differentiable_runner(group: Node, forward: Callable[..., tuple]) -> Ca
         jit_log("partition", 1, f"{group.kind} not fused under grad: {plan}; it runs eagerly")
         eager = _eager(sub)
         return eager
+    jit_log("partition", 1, f"{group.kind} runs under grad as one autograd node; its backward graph "
+                            f"returns the gradients of inputs {plan.grad_inputs}")
     jit_log_graph("graph_fuser", f"Backward of {group.kind} (before fusion):", plan.graph)
     dg = DifferentiableGroup(group, forward, plan)
     GROUPS[group] = dg    # read by graph_for's printer
