@@ -253,7 +253,7 @@ def lower_node(node, env: dict, b: ExprBuilder, emulate: Optional[bool] = None) 
         out_dtype, compute = node.output.type.dtype, compute_dtype(node.output.type.dtype)
     else:
         out_dtype, compute = row.result_dtypes(parts, consts)
-    if emulate and out_dtype in (torch.float16, torch.bfloat16):
+    if emulate and out_dtype in (torch.float16, torch.bfloat16) and _rounds_scalars(node):
         _round_scalar_operands(row.name, args, parts, out_dtype, b)
     result = row.lower(OpCall(args, parts, out_dtype, compute, b))
     results = result if isinstance(result, tuple) else (result,)
@@ -270,8 +270,16 @@ def lower_node(node, env: dict, b: ExprBuilder, emulate: Optional[bool] = None) 
 # Rows whose eager kernel computes with a Python-scalar operand converted to the tensor's
 # fp16/bf16 dtype first (TensorIterator's common-dtype cast of the wrapped number), measured on
 # torch's CPU kernels; mul and div keep the unrounded scalar (their reduced-float fast path).
+# CUDA kernels keep every scalar unrounded (see _rounds_scalars).
 _HALF_SCALAR_ARGS = {"add": ("other", "alpha"), "sub": ("other", "alpha"), "rsub": ("other", "alpha"),
                      "pow": ("exponent",), "fmod": ("other",), "remainder": ("other",)}
+
+
+def _rounds_scalars(node) -> bool:
+    """Eager's CPU kernels round a wrapped scalar to the tensor's half type first; its CUDA kernels
+    convert the scalar straight to the fp32 compute type (``opmath``) and do not."""
+    t = node.outputs[0].type if node.outputs else None
+    return isinstance(t, TensorType) and t.device is not None and t.device.type == "cpu"
 
 
 def _round_scalar_operands(row_name: str, args: dict, parts: dict, dtype: torch.dtype, b: ExprBuilder) -> None:

@@ -4,7 +4,7 @@ import torch
 
 import graphfuser
 from graphfuser.config import config
-from helpers import fallback_counter, fusion_groups
+from helpers import TOLERANCES, fallback_counter, fusion_groups
 
 pytestmark = pytest.mark.cuda
 
@@ -26,7 +26,8 @@ def test_cpu_zero_dim_operands(dtype):
         for v in (0.75, -2.5):
             s = torch.tensor(v, dtype=torch.float64)
             out = sf(x, s, k)
-            torch.testing.assert_close(out, mixed(x, s, k))
+            # fp32 intermediates against eager's per-op rounding: the project's half tolerances
+            torch.testing.assert_close(out, mixed(x, s, k), **TOLERANCES[dtype])
     assert counts["fallback"] == 0 and fusion_groups(sf._optimized)
 
 
