@@ -362,8 +362,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--tag", default=None, help="file name tag (default: device and GPU)")
     p.add_argument("--kinds", default=None, help="only collect node kinds into this JSON file")
     p.add_argument("--budget", type=float, default=0, help="stop starting new models after this many seconds")
+    p.add_argument("--offset", type=int, default=0, help="skip the first N models of the list (split long runs)")
     args = p.parse_args(argv)
-    names = model_names(args.models)
+    names = model_names(args.models)[args.offset:]
     if args.kinds:
         collect_kinds(names if args.models else kind_sources(), args.kinds)
         return 0
