@@ -1,22 +1,22 @@
-"""graphfuser fuzz repro: wrong_value (known: issue 10 class 1: reductions over an empty extent).
+"""graphfuser fuzz repro: missing_error (known: issue 10 class 4: eager's errors are lost (shape preconditions)).
 
-Observed (call 2): output 2: 1/1 elements; at [0]: graphfuser -4.87212e+37, eager nan, fp64 reference nan
+Observed (call 0): eager raised NotImplementedError: "bitwise_xor_cuda" not implemented for 'Float'
 
-Ops: ceil, size, std. Calls (batch size, layout flipped): [(0, False), (0, False), (0, False), (0, False), (2, False), (2, False), (2, False)]; graphfuser profiles
+Ops: atan2, bitwise_xor, inplace:mul_. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, False), (1, False), (1, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: float32['B'] dense positive
+Inputs: x0: float32[] dense normal
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-08-wrong_value-ceil-size.py
+Run from the repository root: PYTHONPATH=. python /root/out/f/fuzz-repros/cuda-02-missing_error-atan2-bitwise_xor.py
 """
 import torch
 import torch.nn.functional as F
 
 
 def fn(x0: torch.Tensor):
-    v0 = x0 * x0.size(-1)
-    v1 = torch.std(v0, [0], unbiased=True, keepdim=True)
-    v2 = v0.ceil()
-    return (v2, v0, v1)
+    v0 = x0 ^ x0
+    v1 = torch.atan2(x0, x0)
+    x0.mul_(x0)
+    return v1
 
 
 CASE = {'source': 'import torch\n'
@@ -24,20 +24,20 @@ CASE = {'source': 'import torch\n'
            '\n'
            '\n'
            'def fn(x0: torch.Tensor):\n'
-           '    v0 = x0 * x0.size(-1)\n'
-           '    v1 = torch.std(v0, [0], unbiased=True, keepdim=True)\n'
-           '    v2 = v0.ceil()\n'
-           '    return (v2, v0, v1)\n',
+           '    v0 = x0 ^ x0\n'
+           '    v1 = torch.atan2(x0, x0)\n'
+           '    x0.mul_(x0)\n'
+           '    return v1\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
              'dtype': 'float32',
-             'shape': ['B'],
+             'shape': [],
              'layout': 'dense',
-             'fill': 'positive',
+             'fill': 'normal',
              'requires_grad': False}],
- 'calls': [[0, False], [0, False], [0, False], [0, False], [2, False], [2, False], [2, False]],
- 'ops': ['ceil', 'size', 'std'],
- 'seed': 200}
+ 'calls': [[1, False], [1, False], [1, False], [1, False], [1, False], [1, False], [1, False]],
+ 'ops': ['atan2', 'bitwise_xor', 'inplace:mul_'],
+ 'seed': 7}
 
 if __name__ == "__main__":
     import sys

@@ -1,22 +1,21 @@
-"""graphfuser fuzz repro: compile_fallback (known: issue 10 class 7: crashes in the pipeline).
+"""graphfuser fuzz repro: missing_error (known: issue 10 class 4: eager's errors are lost (shape preconditions)).
 
-Observed (call -1): graphfuser: prim::CpuFusionGroup (cpu_fusion_c7dadb898df4) could not be compiled: IndexError: list index out of range
+Observed (call 0): eager raised NotImplementedError: "bitwise_not_cpu" not implemented for 'BFloat16'
 
-Ops: add, neg, sub. Calls (batch size, layout flipped): [(3, False), (3, False), (3, False), (3, False), (7, True), (7, True), (7, True)]; graphfuser profiles
+Ops: atan, bitwise_not. Calls (batch size, layout flipped): [(0, False), (0, False), (0, False), (0, False), (1, False), (1, False), (1, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: float32['B'] dense normal; x1: float32[] dense nan_inf
+Inputs: x0: bfloat16['B', 33, 1] channels_last normal; x1: float64[33, 1] sliced zeros
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-03-compile_fallback-add-neg.py
+Run from the repository root: PYTHONPATH=. python /root/out/cpu/fuzz-repros/cpu-01-missing_error-atan-bitwise_not.py
 """
 import torch
 import torch.nn.functional as F
 
 
 def fn(x0: torch.Tensor, x1: torch.Tensor):
-    v0 = x0 - x0
-    v1 = torch.neg(x1)
-    v2 = v1 + 0.5
-    return v2
+    v0 = torch.bitwise_not(x0)
+    v1 = x0.atan()
+    return v1
 
 
 CASE = {'source': 'import torch\n'
@@ -24,27 +23,26 @@ CASE = {'source': 'import torch\n'
            '\n'
            '\n'
            'def fn(x0: torch.Tensor, x1: torch.Tensor):\n'
-           '    v0 = x0 - x0\n'
-           '    v1 = torch.neg(x1)\n'
-           '    v2 = v1 + 0.5\n'
-           '    return v2\n',
+           '    v0 = torch.bitwise_not(x0)\n'
+           '    v1 = x0.atan()\n'
+           '    return v1\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
-             'dtype': 'float32',
-             'shape': ['B'],
-             'layout': 'dense',
+             'dtype': 'bfloat16',
+             'shape': ['B', 33, 1],
+             'layout': 'channels_last',
              'fill': 'normal',
              'requires_grad': False},
             {'name': 'x1',
              'kind': 'tensor',
-             'dtype': 'float32',
-             'shape': [],
-             'layout': 'dense',
-             'fill': 'nan_inf',
+             'dtype': 'float64',
+             'shape': [33, 1],
+             'layout': 'sliced',
+             'fill': 'zeros',
              'requires_grad': False}],
- 'calls': [[3, False], [3, False], [3, False], [3, False], [7, True], [7, True], [7, True]],
- 'ops': ['add', 'neg', 'sub'],
- 'seed': 911}
+ 'calls': [[0, False], [0, False], [0, False], [0, False], [1, False], [1, False], [1, False]],
+ 'ops': ['atan', 'bitwise_not'],
+ 'seed': 29765}
 
 if __name__ == "__main__":
     import sys

@@ -1,43 +1,42 @@
 """graphfuser fuzz repro: wrong_value (known: issue 10 class 6: in-place writes through aliases).
 
-Observed (call 2): output 1: 16/16 elements; at [0, 0]: graphfuser 16, eager nan, fp64 reference nan
+Observed (call 2): output 0: 4/4 elements; at [0, 0, 0]: graphfuser nan, eager 0.333333, fp64 reference 0.333333
 
-Ops: exp, inplace:clamp_, size. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, False), (1, False), (1, False)]; graphfuser profiles
+Ops: fmod, inplace:clamp_. Calls (batch size, layout flipped): [(2, False), (2, False), (2, False), (2, False), (2, False), (2, False), (2, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: float64['B', 16] channels_last constant_rows
+Inputs: x0: float64['B', 2, 1] dense constant_rows; s0: int [-1, -1]
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-00-wrong_value-exp-inplace_clamp_.py
+Run from the repository root: PYTHONPATH=. python /root/out/cpu/fuzz-repros/cpu-03-wrong_value-fmod-inplace_clamp_.py
 """
 import torch
 import torch.nn.functional as F
 
 
-def fn(x0: torch.Tensor):
-    v0 = x0 * x0.size(-1)
-    v1 = torch.exp(x0)
+def fn(x0: torch.Tensor, s0: int):
+    v0 = torch.fmod(x0, s0)
     v0.clamp_(min=float("nan"))
-    return (v1, v0)
+    return v0
 
 
 CASE = {'source': 'import torch\n'
            'import torch.nn.functional as F\n'
            '\n'
            '\n'
-           'def fn(x0: torch.Tensor):\n'
-           '    v0 = x0 * x0.size(-1)\n'
-           '    v1 = torch.exp(x0)\n'
+           'def fn(x0: torch.Tensor, s0: int):\n'
+           '    v0 = torch.fmod(x0, s0)\n'
            '    v0.clamp_(min=float("nan"))\n'
-           '    return (v1, v0)\n',
+           '    return v0\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
              'dtype': 'float64',
-             'shape': ['B', 16],
-             'layout': 'channels_last',
+             'shape': ['B', 2, 1],
+             'layout': 'dense',
              'fill': 'constant_rows',
-             'requires_grad': False}],
- 'calls': [[1, False], [1, False], [1, False], [1, False], [1, False], [1, False], [1, False]],
- 'ops': ['exp', 'inplace:clamp_', 'size'],
- 'seed': 18194}
+             'requires_grad': False},
+            {'name': 's0', 'kind': 'int', 'values': [-1, -1]}],
+ 'calls': [[2, False], [2, False], [2, False], [2, False], [2, False], [2, False], [2, False]],
+ 'ops': ['fmod', 'inplace:clamp_'],
+ 'seed': 328}
 
 if __name__ == "__main__":
     import sys

@@ -1,21 +1,22 @@
 """graphfuser fuzz repro: missing_error (known: issue 10 class 4: eager's errors are lost (shape preconditions)).
 
-Observed (call 0): eager raised NotImplementedError: "GeluKernelImpl" not implemented for 'Byte'
+Observed (call 0): eager raised RuntimeError: result type Float can't be cast to the desired output type Byte
 
-Ops: alias:dropout, gelu. Calls (batch size, layout flipped): [(4, False), (4, False), (4, False), (4, False), (0, True), (0, True), (0, True)]; graphfuser profiles
+Ops: alias:t, inplace:exp_, relu. Calls (batch size, layout flipped): [(0, False), (0, False), (0, False), (0, False), (0, False), (0, False), (0, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: uint8['B', 5, 1, 1] transposed zeros
+Inputs: x0: uint8['B'] dense zeros
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-09-missing_error-alias_dropout-gelu.py
+Run from the repository root: PYTHONPATH=. python /root/out/cpu/fuzz-repros/cpu-04-missing_error-alias_t-inplace_exp_.py
 """
 import torch
 import torch.nn.functional as F
 
 
 def fn(x0: torch.Tensor):
-    v0 = F.gelu(x0, approximate="none")
-    v1 = F.dropout(x0, 0.5, False)
-    x0.add_(1)
+    v0 = x0.type_as(x0)
+    v0.mul_(2)
+    v0.exp_()
+    v1 = torch.relu(x0)
     return v1
 
 
@@ -24,20 +25,21 @@ CASE = {'source': 'import torch\n'
            '\n'
            '\n'
            'def fn(x0: torch.Tensor):\n'
-           '    v0 = F.gelu(x0, approximate="none")\n'
-           '    v1 = F.dropout(x0, 0.5, False)\n'
-           '    x0.add_(1)\n'
+           '    v0 = x0.type_as(x0)\n'
+           '    v0.mul_(2)\n'
+           '    v0.exp_()\n'
+           '    v1 = torch.relu(x0)\n'
            '    return v1\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
              'dtype': 'uint8',
-             'shape': ['B', 5, 1, 1],
-             'layout': 'transposed',
+             'shape': ['B'],
+             'layout': 'dense',
              'fill': 'zeros',
              'requires_grad': False}],
- 'calls': [[4, False], [4, False], [4, False], [4, False], [0, True], [0, True], [0, True]],
- 'ops': ['alias:dropout', 'gelu'],
- 'seed': 1032}
+ 'calls': [[0, False], [0, False], [0, False], [0, False], [0, False], [0, False], [0, False]],
+ 'ops': ['alias:t', 'inplace:exp_', 'relu'],
+ 'seed': 11506}
 
 if __name__ == "__main__":
     import sys

@@ -1,21 +1,21 @@
-"""graphfuser fuzz repro: compile_fallback (known: issue 10 class 7: crashes in the pipeline).
+"""graphfuser fuzz repro: wrong_value (known: issue 10 class 6: in-place writes through aliases).
 
-Observed (call -1): graphfuser: prim::CpuFusionGroup (cpu_fusion_6781cd6fb2c2) could not be compiled: CompileError: C++ kernel failed to compile (g++ (Debian 12.2.0-14+deb12u1) 12.2.0, exit 1):
+Observed (call 0): output 0: 1/1 elements; at []: graphfuser -1.16188, eager -1.62811, fp64 reference -1.62811
 
-Ops: add, amax, inplace:neg_. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, False), (1, False), (1, False)]; graphfuser profiles
+Ops: add, alias:type_as. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, True), (1, True), (1, True)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: x0: float32[] dense normal; x1: float32[] dense normal; x2: float32[] dense normal
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-07-compile_fallback-add-amax.py
+Run from the repository root: PYTHONPATH=. python /root/out/f/fuzz-repros/cuda-00-wrong_value-add-alias_type_as.py
 """
 import torch
 import torch.nn.functional as F
 
 
 def fn(x0: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor):
-    x0.neg_()
-    v0 = torch.amax(x0, [], keepdim=False)
-    v1 = x0 + v0
+    v0 = x0.type_as(x0)
+    v0.mul_(2)
+    v1 = x0 + x1
     return v1
 
 
@@ -24,9 +24,9 @@ CASE = {'source': 'import torch\n'
            '\n'
            '\n'
            'def fn(x0: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor):\n'
-           '    x0.neg_()\n'
-           '    v0 = torch.amax(x0, [], keepdim=False)\n'
-           '    v1 = x0 + v0\n'
+           '    v0 = x0.type_as(x0)\n'
+           '    v0.mul_(2)\n'
+           '    v1 = x0 + x1\n'
            '    return v1\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
@@ -49,9 +49,9 @@ CASE = {'source': 'import torch\n'
              'layout': 'dense',
              'fill': 'normal',
              'requires_grad': False}],
- 'calls': [[1, False], [1, False], [1, False], [1, False], [1, False], [1, False], [1, False]],
- 'ops': ['add', 'amax', 'inplace:neg_'],
- 'seed': 0}
+ 'calls': [[1, False], [1, False], [1, False], [1, False], [1, True], [1, True], [1, True]],
+ 'ops': ['add', 'alias:type_as'],
+ 'seed': 3764}
 
 if __name__ == "__main__":
     import sys

@@ -1,22 +1,22 @@
 """graphfuser fuzz repro: compile_fallback (known: issue 10 class 7: crashes in the pipeline).
 
-Observed (call -1): graphfuser: prim::CpuFusionGroup (cpu_fusion_0435fcc6271e) could not be compiled: EmptyReductionError: max / min over an empty dim
+Observed (call -1): graphfuser: prim::CpuFusionGroup (cpu_fusion_a3568c0d371c) could not be compiled: LoweringError: reduced loop axes without a reduction
 
-Ops: inplace:neg_, log_softmax, size. Calls (batch size, layout flipped): [(0, False), (0, False), (0, False), (0, False), (0, True), (0, True), (0, True)]; graphfuser profiles
+Ops: amax, isinf, mul. Calls (batch size, layout flipped): [(5, False), (5, False), (5, False), (5, False), (1, False), (1, False), (1, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: float16['B', 5, 33, 7] expanded constant_rows
+Inputs: x0: int64['B', 16, 3] dense ints
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-13-compile_fallback-inplace_neg_-log_softmax.py
+Run from the repository root: PYTHONPATH=. python /root/out/cpu/fuzz-repros/cpu-02-compile_fallback-amax-isinf.py
 """
 import torch
 import torch.nn.functional as F
 
 
 def fn(x0: torch.Tensor):
-    v0 = x0 * x0.size(-1)
-    v0.neg_()
-    v1 = torch.log_softmax(x0, -4)
-    return v1
+    v0 = x0 * 1e+30
+    v1 = torch.amax(x0, [2], keepdim=True)
+    v2 = v1.isinf()
+    return v2
 
 
 CASE = {'source': 'import torch\n'
@@ -24,20 +24,20 @@ CASE = {'source': 'import torch\n'
            '\n'
            '\n'
            'def fn(x0: torch.Tensor):\n'
-           '    v0 = x0 * x0.size(-1)\n'
-           '    v0.neg_()\n'
-           '    v1 = torch.log_softmax(x0, -4)\n'
-           '    return v1\n',
+           '    v0 = x0 * 1e+30\n'
+           '    v1 = torch.amax(x0, [2], keepdim=True)\n'
+           '    v2 = v1.isinf()\n'
+           '    return v2\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
-             'dtype': 'float16',
-             'shape': ['B', 5, 33, 7],
-             'layout': 'expanded',
-             'fill': 'constant_rows',
+             'dtype': 'int64',
+             'shape': ['B', 16, 3],
+             'layout': 'dense',
+             'fill': 'ints',
              'requires_grad': False}],
- 'calls': [[0, False], [0, False], [0, False], [0, False], [0, True], [0, True], [0, True]],
- 'ops': ['inplace:neg_', 'log_softmax', 'size'],
- 'seed': 21824}
+ 'calls': [[5, False], [5, False], [5, False], [5, False], [1, False], [1, False], [1, False]],
+ 'ops': ['amax', 'isinf', 'mul'],
+ 'seed': 48309}
 
 if __name__ == "__main__":
     import sys

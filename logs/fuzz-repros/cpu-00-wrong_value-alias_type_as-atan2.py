@@ -1,20 +1,21 @@
-"""graphfuser fuzz repro: crash (known: issue 10 class 1: reductions over an empty extent).
+"""graphfuser fuzz repro: wrong_value (known: issue 10 class 6: in-place writes through aliases).
 
-Observed (call 1): SyntaxError: invalid syntax (<graphfuser host program fallback>, line 8)
+Observed (call 0): input x0 after the call: 6/6 elements; at [0, 0]: graphfuser -0.802765, eager -1.60553
 
-Ops: group_norm, layer_norm. Calls (batch size, layout flipped): [(5, False), (5, False), (5, False), (5, False), (5, True), (5, True), (5, True)]; graphfuser profiles
+Ops: alias:type_as, atan2. Calls (batch size, layout flipped): [(2, False), (2, False), (2, False), (2, False), (4, False), (4, False), (4, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: float32['B', 4, 1] transposed zeros
+Inputs: x0: float32['B', 3] dense normal
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-06-crash-group_norm-layer_norm.py
+Run from the repository root: PYTHONPATH=. python /root/out/cpu/fuzz-repros/cpu-00-wrong_value-alias_type_as-atan2.py
 """
 import torch
 import torch.nn.functional as F
 
 
 def fn(x0: torch.Tensor):
-    v0 = F.layer_norm(x0, [1], None, None, 1e-05)
-    v1 = F.group_norm(x0, 4, None, None, 0.1)
+    v0 = x0.type_as(x0)
+    v0.mul_(2)
+    v1 = torch.atan2(x0, x0)
     return v1
 
 
@@ -23,19 +24,20 @@ CASE = {'source': 'import torch\n'
            '\n'
            '\n'
            'def fn(x0: torch.Tensor):\n'
-           '    v0 = F.layer_norm(x0, [1], None, None, 1e-05)\n'
-           '    v1 = F.group_norm(x0, 4, None, None, 0.1)\n'
+           '    v0 = x0.type_as(x0)\n'
+           '    v0.mul_(2)\n'
+           '    v1 = torch.atan2(x0, x0)\n'
            '    return v1\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
              'dtype': 'float32',
-             'shape': ['B', 4, 1],
-             'layout': 'transposed',
-             'fill': 'zeros',
+             'shape': ['B', 3],
+             'layout': 'dense',
+             'fill': 'normal',
              'requires_grad': False}],
- 'calls': [[5, False], [5, False], [5, False], [5, False], [5, True], [5, True], [5, True]],
- 'ops': ['group_norm', 'layer_norm'],
- 'seed': 65536}
+ 'calls': [[2, False], [2, False], [2, False], [2, False], [4, False], [4, False], [4, False]],
+ 'ops': ['alias:type_as', 'atan2'],
+ 'seed': 916}
 
 if __name__ == "__main__":
     import sys

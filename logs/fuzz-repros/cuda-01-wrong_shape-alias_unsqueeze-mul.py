@@ -1,21 +1,21 @@
-"""graphfuser fuzz repro: missing_error (known: issue 10 class 4: eager's errors are lost (shape preconditions)).
+"""graphfuser fuzz repro: wrong_shape (known: issue 10 class 6: in-place writes through aliases).
 
-Observed (call 0): eager raised RuntimeError: result type Float can't be cast to the desired output type Byte
+Observed (call 2): output 0: () vs eager (1,)
 
-Ops: inplace:add_, mul, size. Calls (batch size, layout flipped): [(4, False), (4, False), (4, False), (4, False), (1, False), (1, False), (1, False)]; graphfuser profiles
+Ops: alias:unsqueeze, mul. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, False), (1, False), (1, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: uint8['B', 7] dense huge_mean
+Inputs: x0: float32[] dense zeros
 
-Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-01-missing_error-inplace_add_-mul.py
+Run from the repository root: PYTHONPATH=. python /root/out/f/fuzz-repros/cuda-01-wrong_shape-alias_unsqueeze-mul.py
 """
 import torch
 import torch.nn.functional as F
 
 
 def fn(x0: torch.Tensor):
-    v0 = 7 * x0
-    v1 = x0 * x0.size(-1)
-    v0.add_(3.0)
+    v0 = 1 * x0
+    v1 = v0.unsqueeze(0)
+    v1.mul_(2)
     return v1
 
 
@@ -24,20 +24,20 @@ CASE = {'source': 'import torch\n'
            '\n'
            '\n'
            'def fn(x0: torch.Tensor):\n'
-           '    v0 = 7 * x0\n'
-           '    v1 = x0 * x0.size(-1)\n'
-           '    v0.add_(3.0)\n'
+           '    v0 = 1 * x0\n'
+           '    v1 = v0.unsqueeze(0)\n'
+           '    v1.mul_(2)\n'
            '    return v1\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
-             'dtype': 'uint8',
-             'shape': ['B', 7],
+             'dtype': 'float32',
+             'shape': [],
              'layout': 'dense',
-             'fill': 'huge_mean',
+             'fill': 'zeros',
              'requires_grad': False}],
- 'calls': [[4, False], [4, False], [4, False], [4, False], [1, False], [1, False], [1, False]],
- 'ops': ['inplace:add_', 'mul', 'size'],
- 'seed': 429}
+ 'calls': [[1, False], [1, False], [1, False], [1, False], [1, False], [1, False], [1, False]],
+ 'ops': ['alias:unsqueeze', 'mul'],
+ 'seed': 0}
 
 if __name__ == "__main__":
     import sys
