@@ -86,7 +86,9 @@ def test_gradcheck_fp64():
     for _ in range(4):
         sf(x, y)[0].sum().backward()
     before = dict(STATS)
-    assert torch.autograd.gradcheck(lambda a, b: sf(a, b)[0], (x, y))
+    # nondet_tol: gradcheck's repeated backward calls may switch from a guard-miss fallback to a new
+    # fused specialization of the backward graph in between, which rounds differently (1 ulp)
+    assert torch.autograd.gradcheck(lambda a, b: sf(a, b)[0], (x, y), nondet_tol=1e-12)
     assert STATS["backward"] > before["backward"]
 
 
