@@ -28,8 +28,11 @@ setup: $(VENV)/.installed
 demo: setup
 	$(PY) tools/demo.py
 
+# Two workers: most of the suite's time is g++ / NVRTC compiling kernels, one per process.
+PYTEST_WORKERS ?= 2
+
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) tests
 
 bench-cpu: setup
 	$(PY) tools/bench.py --device cpu

@@ -28,14 +28,17 @@ UNARY_ANY = ("neg", "abs", "sign", "floor", "ceil", "trunc", "round", "relu", "l
              "isnan", "isinf", "isfinite")
 BINARY = ("add", "sub", "mul", "div", "rsub", "floor_divide", "atan2", "pow", "fmod", "remainder", "maximum",
           "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-          "bitwise_and", "bitwise_or", "bitwise_xor")
+          "bitwise_and", "bitwise_or", "bitwise_xor", "fmax", "fmin", "max_other", "min_other")
+# rows whose torch spelling differs from the row name
+TORCH_NAMES = {"max_other": "max", "min_other": "min"}
 OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floor_divide": "//", "remainder": "%",
              "pow": "**", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
              "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
 BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
                "isnan", "isinf", "isfinite"}
 SPECIAL = ("leaky_relu", "hardtanh", "gelu", "silu", "softplus", "clamp", "clamp_min", "clamp_max", "where",
-           "threshold", "lerp", "addcmul", "addcdiv", "nan_to_num", "dropout", "to")
+           "threshold", "lerp", "addcmul", "addcdiv", "nan_to_num", "dropout", "to", "relu6", "hardswish",
+           "hardsigmoid", "mish", "masked_fill")
 REDUCTIONS = ("sum", "mean", "prod", "amax", "amin", "var", "std", "var_mean", "std_mean", "sum_to_size")
 NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "layer_norm", "native_layer_norm", "rms_norm",
          "batch_norm", "instance_norm", "group_norm")
@@ -142,7 +145,8 @@ def _scalar_arg(s: _State, kind: str) -> str:
     return name
 
 
-TENSOR_ONLY = ("maximum", "minimum", "logical_and", "logical_or", "logical_xor", "atan2")
+TENSOR_ONLY = ("maximum", "minimum", "logical_and", "logical_or", "logical_xor", "atan2", "fmax", "fmin", "max_other",
+               "min_other")
 
 
 def _other(s: _State, a: Var, float_ok: bool = True, tensor: bool = False) -> tuple[str, Shape, str]:
@@ -229,7 +233,7 @@ def _emit_op(s: _State, op: str) -> bool:
             line = f"torch.div({a.name}, {bname}, rounding_mode={mode})"
             kind = _result_kind(a.kind, bkind)
         else:
-            line = f"torch.{op}({a.name}, {bname})"
+            line = f"torch.{TORCH_NAMES.get(op, op)}({a.name}, {bname})"
         out = (_bcast(a.shape, bshape), kind)
     elif op in SPECIAL:
         line, out = _emit_special(s, op)
@@ -250,6 +254,12 @@ def _emit_special(s: _State, op: str) -> tuple[Optional[str], Optional[tuple]]:
     d = s.d
     a = _pick(s, "f")
     lit = lambda: d(st.sampled_from(FLOAT_LITERALS[:5] + ('float("nan")',)))  # noqa: E731
+    if op in ("relu6", "hardswish", "hardsigmoid", "mish"):
+        return f"F.{op}({a.name})", (a.shape, a.kind if op == "relu6" else "f")
+    if op == "masked_fill":
+        m = _pick(s, "b") or a
+        cond = m.name if m.kind == "b" else f"({m.name} > 0)"
+        return f"{a.name}.masked_fill({cond}, {lit()})", (_bcast(a.shape, m.shape), a.kind)
     if op == "leaky_relu":
         return f"F.leaky_relu({a.name}, {d(st.sampled_from(('0.01', '0.2', '-0.5')))})", (a.shape, a.kind)
     if op == "hardtanh":
