@@ -24,6 +24,8 @@ the output instead of the bias epilogue plus a separate kernel. Only a bias whos
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from ..config import config
 from ..executor.builtins import resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
@@ -79,7 +81,7 @@ def _split_bias(block: Block, node: Node, spatial: int) -> bool:
     return True
 
 
-def _int_list(v: Value):
+def constant_ints(v: Value) -> Optional[list[int]]:
     """The constant int list ``v`` holds (a constant or a ListConstruct of constants), else None."""
     if v.is_constant:
         c = v.constant()
@@ -90,7 +92,7 @@ def _int_list(v: Value):
 
 
 def _global_pool(block: Block, node: Node, dims: int) -> bool:
-    size = _int_list(node.inputs[1])
+    size = constant_ints(node.inputs[1])
     if size is None or len(size) not in (1, dims) or any(s != 1 for s in size):
         return False
     e = _Emitter(block, node)

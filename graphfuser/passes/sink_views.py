@@ -30,6 +30,7 @@ from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type
 from ..log import jit_log
 from ..ops import lookup
+from .decompose import constant_ints
 
 _PERMUTE = "aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)"
 _UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
@@ -56,15 +57,6 @@ def unsqueeze_type(t: TensorType, dim: int) -> TensorType:
 
 
 # -- the rewrite ------------------------------------------------------------------------------
-def _const_ints(v: Value) -> Optional[list[int]]:
-    if v.is_constant:
-        c = v.constant()
-        return [c] if isinstance(c, int) else list(c) if isinstance(c, (list, tuple)) else None
-    if v.node is not None and v.node.kind == "prim::ListConstruct" and all(i.is_constant for i in v.node.inputs):
-        return [i.constant() for i in v.node.inputs]
-    return None
-
-
 def _view_plan(view: Node) -> Optional[list[tuple[str, int | list[int]]]]:
     """The view as steps over the producer's rank-r result: [("permute", dims)] or [("unsqueeze", d)]."""
     out = view.outputs[0].type
@@ -72,12 +64,12 @@ def _view_plan(view: Node) -> Optional[list[tuple[str, int | list[int]]]]:
         return None
     r = out.rank
     if view.kind == "aten::permute":
-        dims = _const_ints(view.inputs[1])
+        dims = constant_ints(view.inputs[1])
         if dims is None or len(dims) != r:
             return None
         return [("permute", [d % r for d in dims])]
     if view.kind == "aten::transpose" and len(view.inputs) == 3:
-        d = _const_ints(view.inputs[1]), _const_ints(view.inputs[2])
+        d = constant_ints(view.inputs[1]), constant_ints(view.inputs[2])
         if None in d or r == 0:
             return None
         a, b = d[0][0] % r, d[1][0] % r
@@ -85,7 +77,7 @@ def _view_plan(view: Node) -> Optional[list[tuple[str, int | list[int]]]]:
         dims[a], dims[b] = dims[b], dims[a]
         return [("permute", dims)]
     if view.kind == "aten::unsqueeze":
-        d = _const_ints(view.inputs[1])
+        d = constant_ints(view.inputs[1])
         if d is None:
             return None
         return [("unsqueeze", d[0] % r)]
