@@ -212,6 +212,18 @@ def _emulating() -> bool:
         return False
 
 
+def _torchscript_answers(fn, case: dict, call: int, device: str) -> bool:
+    """Does torch.jit.script's own function return (not raise) on this call's inputs? Then an error
+    eager raises was lost before graphfuser saw the graph (TorchScript drops unused ops)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.jit.script(fn)(*make_args(case, call, device))
+        return True
+    except Exception:  # noqa: BLE001 - TorchScript raises too: graphfuser lost the error
+        return False
+
+
 def run_case(case: dict, device: str, workdir: str, tag: str) -> dict:
     """Run ``case``; the result lists findings (category, call, detail), whether a generated
     kernel ran after profiling, the ops that ended up inside fusion groups and the timing."""
@@ -266,6 +278,10 @@ def run_case(case: dict, device: str, workdir: str, tag: str) -> dict:
             if call >= profiling and LAUNCHES[0] > before:
                 result["kernel_ran"] = True
             if err_e is not None and err_g is None:
+                if _torchscript_answers(fn, case, call, device):
+                    deviations.append({"deviation": "torchscript_semantics", "call": call,
+                                       "detail": f"eager raised {type(err_e).__name__}; torch.jit.script does not"})
+                    continue
                 findings.append({"category": "missing_error", "call": call,
                                  "detail": f"eager raised {type(err_e).__name__}: {str(err_e).splitlines()[0][:300]}"})
                 continue
