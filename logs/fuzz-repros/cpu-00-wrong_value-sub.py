@@ -1,43 +1,40 @@
-"""graphfuser fuzz repro: wrong_shape (known: issue 10 class 6: in-place writes through aliases).
+"""graphfuser fuzz repro: wrong_value.
 
-Observed (call 2): output 0: () vs eager (1,)
+Observed (call 0): output 0: 1/1 elements; at []: graphfuser 255, eager -1, fp64 reference -1
 
-Ops: alias:unsqueeze, mul. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, False), (1, False), (1, False)]; graphfuser profiles
+Ops: sub. Calls (batch size, layout flipped): [(1, False), (1, False), (1, False), (1, False), (1, False), (1, False), (1, False)]; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
-Inputs: x0: float32[] dense zeros
+Inputs: x0: uint8[] dense constant_rows; s0: float [0.0, 0.0]
 
-Run from the repository root: PYTHONPATH=. python /root/out/f/fuzz-repros/cuda-01-wrong_shape-alias_unsqueeze-mul.py
+Run from the repository root: PYTHONPATH=. python /root/out/c/fuzz-repros/cpu-00-wrong_value-sub.py
 """
 import torch
 import torch.nn.functional as F
 
 
-def fn(x0: torch.Tensor):
-    v0 = 1 * x0
-    v1 = v0.unsqueeze(0)
-    v1.mul_(2)
-    return v1
+def fn(x0: torch.Tensor, s0: float):
+    v0 = s0 - x0
+    return v0
 
 
 CASE = {'source': 'import torch\n'
            'import torch.nn.functional as F\n'
            '\n'
            '\n'
-           'def fn(x0: torch.Tensor):\n'
-           '    v0 = 1 * x0\n'
-           '    v1 = v0.unsqueeze(0)\n'
-           '    v1.mul_(2)\n'
-           '    return v1\n',
+           'def fn(x0: torch.Tensor, s0: float):\n'
+           '    v0 = s0 - x0\n'
+           '    return v0\n',
  'inputs': [{'name': 'x0',
              'kind': 'tensor',
-             'dtype': 'float32',
+             'dtype': 'uint8',
              'shape': [],
              'layout': 'dense',
-             'fill': 'zeros',
-             'requires_grad': False}],
+             'fill': 'constant_rows',
+             'requires_grad': False},
+            {'name': 's0', 'kind': 'float', 'values': [0.0, 0.0]}],
  'calls': [[1, False], [1, False], [1, False], [1, False], [1, False], [1, False], [1, False]],
- 'ops': ['alias:unsqueeze', 'mul'],
- 'seed': 0}
+ 'ops': ['sub'],
+ 'seed': 303}
 
 if __name__ == "__main__":
     import sys
