@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pprint
-from typing import Any
+from typing import Any, Optional
 
 from .known import DEVIATIONS
 
@@ -24,22 +24,29 @@ Run from the repository root: PYTHONPATH=. python {path}
 CASE = {case}
 
 if __name__ == "__main__":
+    from graphfuser.fuzz.report import run_repro
+
+    raise SystemExit(run_repro(CASE))
+'''
+
+
+def run_repro(case: dict, argv: Optional[list[str]] = None) -> int:
+    """What a repro file runs: the case on ``argv[0]`` (default cpu); prints each difference from
+    eager, returns 1 if there is one. Repros written by a failing fusion go to a temporary folder,
+    never the working directory."""
     import sys
-
-    from graphfuser.fuzz.oracle import run_case
-
     import tempfile
 
-    from graphfuser.config import config
+    from ..config import config
+    from .oracle import run_case
 
-    config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))   # not the working directory
-    DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    result = run_case(CASE, DEVICE, "/tmp", "repro")
+    argv = sys.argv[1:] if argv is None else argv
+    config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))
+    result = run_case(case, argv[0] if argv else "cpu", tempfile.gettempdir(), "repro")
     for f in result["findings"]:
-        print(f"{{f['category']}} (call {{f['call']}}): {{f['detail']}}")
+        print(f"{f['category']} (call {f['call']}): {f['detail']}")
     print("no difference from eager" if not result["findings"] else "")
-    sys.exit(1 if result["findings"] else 0)
-'''
+    return 1 if result["findings"] else 0
 
 
 def _describe_inputs(case: dict) -> str:

@@ -47,18 +47,6 @@ CASE = {'source': 'import torch\n'
  'seed': 600}
 
 if __name__ == "__main__":
-    import sys
+    from graphfuser.fuzz.report import run_repro
 
-    from graphfuser.fuzz.oracle import run_case
-
-    import tempfile
-
-    from graphfuser.config import config
-
-    config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))   # not the working directory
-    DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    result = run_case(CASE, DEVICE, "/tmp", "repro")
-    for f in result["findings"]:
-        print(f"{f['category']} (call {f['call']}): {f['detail']}")
-    print("no difference from eager" if not result["findings"] else "")
-    sys.exit(1 if result["findings"] else 0)
+    raise SystemExit(run_repro(CASE))
