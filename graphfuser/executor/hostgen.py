@@ -69,7 +69,9 @@ class _Gen:
         return name
 
     def literal(self, value: Any) -> str:
-        if isinstance(value, _SIMPLE) or (isinstance(value, float) and math.isfinite(value)):
+        # exact types only: a str or int subclass (timm's ``Format(str, Enum)``) has a repr that
+        # is not Python source, so it is bound like any other object
+        if type(value) in _SIMPLE or (type(value) is float and math.isfinite(value)):
             return repr(value)
         return self.bind(value, "k")
 

@@ -1,6 +1,7 @@
 """The TorchScript language in host programs: every construct scripted models emit runs and
 matches eager (values, mutation of lists and dicts, raised errors), and a construct the table
 has no handler for runs through torch.jit.script with one warning."""
+import enum
 import warnings
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -336,3 +337,35 @@ def indexing(x: torch.Tensor, idx: torch.Tensor, mask: torch.Tensor):
 def test_indexing_and_unusual_schemas():
     x = torch.randn(4, 6)
     run_both(indexing, x, torch.tensor([0, 2, 5]), x > 0.5)
+
+
+class _Fmt(str, enum.Enum):
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+
+
+class _EnumConst(torch.nn.Module):
+    """timm's patch embedding keeps ``Format(str, Enum)`` members as constants: their repr is not
+    Python source, so the host program binds them instead of printing them."""
+
+    fmt: _Fmt
+
+    def __init__(self):
+        super().__init__()
+        self.fmt = _Fmt.NHWC
+
+    def forward(self, x):
+        if self.fmt != _Fmt.NCHW:
+            x = x.permute(0, 2, 3, 1)
+        return torch.relu(x * 2.0) + 1.0
+
+
+def test_enum_constants_run_in_the_host_program():
+    m = _EnumConst()
+    x = torch.randn(2, 3, 4, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # no fallback to torch.jit.script
+        sf = graphfuser.script(m)
+        for _ in range(3):
+            same(sf(x), m(x))
+    assert sf.graph is not None
