@@ -8,6 +8,7 @@ scripted object itself, so graphfuser is never less available than ``torch.jit.s
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from dataclasses import dataclass
@@ -37,6 +38,17 @@ class Captured:
     defaults: dict[str, Any]
     name: str
     scripted: Any = None            # what torch.jit.script returned
+
+
+def _autocast_off() -> contextlib.ExitStack:
+    """Scripting does not depend on autocast: a model scripted inside ``torch.autocast`` is
+    captured as outside it (TorchScript's graph passes under an enabled CUDA autocast state
+    crashed the process on torchvision's vit_b_16); autocast applies when the model runs."""
+    stack = contextlib.ExitStack()
+    for dev in ("cpu", "cuda"):
+        if torch.is_autocast_enabled(dev):
+            stack.enter_context(torch.autocast(dev, enabled=False))
+    return stack
 
 
 def _script(obj: Any):
@@ -175,10 +187,11 @@ def capture(obj: Any) -> Captured:
     module = obj if isinstance(obj, torch.nn.Module) else None
     if module is None and not callable(obj):
         raise TypeError(f"graphfuser.script expects a function or nn.Module, got {type(obj).__name__}")
-    scripted = _script(obj)
-    fn = forward_method(scripted) if module is not None else scripted
-    tgraph = fn.graph.copy()
-    torch._C._jit_pass_inline(tgraph)
+    with _autocast_off():
+        scripted = _script(obj)
+        fn = forward_method(scripted) if module is not None else scripted
+        tgraph = fn.graph.copy()
+        torch._C._jit_pass_inline(tgraph)
     g = Graph()
     conv = _Converter(g)
     try:
