@@ -11,7 +11,7 @@ Example (a contiguous 2-D float input)::
 
     def guard(x0):
         return (x0.dtype is _dt0 and x0.is_cpu and x0.dim() == 2 and x0.is_contiguous()
-                and (s0 := x0.shape)[0] != 1 and s0[1] != 1 and not x0.requires_grad)
+                and (s0 := x0.shape)[0] != 1 and s0[1] != 1 and not (_g and x0.requires_grad))
 """
 from __future__ import annotations
 
@@ -72,6 +72,8 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
     values only."""
     ns: dict = {"_grad_enabled": torch.is_grad_enabled}
     conds: list[str] = [_value_check(k, v, ns) for k, v in enumerate(values)]
+    if check_tensors and types:
+        conds.append("((_g := _grad_enabled()) or True)")    # grad mode, read once per call
     for i, t in enumerate(types if check_tensors else ()):
         ns[f"_dt{i}"] = t.dtype
         conds.append(f"x{i}.dtype is _dt{i}")
@@ -88,7 +90,9 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
             conds.append(f"s{i}[{d}] == 1" if s == 1 else f"s{i}[{d}] != 1")
         conds += _layout_checks(i, t)
         # a group specialized for inputs requiring grad runs as an autograd node (graphfuser.autodiff)
-        conds.append(f"x{i}.requires_grad" if t.requires_grad else f"not x{i}.requires_grad")
+        # (requires_grad under the grad mode, as profiled: see TensorType.of). A group made
+        # for inputs requiring grad also runs under no_grad (its autograd node records nothing).
+        conds.append(f"x{i}.requires_grad" if t.requires_grad else f"not (_g and x{i}.requires_grad)")
     # Non-broadcast dims aligned to the same output dim (loop axis) must agree.
     owners: dict[int, tuple[int, int]] = {}
     for i, t in enumerate(types if check_tensors else ()):

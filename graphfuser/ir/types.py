@@ -82,11 +82,14 @@ class TensorType(Type):
 
     @staticmethod
     def of(t: torch.Tensor) -> "TensorType":
-        """The complete type of a concrete tensor."""
+        """The complete type of a concrete tensor. ``requires_grad`` is the tensor's flag under
+        the current grad mode, as TorchScript's profiling records it: a parameter read under
+        ``torch.no_grad()`` does not require grad, so eval code fuses as plain groups."""
         sizes, strides = tuple(t.shape), tuple(t.stride())
         order, contig = layout_of(sizes, strides)
         return TensorType(dtype=t.dtype, sizes=sizes, strides=strides, stride_order=order,
-                          contiguity=contig, device=t.device, requires_grad=t.requires_grad)
+                          contiguity=contig, device=t.device,
+                          requires_grad=t.requires_grad and torch.is_grad_enabled())
 
     @property
     def rank(self) -> Optional[int]:

@@ -131,9 +131,11 @@ def test_guard_mode_off():
 def test_guard_mode_on_misses_the_same_call():
     x = torch.rand(4, 8)
     sf, counts = optimized(g, x)
-    with torch.no_grad():
-        xr = torch.rand(4, 8, requires_grad=True)
+    xr = torch.rand(4, 8, requires_grad=True)
+    with torch.no_grad():       # requires_grad counts under the grad mode only: a hit
         torch.testing.assert_close(sf(xr), g(xr))
+    assert counts["fallback"] == 0
+    torch.testing.assert_close(sf(xr), g(xr))        # under grad: the plain group misses
     assert counts["fallback"] == 1
 
 
@@ -300,3 +302,34 @@ def test_guard_hits_on_the_signature_it_was_built_from(fn, shapes, horizontal):
         for _ in range(3):
             torch.testing.assert_close(scripted(*args), fn(*args))
     assert counts["fallback"] == 0, str(scripted._optimized)
+
+
+def _aten_calls(fn, *args):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        fn(*args)
+    return [e.name for e in p.events() if e.name.startswith("aten::")]
+
+
+def test_parameters_under_no_grad_do_not_require_grad():
+    """Eval under ``torch.no_grad()``: a BatchNorm's weight and bias have requires_grad set, but
+    nothing needs a gradient, so the group runs as a plain fused kernel (as TorchScript's
+    profiling records requires_grad under the grad mode), never as an eager fallback."""
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 3, 9, 9)
+    sf = graphfuser.script(m)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(sf(x), m(x))
+        calls = _aten_calls(sf, x)
+        out = sf(x)
+    assert "aten::batch_norm" not in calls and "aten::relu" not in calls, calls
+    assert not out.requires_grad
+    # the same scripted module under grad: the output requires grad and matches eager
+    for _ in range(3):
+        y = sf(x)
+    assert y.requires_grad
+    torch.testing.assert_close(y, m(x))
+    with torch.no_grad():
+        torch.testing.assert_close(sf(x), m(x))
