@@ -31,7 +31,7 @@ from ..ir.graph import Graph, Value
 from ..ir.types import TENSOR, TensorType, Type
 from ..ops import bind, lookup
 from ..passes import dce
-from ..ops.derivatives import DERIVATIVES, ZERO
+from ..ops.derivatives import DERIVATIVES, ZERO, Exact
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -176,12 +176,16 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
             continue
         row = lookup(n.kind)
         formula = DERIVATIVES.get(row.name) if row is not None else None
-        if formula is None or len(n.outputs) != 1:
+        multi = getattr(formula, "multi_output", False)
+        if formula is None or (len(n.outputs) != 1 and not multi):
             return f"{n.kind} has no derivative formula in the op table"
         bound, _, _ = bind(row, n)
         args = {k: vmap[v] if isinstance(v, Value) else v for k, v in bound.items()}
         d.row = row.name
-        res = formula(d, args, grads[n.output], vmap[n.output])
+        if multi:       # a row with several outputs gets them all, None where no gradient flows
+            res = formula(d, args, tuple(grads.get(o) for o in n.outputs), tuple(vmap[o] for o in n.outputs))
+        else:
+            res = formula(d, args, grads[n.output], vmap[n.output])
         for name, inp in bound.items():
             if not isinstance(inp, Value) or inp not in diff:
                 continue
@@ -191,7 +195,9 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
             if r is ZERO:
                 zero.add(inp)
                 continue
-            if _pattern(inp.type) != _pattern(n.output.type):
+            if isinstance(r, Exact):        # already summed to the input's shape by the formula
+                r = r.value
+            elif _pattern(inp.type) != _pattern(n.outputs[0].type):
                 size = d.op("aten::size", vmap[inp], out=Type("int[]"))
                 r = d.op("aten::sum_to_size", r, size)
             grads[inp] = d.add(grads[inp], r) if inp in grads else r
