@@ -31,7 +31,7 @@ from ..ir.graph import Graph, Value
 from ..ir.types import TENSOR, TensorType, Type
 from ..ops import bind, lookup
 from ..passes import dce
-from ..ops.derivatives import DERIVATIVES, ZERO, Exact
+from ..ops.derivatives import DERIVATIVES, NON_DIFFERENTIABLE, ZERO, Exact
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -148,6 +148,9 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     for n in sub.block.nodes:
         if n.blocks:
             return f"{n.kind} has blocks"
+        row = lookup(n.kind)
+        if row is not None and row.name in NON_DIFFERENTIABLE:
+            continue
         if any(i in diff for i in n.inputs):
             diff.update(o for o in n.outputs if _is_float_tensor(o))
     g = Graph()

@@ -25,6 +25,9 @@ import torch
 
 ZERO = object()      # "this input's gradient is zero"
 
+# Rows whose outputs never carry a gradient, whatever their inputs: differentiability stops there.
+NON_DIFFERENTIABLE = frozenset({"detach"})
+
 DERIVATIVES: dict[str, Callable[..., dict[str, Any]]] = {}
 
 
