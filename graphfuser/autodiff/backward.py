@@ -141,6 +141,12 @@ def _pattern(t: Type) -> Optional[tuple]:
     return tuple(s == 1 for s in t.sizes)
 
 
+# plan_backward's answer for a group none of whose outputs carries a gradient (every path from an
+# input requiring grad goes through detach or a non-differentiable output): its forward kernel is
+# all there is to run, as eager's outputs would not require grad either.
+NO_GRADIENT = "no output of the group carries a gradient"
+
+
 def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     """The backward of the forward subgraph ``sub``, or the reason there is none."""
     diff: set[Value] = {v for v in sub.inputs if isinstance(v.type, TensorType) and v.type.requires_grad
@@ -158,6 +164,8 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     for v in sub.inputs:
         vmap[v] = g.add_input(v.name, TENSOR if v.type.is_tensor else v.type)
     diff_outputs = [k for k, o in enumerate(sub.outputs) if o in diff]
+    if not diff_outputs:
+        return NO_GRADIENT
     grads: dict[Value, Value] = {}
     d = D(g)
     for k in diff_outputs:

@@ -476,8 +476,9 @@ def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
         return "batch_norm with a run-time training flag is not fused"
     if training:
         if any(isinstance(args.get(n), Value) for n in ("running_mean", "running_var")):
-            return ("batch_norm in training mode with running stats of an Optional type (the update "
-                    "pass rewrites only Tensor-typed ones) updates them in place; not fused")
+            return ("batch_norm in training mode updates its running stats in place; not fused (the "
+                    "batch_norm_training pass splits the update off where the flag is known True and the "
+                    "running stats are Tensor-typed)")
         return _need_const("eps")(node, args, consts)
     if not isinstance(args.get("running_mean"), Value) or not isinstance(args.get("running_var"), Value):
         return "batch_norm inference needs running_mean and running_var tensors"

@@ -149,8 +149,9 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
 
 
 def _write_back(e: _Builder, updates: list[tuple[Value, Value]]) -> None:
-    for running, new in updates:
-        d = e.op("aten::detach", [new], new.type)
+    # every detach before the first copy_ (a barrier): the detaches join the update's group
+    detached = [(running, e.op("aten::detach", [new], new.type)) for running, new in updates]
+    for running, d in detached:
         e.op("aten::copy_", [running, d, e.const(False, "bool")], running.type)
 
 
@@ -212,10 +213,11 @@ def _block(block: Block) -> int:
             if not (node.inputs[3].type.name == "NoneType" and node.inputs[4].type.name == "NoneType"):
                 jit_log("partition", 1, f"batch_norm {node.where()} in training is not rewritten: {why}")
             continue
-        _rewrite(block, node, training if node.inputs[5].is_constant else None)
+        constant = node.inputs[5].is_constant
+        _rewrite(block, node, training if constant else None)
         done += 1
         jit_log("graph_fuser", 1, f"batch_norm {node.where()}: running-stats update split off "
-                                  f"({'constant' if node.inputs[5].is_constant else 'run-time'} training flag)")
+                                  f"({'constant' if constant else 'run-time'} training flag)")
     return done
 
 
