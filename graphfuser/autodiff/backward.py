@@ -30,6 +30,7 @@ import torch
 from ..ir.graph import Graph, Value
 from ..ir.types import TENSOR, TensorType, Type
 from ..ops import bind, lookup
+from ..ops.reduction import ReductionRow
 from ..passes import dce
 from ..ops.derivatives import DERIVATIVES, NON_DIFFERENTIABLE, ZERO, Exact
 
@@ -193,6 +194,7 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
         bound, _, _ = bind(row, n)
         args = {k: vmap[v] if isinstance(v, Value) else v for k, v in bound.items()}
         d.row = row.name
+        reducing, data_arg = isinstance(row, ReductionRow), row.promote[0]
         if multi:       # a row with several outputs gets them all, None where no gradient flows
             res = formula(d, args, tuple(grads.get(o) for o in n.outputs), tuple(vmap[o] for o in n.outputs))
         else:
@@ -208,6 +210,8 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
                 continue
             if isinstance(r, Exact):        # already summed to the input's shape by the formula
                 r = r.value
+            elif reducing and name == data_arg:
+                pass    # a reduction's formula returns its data argument's gradient in that shape
             elif _pattern(inp.type) != _pattern(n.outputs[0].type):
                 size = d.op("aten::size", vmap[inp], out=Type("int[]"))
                 r = d.op("aten::sum_to_size", r, size)

@@ -7,7 +7,8 @@ the node's output ``g`` and the output ``out`` itself (recomputed in the backwar
 ``{arg name: gradient}``; an argument it leaves out gets no gradient from this node, ``ZERO``
 says "a zero gradient" (rounding ops, ``div`` with a rounding mode) without computing one.
 Gradients come back in the output's shape: the builder sums them back to each input's shape
-(``sum_to_size``) and autograd casts them to the input's dtype. Formulas follow eager's
+(``sum_to_size``), except a reduction's data argument (its formula gives that gradient in the
+input's shape) and an ``Exact`` result (summed to its input's shape by the formula) and autograd casts them to the input's dtype. Formulas follow eager's
 (``tools/autograd/derivatives.yaml``), including its conventions at kinks: ``clamp`` passes the
 gradient at the bounds (inclusive mask), ``maximum`` / ``minimum`` split ties 50/50, ``relu``
 passes nothing at 0, ``abs`` gives 0 at 0 (``sign``).
@@ -470,11 +471,10 @@ def _var_grad(d, a, g, x) -> Any:
     dims = _dims_of(a.get("dim"), d.rank(x))
     gu = d.restore_dims(g, dims, bool(a.get("keepdim")), d.rank(x))
     mean = d.op("aten::mean", x, dims, True)
-    n_in = d.op("aten::numel", x, out=_INT)
-    n_out = d.op("aten::numel", g, out=_INT)
-    # 2 (x - mean) * g / (N - c)  ==  2 (x - mean) * g * n_out / (n_in - c * n_out)
-    dof = d.op("aten::sub", n_in, d.op("aten::mul", n_out, _correction(a), out=_FLOAT), out=_FLOAT)
-    return d.div(d.mul(d.mul(d.sub(x, mean), d.mul(gu, 2.0)), n_out), dof)
+    # N, the reduced count, as a sum of ones over the same dims: it joins the reduction of the
+    # mean (a numel of x would be a shape read of a fused intermediate, outside the group)
+    n = d.op("aten::sum", d.expand_like(1.0, x), dims, True)
+    return d.div(d.mul(d.sub(x, mean), d.mul(gu, 2.0)), d.sub(n, _correction(a)))
 
 
 def _std_to_var(d, g, std):
@@ -680,11 +680,3 @@ def _group_norm(d, a, g, out):
     mean, rstd = _stats(d, a["input"], dims, a["eps"])
     return _channel_norm_grads(d, a, g, dims, mean, rstd)
 
-
-def _float_type():
-    from ..ir.types import Type
-
-    return Type("float")
-
-
-_FLOAT = _float_type()
