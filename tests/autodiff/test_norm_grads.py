@@ -6,25 +6,19 @@ no fallback); the number of backward kernels of the normalizations; the CUDA sou
 backward kernels compiling with NVRTC."""
 from __future__ import annotations
 
-import re
 
 import pytest
 import torch
 
 import graphfuser
-from graphfuser.executor import compiled
-from graphfuser.executor.compiled_reduction import ReductionGroup
-from graphfuser.ir import parse_graph, print_graph
 from graphfuser.ops import ROWS
-from graphfuser.ops.axes import needs_axes
 from graphfuser.ops.derivatives import DERIVATIVES
 from graphfuser.runtime import nvrtc
-from grad_helpers import GRAD_TOL, check_grads, differentiable_groups, make_function
+from grad_helpers import GRAD_TOL, check_grads, compile_as_cuda, differentiable_groups, make_function
 from helpers import make_input
 
 F = "torch.nn.functional"
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-LAYOUTS = ["dense", "transposed", "sliced"]
 
 # name -> (expressions of x, y [rows x cols] and w, b [cols]); every one differentiates x and y
 ROW_CASES = {
@@ -255,16 +249,7 @@ def test_norm_backward_kernels_compile_with_nvrtc():
         for dg in differentiable_groups(sf):
             subs += [n.subgraph for n in dg.backward._optimized.all_nodes() if n.kind.endswith("FusionGroup")]
     assert len(subs) >= 5
-    for k, sub in enumerate(subs):
-        cuda_sub = parse_graph(print_graph(sub).replace("device=cpu", "device=cuda:0"))
-        device = torch.device("cuda:0")
-        cg = ReductionGroup(cuda_sub, "cuda", device, f"nbwd_{k}") if needs_axes(cuda_sub.block.nodes) \
-            else compiled.CompiledGroup(cuda_sub, "cuda", device, f"nbwd_{k}")
-        names = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", cg.source)
-        assert names, cg.source
-        cubin = nvrtc.compile_cubin(cg.source, names[0], 90)
-        for name in names:
-            assert f".text.{name}\0".encode() in cubin, name
+    compile_as_cuda(subs, "nbwd")
 
 
 @pytest.mark.cuda
