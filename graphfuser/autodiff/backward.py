@@ -30,8 +30,9 @@ import torch
 from ..ir.graph import Graph, Value
 from ..ir.types import TENSOR, TensorType, Type
 from ..ops import bind, lookup
+from ..ops.reduction import ReductionRow
 from ..passes import dce
-from ..ops.derivatives import DERIVATIVES, ZERO
+from ..ops.derivatives import DERIVATIVES, NON_DIFFERENTIABLE, ZERO, Exact
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -141,6 +142,12 @@ def _pattern(t: Type) -> Optional[tuple]:
     return tuple(s == 1 for s in t.sizes)
 
 
+# plan_backward's answer for a group none of whose outputs carries a gradient (every path from an
+# input requiring grad goes through detach or a non-differentiable output): its forward kernel is
+# all there is to run, as eager's outputs would not require grad either.
+NO_GRADIENT = "no output of the group carries a gradient"
+
+
 def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     """The backward of the forward subgraph ``sub``, or the reason there is none."""
     diff: set[Value] = {v for v in sub.inputs if isinstance(v.type, TensorType) and v.type.requires_grad
@@ -148,6 +155,9 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     for n in sub.block.nodes:
         if n.blocks:
             return f"{n.kind} has blocks"
+        row = lookup(n.kind)
+        if row is not None and row.name in NON_DIFFERENTIABLE:
+            continue
         if any(i in diff for i in n.inputs):
             diff.update(o for o in n.outputs if _is_float_tensor(o))
     g = Graph()
@@ -155,6 +165,8 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     for v in sub.inputs:
         vmap[v] = g.add_input(v.name, TENSOR if v.type.is_tensor else v.type)
     diff_outputs = [k for k, o in enumerate(sub.outputs) if o in diff]
+    if not diff_outputs:
+        return NO_GRADIENT
     grads: dict[Value, Value] = {}
     d = D(g)
     for k in diff_outputs:
@@ -176,12 +188,17 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
             continue
         row = lookup(n.kind)
         formula = DERIVATIVES.get(row.name) if row is not None else None
-        if formula is None or len(n.outputs) != 1:
+        multi = getattr(formula, "multi_output", False)
+        if formula is None or (len(n.outputs) != 1 and not multi):
             return f"{n.kind} has no derivative formula in the op table"
         bound, _, _ = bind(row, n)
         args = {k: vmap[v] if isinstance(v, Value) else v for k, v in bound.items()}
         d.row = row.name
-        res = formula(d, args, grads[n.output], vmap[n.output])
+        reducing, data_arg = isinstance(row, ReductionRow), row.promote[0]
+        if multi:       # a row with several outputs gets them all, None where no gradient flows
+            res = formula(d, args, tuple(grads.get(o) for o in n.outputs), tuple(vmap[o] for o in n.outputs))
+        else:
+            res = formula(d, args, grads[n.output], vmap[n.output])
         for name, inp in bound.items():
             if not isinstance(inp, Value) or inp not in diff:
                 continue
@@ -191,7 +208,11 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
             if r is ZERO:
                 zero.add(inp)
                 continue
-            if _pattern(inp.type) != _pattern(n.output.type):
+            if isinstance(r, Exact):        # already summed to the input's shape by the formula
+                r = r.value
+            elif reducing and name == data_arg:
+                pass    # a reduction's formula returns its data argument's gradient in that shape
+            elif _pattern(inp.type) != _pattern(n.outputs[0].type):
                 size = d.op("aten::size", vmap[inp], out=Type("int[]"))
                 r = d.op("aten::sum_to_size", r, size)
             grads[inp] = d.add(grads[inp], r) if inp in grads else r

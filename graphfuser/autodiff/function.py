@@ -19,7 +19,7 @@ import torch
 from ..ir.graph import Graph, Node
 from ..ir.printer import SECTION_HOOKS, print_graph
 from ..log import jit_log, jit_log_graph, warn
-from .backward import BackwardPlan, plan_backward
+from .backward import NO_GRADIENT, BackwardPlan, plan_backward
 
 STATS = {"forward": 0, "backward": 0, "double_backward": 0}
 _warned_double = False
@@ -44,6 +44,12 @@ class DifferentiableGroup:
         sub = group.subgraph
         self.n_in = len(sub.inputs)
         self.tensor_in = [i for i, v in enumerate(sub.inputs) if v.type.is_tensor]
+        # saved for the backward (version-checked): the tensor inputs its graph reads. The others
+        # (a batch norm's running stats, which a copy_ after the group updates in place) are
+        # kept as plain references, for the eager program of a double backward only.
+        bin_ = plan.graph.inputs
+        self.saved_in = [i for i in self.tensor_in if bin_[i].uses or bin_[i] in plan.graph.block.returns]
+        self.unsaved_in = [i for i in self.tensor_in if i not in self.saved_in]
         self.non_diff_out = [k for k in range(len(sub.outputs)) if k not in plan.diff_outputs]
         self.backward = scripted_graph(plan.graph, f"{group.kind.split('::')[-1]}_backward")
         self.eager = _eager(sub)
@@ -57,15 +63,15 @@ class DifferentiableGroup:
             def forward(ctx, *args):
                 outs = dg.forward(*args)
                 STATS["forward"] += 1
-                ctx.save_for_backward(*[args[i] for i in dg.tensor_in])
-                ctx.scalars = [None if i in dg.tensor_in else a for i, a in enumerate(args)]
+                ctx.save_for_backward(*[args[i] for i in dg.saved_in])
+                ctx.scalars = [None if i in dg.saved_in else a for i, a in enumerate(args)]
                 ctx.mark_non_differentiable(*[outs[k] for k in dg.non_diff_out])
                 return tuple(outs)
 
             @staticmethod
             def backward(ctx, *gouts):
                 args = list(ctx.scalars)
-                for i, t in zip(dg.tensor_in, ctx.saved_tensors):
+                for i, t in zip(dg.saved_in, ctx.saved_tensors):
                     args[i] = t
                 if torch.is_grad_enabled():
                     return dg.double_backward(args, gouts)
@@ -112,7 +118,7 @@ class DifferentiableGroup:
         forward group, what it saves, and the backward graph (optimized once it has run)."""
         sub = self.group.subgraph
         index = name.rsplit("_", 1)[-1]
-        saved = ", ".join(f"%{sub.inputs[i].name}" for i in self.tensor_in)
+        saved = ", ".join(f"%{sub.inputs[i].name}" for i in self.saved_in)
         bwd = self.backward._optimized or self.backward.graph
         body = print_graph(bwd).rstrip("\n").splitlines()
         return "\n".join([f"with prim::DifferentiableGraph_{index} = {name} as one autograd node:",
@@ -142,6 +148,9 @@ def make_differentiable_runner(group: Node, forward: Callable[..., tuple]) -> Ca
     if not any(v.type.is_tensor and getattr(v.type, "requires_grad", None) for v in sub.inputs):
         return forward
     plan = plan_backward(sub)
+    if plan == NO_GRADIENT:
+        jit_log("partition", 1, f"{group.kind} runs its forward kernel under grad: {plan}")
+        return forward
     if isinstance(plan, str):
         jit_log("partition", 1, f"{group.kind} not fused under grad: {plan}; it runs eagerly")
         eager = _eager(sub)

@@ -23,7 +23,7 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import (dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, sink_views,
+from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, sink_views,
                       wrap_group)
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
@@ -259,6 +259,7 @@ class ScriptedFunction:
         g = self._work
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
         fold_constant_ifs(g)
+        batch_norm_training(g)
         functionalize(g)
         sink_views(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)

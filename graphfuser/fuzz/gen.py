@@ -25,7 +25,7 @@ UNARY_FLOAT = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", 
                "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "lgamma", "reciprocal",
                "frac")
 UNARY_ANY = ("neg", "abs", "sign", "floor", "ceil", "trunc", "round", "relu", "logical_not", "bitwise_not",
-             "isnan", "isinf", "isfinite")
+             "isnan", "isinf", "isfinite", "detach")
 BINARY = ("add", "sub", "mul", "div", "rsub", "floor_divide", "atan2", "pow", "fmod", "remainder", "maximum",
           "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
           "bitwise_and", "bitwise_or", "bitwise_xor", "fmax", "fmin", "max_other", "min_other")

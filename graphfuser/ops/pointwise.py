@@ -545,3 +545,14 @@ register(OpRow("dropout", ("aten::dropout",), "pointwise", ("input", "p=0.5", "t
                consts=("p", "train"), decomp=_identity, check=_dropout_check,
                eager=lambda input, p=0.5, train=False: torch.nn.functional.dropout(input, p, train),
                doc="identity when train=False or p=0"))
+
+
+def _identity(call: OpCall) -> Expr:
+    """self"""
+    return call.x("self")
+
+
+# detach: the identity that stops gradients (ops/derivatives.py NON_DIFFERENTIABLE). The partition
+# keeps it out of a group where an in-place op writes its alias set (it returns a view in eager).
+register(OpRow("detach", ("aten::detach",), "pointwise", ("self",), "default", ("self",), decomp=_identity,
+               eager=torch.detach, doc="self, cut from autograd"))

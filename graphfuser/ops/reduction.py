@@ -175,7 +175,10 @@ def _channel_plan(reduce_spatial: bool):
                 if _rank(args[name]) != 1:
                     return f"{name} must be 1-D"
                 p[name] = (1,)
-        red = tuple(range(2, rank)) if reduce_spatial and args.get("use_input_stats") else ()
+        if reduce_spatial:
+            red = tuple(range(2, rank)) if args.get("use_input_stats") else ()
+        else:       # batch_norm: batch statistics per channel in training
+            red = (0,) + tuple(range(2, rank)) if args.get("training") else ()
         return DimPlan(rank, p, [tuple(range(rank))], red)
     return plan
 
@@ -435,7 +438,11 @@ def _rms_norm(call: OpCall) -> Expr:
 
 
 def _batch_norm(call: OpCall) -> Expr:
-    """(x - running_mean) * rsqrt(running_var + eps) [* weight] [+ bias]"""
+    """(x - running_mean) * rsqrt(running_var + eps) [* weight] [+ bias]; in training, the batch
+    statistics over every dim but C (the running stats' update is separate nodes,
+    passes/batch_norm.py)"""
+    if call.args.get("training"):
+        return _normalize(call)[0]
     b, x = call.b, _x(call, "input")
     invstd = b.call("rsqrt", b.add(call.x("running_var"), call.const(call["eps"])))
     return _affine(call, b.mul(b.sub(x, call.x("running_mean")), invstd))
@@ -464,8 +471,15 @@ def _need_const(*names: str):
 
 
 def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
-    if consts.get("training") is not False:
-        return "batch_norm in training mode (or with a run-time training flag) is not fused"
+    training = consts.get("training")
+    if training is None:
+        return "batch_norm with a run-time training flag is not fused"
+    if training:
+        if any(isinstance(args.get(n), Value) for n in ("running_mean", "running_var")):
+            return ("batch_norm in training mode updates its running stats in place; not fused (the "
+                    "batch_norm_training pass splits the update off where the flag is known True and the "
+                    "running stats are Tensor-typed)")
+        return _need_const("eps")(node, args, consts)
     if not isinstance(args.get("running_mean"), Value) or not isinstance(args.get("running_var"), Value):
         return "batch_norm inference needs running_mean and running_var tensors"
     return _need_const("eps")(node, args, consts)
@@ -561,7 +575,7 @@ reduction("batch_norm", ("aten::batch_norm",), "normalization",
           consts=("training", "eps"), check=_batch_norm_check,
           eager=lambda input, w, b, rm, rv, training, momentum, eps, cudnn=True:
           torch.batch_norm(input, w, b, rm, rv, training, momentum, eps, cudnn),
-          doc="inference batch norm with running stats (channel dim 1, any memory format)")
+          doc="batch norm: running stats, or batch stats over N and the spatial dims in training (channel dim 1, any memory format)")
 reduction("instance_norm", ("aten::instance_norm",), "normalization",
           ("input", "weight", "bias", "running_mean", "running_var", "use_input_stats", "momentum", "eps",
            "cudnn_enabled"), _instance_norm, planner=_channel_plan(True), out_dtype=_same_float,

@@ -7,6 +7,10 @@ After profiling:
 
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)
+0b. batch_norm_training  a training batch_norm's running-stats update becomes separate nodes
+                  (its copy_ placed after the ops that follow it) so the normalization fuses;
+                  after fold_constant_ifs (a folded flag gives the straight rewrite), before
+                  functionalize and partition (which see the new nodes)
 1. functionalize  in-place ops on fresh, unaliased intermediates become functional where eager's
                   in-place shape / dtype rules hold on the profiled types (must precede partition,
                   which never fuses in-place ops; may-alias sets come from schema annotations,
@@ -21,6 +25,7 @@ After profiling:
                   reduction's profiled scalar arguments become group constants the guard checks
 4. dce            drop what the rewrites left unused (after everything that replaces uses)
 """
+from .batch_norm import batch_norm_training
 from .dce import dce
 from .decompose import decompose
 from .functionalize import functionalize
@@ -30,6 +35,6 @@ from .simplify import fold_constant_ifs
 from .sink_views import sink_views
 
 PRE_PROFILING = ("decompose",)
-PIPELINE = ("fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "dce")
+PIPELINE = ("fold_constant_ifs", "batch_norm_training", "functionalize", "sink_views", "partition", "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce"]
+__all__ = ["PRE_PROFILING", "PIPELINE", "batch_norm_training", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce"]

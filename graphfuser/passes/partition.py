@@ -229,7 +229,12 @@ class _BlockPartition:
                     if u in self.group and self.group[u] not in sibs:
                         sibs.append(self.group[u])
                 self._merge_siblings(sibs)
-        for v in self.block.params + (self.block.graph.inputs if self.block.owner is None else []):
+        # values from outside the block's nodes: its params, the graph's inputs, and (in a nested
+        # block) values of enclosing blocks, which a batch norm rewritten under If(training) reads
+        free = list(self.block.params) + (self.block.graph.inputs if self.block.owner is None else [])
+        for n in self.nodes:
+            free += [v for v in n.inputs if v not in free and (v.node is None or v.node not in self.index)]
+        for v in free:
             if not v.type.is_tensor:
                 continue
             sibs = []

@@ -77,3 +77,26 @@ def check_grads(fn: Callable, inputs: Sequence[torch.Tensor], tol: dict, calls: 
         grads_of(sf, inputs, gouts)
         assert all(c["fallback"] == 0 for c in counters)
     return sf
+
+
+def compile_as_cuda(subs: Sequence, prefix: str) -> None:
+    """Render each CPU fusion subgraph of ``subs`` as a CUDA kernel and compile it with NVRTC
+    (sm_90); every kernel the source defines must be in the CUBIN."""
+    import re
+
+    from graphfuser.executor import compiled
+    from graphfuser.executor.compiled_reduction import ReductionGroup
+    from graphfuser.ir import parse_graph, print_graph
+    from graphfuser.ops.axes import needs_axes
+    from graphfuser.runtime import nvrtc
+
+    device = torch.device("cuda:0")
+    for k, sub in enumerate(subs):
+        cuda_sub = parse_graph(print_graph(sub).replace("device=cpu", "device=cuda:0"))
+        cg = ReductionGroup(cuda_sub, "cuda", device, f"{prefix}_{k}") if needs_axes(cuda_sub.block.nodes) \
+            else compiled.CompiledGroup(cuda_sub, "cuda", device, f"{prefix}_{k}")
+        names = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", cg.source)
+        assert names, cg.source
+        cubin = nvrtc.compile_cubin(cg.source, names[0], 90)
+        for name in names:
+            assert f".text.{name}\0".encode() in cubin, name

@@ -2,19 +2,14 @@
 reductions (RMSNorm, LayerNorm), and the CUDA source of backward kernels compiling with NVRTC."""
 from __future__ import annotations
 
-import re
 
 import pytest
 import torch
 
 import graphfuser
 import graphfuser.autodiff.function as adf
-from graphfuser.executor import compiled
-from graphfuser.executor.compiled_reduction import ReductionGroup
-from graphfuser.ops.axes import needs_axes
-from graphfuser.ir import parse_graph, print_graph
 from graphfuser.runtime import nvrtc
-from grad_helpers import GRAD_TOL, check_grads, make_function
+from grad_helpers import GRAD_TOL, check_grads, compile_as_cuda, make_function
 
 RMS = "x * torch.rsqrt(torch.mean(x * x, -1, keepdim=True) + 1e-6) * y"
 LN = ("(x - x.mean(-1, keepdim=True)) * torch.rsqrt(((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True)"
@@ -73,16 +68,7 @@ def test_backward_kernels_compile_with_nvrtc():
             if dg.backward._optimized is not None:
                 subs += [n.subgraph for n in dg.backward._optimized.all_nodes() if n.kind.endswith("FusionGroup")]
     assert subs
-    for k, sub in enumerate(subs):
-        cuda_sub = parse_graph(print_graph(sub).replace("device=cpu", "device=cuda:0"))
-        device = torch.device("cuda:0")
-        cg = ReductionGroup(cuda_sub, "cuda", device, f"bwd_{k}") if needs_axes(cuda_sub.block.nodes) \
-            else compiled.CompiledGroup(cuda_sub, "cuda", device, f"bwd_{k}")
-        names = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", cg.source)
-        assert names, cg.source
-        cubin = nvrtc.compile_cubin(cg.source, names[0], 90)
-        for name in names:
-            assert f".text.{name}\0".encode() in cubin, name
+    compile_as_cuda(subs, "bwd")
 
 
 @pytest.mark.cuda

@@ -283,6 +283,7 @@ FAMILIES: dict[str, list[Entry]] = {
         E("to", "x.to(torch.bfloat16)", "x", torch.bfloat16),
         E("to", "x.float()", "x", torch.float32),
         E("to", "x.double()", "x", torch.float64),
+        E("detach", "torch.detach(x)", "x"),
     ],
     # integers at their limits wrap around as in eager
     "overflow": [

@@ -1,0 +1,227 @@
+"""Batch norm in training: the running-stats update as separate nodes, so the normalization fuses.
+
+``aten::batch_norm(x, w, b, rm, rv, training=True, momentum, eps, cudnn)`` normalizes by the batch
+statistics and, as a side effect, updates ``rm`` / ``rv`` in place. The op table fuses the pure
+part (``batch_norm`` with no running stats: statistics over N and the spatial dims, then the
+affine normalization); this pass, run on the profiled graph before the partition, splits the side
+effect off as eager does it (``batch_norm_cpu_update_stats_template`` and its CUDA twin):
+
+    %y = aten::batch_norm(%x, %w, %b, %rm, %rv, %true, %mom, %eps, %cudnn)
+  ->
+    %y = aten::batch_norm(%x, %w, %b, None, None, %true, %mom, %eps, %cudnn)
+    %m = aten::mean(%x, [0, 2, ...], False)                 # per channel
+    %v = aten::var(%x, [0, 2, ...], True, False)            # unbiased, for the running variance
+    %m1 = aten::detach(%m)  ...                             # the update carries no gradient
+    %rm1 = aten::add(aten::mul(%m1, %mom), aten::mul(%rm, 1 - mom))      (same for %rv)
+    ...
+    aten::copy_(%rm, aten::detach(%rm1))                    # after the consumers of %y
+    aten::copy_(%rv, aten::detach(%rv1))
+
+The partition puts the mean / var / update arithmetic in the group of ``%y`` (one reduction over
+N, H, W per channel, read once) and the ReLU / residual add after it; the group writes the new
+running stats ([C] outputs) and the two ``copy_`` write them into the buffers. ``copy_`` is an
+ordering barrier for the partition, so it is placed after the nodes that follow the batch norm, up
+to the first one that reads ``rm`` / ``rv`` or has a side effect (then the update is visible to it,
+as in eager). ``num_batches_tracked`` and the momentum of ``momentum=None`` (a cumulative average,
+``1 / num_batches_tracked``) are computed by the module's own graph and reach here as a run-time
+float: the update takes it as a kernel argument.
+
+A ``training`` flag that is a run-time value (``nn.BatchNorm*d.forward`` reads ``self.training``)
+keeps both behaviours: ``prim::If(training)`` holds the rewritten nodes and, in its other block, the
+original node. The consumers of ``%y`` then sit after the ``If`` and do not join its group; once
+run-time module flags become profiled, guarded constants, ``fold_constant_ifs`` inlines the taken
+block before this pass and the rewrite is the straight one above.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+import torch
+
+from ..executor.builtins import resolve_aten
+from ..ir.graph import Block, Graph, Node, Value
+from ..ir.types import TensorType, Type, layout_of
+from ..log import jit_log
+from .partition import _mutates
+
+_SCHEMAS = {
+    "aten::batch_norm": "aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
+                        "Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor",
+    "aten::mean": "aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+    "aten::var": "aten::var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor",
+    "aten::detach": "aten::detach(Tensor(a) self) -> Tensor(a)",
+    "aten::mul": "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor",
+    "aten::add": "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+    "aten::copy_": "aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)",
+    "aten::sub": "aten::sub.float(float a, float b) -> float",
+}
+
+
+def _flag(v: Value) -> Optional[bool]:
+    """The value of a bool argument: a constant, a profiled constant, or None (run time / varied)."""
+    if v.is_constant:
+        return bool(v.constant())
+    if v.is_profiled_constant and isinstance(v.profiled, bool):
+        return v.profiled
+    return None
+
+
+def _vector_type(like: TensorType, dtype: torch.dtype, requires_grad: bool) -> TensorType:
+    """The type of a per-channel [C] tensor computed from ``like`` ([N, C, ...])."""
+    sizes, strides = (like.sizes[1],), (1,)
+    order, contig = layout_of(sizes, strides)
+    return TensorType(dtype=dtype, sizes=sizes, strides=strides, stride_order=order, contiguity=contig,
+                      device=like.device, requires_grad=requires_grad)
+
+
+class _Builder:
+    """Appends nodes to ``block`` (at its end, or before ``anchor``)."""
+
+    def __init__(self, block: Block, source, anchor: Optional[Node] = None) -> None:
+        self.block, self.source, self.anchor = block, source, anchor
+        self.graph: Graph = block.graph
+
+    def _put(self, node: Node) -> Node:
+        if self.anchor is None:
+            self.block.append(node)
+        else:
+            self.block.insert_before(self.anchor, node)
+        return node
+
+    def const(self, value, type_name: str) -> Value:
+        attrs = {} if value is None else {"value": value}
+        return self._put(self.graph.create("prim::Constant", [], [Type(type_name)], attrs)).output
+
+    def ints(self, values: list[int]) -> Value:
+        items = [self.const(v, "int") for v in values]
+        return self._put(self.graph.create("prim::ListConstruct", items, [Type("int[]")])).output
+
+    def op(self, kind: str, inputs: list[Value], out: Type) -> Value:
+        node = self.graph.create(kind, inputs, [out], source=self.source)
+        node.schema = resolve_aten(kind, _SCHEMAS[kind])
+        return self._put(node).output
+
+
+def _eligible(node: Node) -> Optional[str]:
+    """Why this batch_norm node is not rewritten (None: it is)."""
+    if len(node.inputs) != 9:
+        return "unexpected arity"
+    x, rm, rv = node.inputs[0], node.inputs[3], node.inputs[4]
+    if not all(isinstance(v.type, TensorType) and v.type.complete for v in (x, rm, rv)):
+        return "running stats that may be None, or types that were not profiled"
+    if x.type.rank is None or x.type.rank < 2 or rm.type.rank != 1 or rv.type.rank != 1:
+        return "unexpected ranks"
+    return None
+
+
+def _update(e: _Builder, x: Value, stat: Value, running: Value, momentum: Value, keep: Value) -> Value:
+    """``momentum * stat + (1 - momentum) * running`` with ``stat`` detached (eager's formula)."""
+    st: TensorType = stat.type
+    rt: TensorType = running.type
+    out = replace(rt, dtype=torch.promote_types(st.dtype, rt.dtype), requires_grad=False)
+    no_grad = replace(st, requires_grad=False)
+    s = e.op("aten::detach", [stat], no_grad)
+    if momentum.is_constant:
+        keep_v = e.const(1.0 - float(momentum.constant()), "float")
+    else:
+        keep_v = e.op("aten::sub", [keep, momentum], Type("float"))
+    a = e.op("aten::mul", [s, momentum], no_grad)
+    r = e.op("aten::mul", [running, keep_v], replace(rt, requires_grad=False))
+    return e.op("aten::add", [a, r, e.const(1, "int")], out)
+
+
+def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, Value]]]:
+    """The fusible training batch norm and the new running stats, appended through ``e``;
+    returns (output, [(running stat, its new value)])."""
+    x, w, b, rm, rv, _, momentum, eps, cudnn = node.inputs
+    xt: TensorType = x.type
+    none = e.const(None, "NoneType")
+    y = e.op("aten::batch_norm", [x, w, b, none, none, e.const(True, "bool"), momentum, eps, cudnn],
+             node.output.type)
+    dims = e.ints([0] + list(range(2, xt.rank)))
+    false = e.const(False, "bool")
+    vec = _vector_type(xt, xt.dtype, bool(xt.requires_grad))
+    mean = e.op("aten::mean", [x, dims, false], vec)
+    var = e.op("aten::var", [x, dims, e.const(True, "bool"), false], vec)
+    one = e.const(1.0, "float")
+    return y, [(rm, _update(e, x, mean, rm, momentum, one)), (rv, _update(e, x, var, rv, momentum, one))]
+
+
+def _write_back(e: _Builder, updates: list[tuple[Value, Value]]) -> None:
+    # every detach before the first copy_ (a barrier): the detaches join the update's group
+    detached = [(running, e.op("aten::detach", [new], new.type)) for running, new in updates]
+    for running, d in detached:
+        e.op("aten::copy_", [running, d, e.const(False, "bool")], running.type)
+
+
+def _update_site(block: Block, after: Node, running: list[Value]) -> Optional[Node]:
+    """The node before which the running stats must be written: the first one after ``after``
+    that reads them or has a side effect; None for the end of the block."""
+    nodes = list(block.nodes)
+    for n in nodes[nodes.index(after) + 1:]:
+        reads = any(i in running for i in n.inputs) or any(
+            i in running for b in n.blocks for m in b.nodes for i in m.inputs)
+        getattr_stat = n.kind == "prim::GetAttr" and n.attrs.get("name") in ("running_mean", "running_var")
+        if reads or getattr_stat or _mutates(n):
+            return n
+    return None
+
+
+def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
+    x, rm, rv = node.inputs[0], node.inputs[3], node.inputs[4]
+    y_old = node.output
+    if training:            # a constant: straight rewrite
+        e = _Builder(block, node.source, anchor=node)
+        y, updates = _training_nodes(e, node)
+        for user, i in list(y_old.uses):
+            user.replace_input(i, y)
+        block.replace_return_everywhere(y_old, y)
+        block.remove(node)
+        site = _update_site(block, updates[-1][1].node, [rm, rv])
+        _write_back(_Builder(block, node.source, anchor=site), updates)
+        return
+    # a run-time flag: If(training) { rewritten } else { the original node }
+    g = block.graph
+    ifn = g.create("prim::If", [node.inputs[5]], [y_old.type], source=node.source)
+    block.insert_before(node, ifn)
+    taken, other = ifn.add_block(), ifn.add_block()
+    e = _Builder(taken, node.source)
+    y, updates = _training_nodes(e, node)
+    _write_back(e, updates)
+    taken.returns = [y]
+    for user, i in list(y_old.uses):
+        user.replace_input(i, ifn.output)
+    block.replace_return_everywhere(y_old, ifn.output)
+    block.nodes.remove(node)
+    other.append(node)
+    other.returns = [node.output]
+
+
+def _block(block: Block) -> int:
+    done = 0
+    for node in list(block.nodes):
+        for b in node.blocks:
+            done += _block(b)
+        if node.kind != "aten::batch_norm" or len(node.inputs) != 9:
+            continue
+        training = _flag(node.inputs[5])
+        if training is False:
+            continue
+        why = _eligible(node)
+        if why is not None:
+            if not (node.inputs[3].type.name == "NoneType" and node.inputs[4].type.name == "NoneType"):
+                jit_log("partition", 1, f"batch_norm {node.where()} in training is not rewritten: {why}")
+            continue
+        constant = node.inputs[5].is_constant
+        _rewrite(block, node, training if constant else None)
+        done += 1
+        jit_log("graph_fuser", 1, f"batch_norm {node.where()}: running-stats update split off "
+                                  f"({'constant' if constant else 'run-time'} training flag)")
+    return done
+
+
+def batch_norm_training(graph: Graph) -> int:
+    """Split the running-stats update off every training ``aten::batch_norm`` of ``graph``
+    (in place); returns how many were rewritten."""
+    return _block(graph.block)

@@ -1,0 +1,240 @@
+"""Batch norm in training: ``F.batch_norm(training=True)`` and ``nn.BatchNorm*d.train()`` fused with
+the ReLU / residual add after them, the running stats (unbiased variance, momentum, the cumulative
+average of ``momentum=None``) and ``num_batches_tracked`` updated in place as eager does, over
+several steps; outputs, input / weight / bias gradients and buffers against eager; channels-last;
+``track_running_stats=False``; eval after training; the forward and backward kernel counts."""
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.config import config
+from grad_helpers import GRAD_TOL, differentiable_groups
+from helpers import fallback_counter
+
+# fp16 / bf16: eager rounds the batch statistics it returns to the input dtype only at the end
+_TOL = {torch.float64: GRAD_TOL[torch.float64], torch.float32: dict(rtol=1e-4, atol=1e-5),
+        torch.float16: dict(rtol=2e-2, atol=2e-2), torch.bfloat16: dict(rtol=8e-2, atol=8e-2)}
+
+
+def bn_relu(x, w, b, rm, rv, r):
+    y = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+    return (y + r).relu()
+
+
+def bn_flag(x, w, b, rm, rv, training: bool):
+    return F.batch_norm(x, rm, rv, w, b, training, 0.2, 1e-3).relu() * 2.0
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim: int = 2, c: int = 6, **kw) -> None:
+        super().__init__()
+        self.bn = {1: torch.nn.BatchNorm1d, 2: torch.nn.BatchNorm2d, 3: torch.nn.BatchNorm3d}[dim](c, **kw)
+
+    def forward(self, x, r):
+        return (self.bn(x) + r).relu()
+
+
+def _x(shape, dtype=torch.float32, channels_last=False, seed=0):
+    torch.manual_seed(seed)
+    x = (torch.randn(shape, dtype=torch.float64) * 2.0 + 0.5).to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last if len(shape) == 4 else torch.channels_last_3d)
+    return x.requires_grad_()
+
+
+def _compare(step_e, step_f, steps: int, tol: dict) -> None:
+    for k in range(steps):
+        out_e, grads_e, bufs_e = step_e(k)
+        out_f, grads_f, bufs_f = step_f(k)
+        torch.testing.assert_close(out_f, out_e, **tol, msg=lambda m: f"step {k} output: {m}")
+        for n, (gf, ge) in enumerate(zip(grads_f, grads_e)):
+            torch.testing.assert_close(gf, ge, **tol, msg=lambda m: f"step {k} grad {n}: {m}")
+        for n, (bf, be) in enumerate(zip(bufs_f, bufs_e)):
+            torch.testing.assert_close(bf, be, **tol, msg=lambda m: f"step {k} buffer {n}: {m}")
+            assert not bf.requires_grad and bf.grad_fn is None
+
+
+def _function_run(fn, dtype, shape, channels_last=False, steps=5, extra=()):
+    c = shape[1]
+    x = _x(shape, dtype, channels_last)
+    r = torch.randn(shape, dtype=dtype).requires_grad_()
+    w = (torch.rand(c, dtype=dtype) + 0.5).requires_grad_()
+    b = torch.randn(c, dtype=dtype).requires_grad_()
+    stats = {k: (torch.randn(c, dtype=dtype) * 0.1, torch.rand(c, dtype=dtype) + 0.5) for k in ("e", "f")}
+    stats["f"] = (stats["e"][0].clone(), stats["e"][1].clone())
+    gys = [torch.randn(shape, dtype=dtype) for _ in range(steps)]
+    sf = graphfuser.script(fn)
+
+    def step(which, f):
+        def run(k):
+            rm, rv = stats[which]
+            out = f(x, w, b, rm, rv, *(extra or (r,)))
+            grads = torch.autograd.grad(out, [x, w, b] + ([] if extra else [r]), gys[k])
+            return out, grads, (rm, rv)
+        return run
+
+    with config.override(disable=["fallback"]):
+        _compare(step("e", fn), step("f", sf), steps, _TOL[dtype])
+    return sf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_functional_training(dtype, channels_last):
+    sf = _function_run(bn_relu, dtype, (4, 6, 5, 3), channels_last)
+    groups = [n for n in sf._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"]
+    assert len(groups) == 1, str(sf._optimized)       # stats + normalize + add + relu + update
+    kinds = [n.kind for n in groups[0].subgraph.nodes()]
+    assert {"aten::batch_norm", "aten::relu", "aten::var", "aten::add"} <= set(kinds), kinds
+    dgs = differentiable_groups(sf)
+    assert len(dgs) == 1
+    bwd = [n for n in dgs[0].backward._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"]
+    assert len(bwd) == 1, str(dgs[0].backward._optimized)     # every sum reduces over N, H, W
+    assert fallback_counter(sf)["fallback"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_functional_training_half(dtype):
+    _function_run(bn_relu, dtype, (4, 6, 5, 3), True)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 1, 1), (5, 1, 3, 2), (3, 7), (2, 5, 9), (3, 2, 3, 4, 5), (17, 33, 3, 5)])
+def test_functional_training_shapes(shape):
+    _function_run(bn_relu, torch.float64, shape)
+
+
+def test_run_time_training_flag():
+    """A flag that is an argument: the rewrite sits under prim::If(training); eval calls (flag
+    False) use and keep the running stats."""
+    for flag in (True, False):
+        _function_run(bn_flag, torch.float32, (4, 6, 5, 3), steps=4, extra=(flag,))
+
+
+def _module_run(make, shape, dtype=torch.float32, channels_last=False, steps=5, eval_after=True):
+    torch.manual_seed(1)
+    me = make().to(dtype)
+    mf = copy.deepcopy(me)
+    sf = graphfuser.script(mf)
+    x = _x(shape, dtype, channels_last)
+    r = torch.randn(shape, dtype=dtype)
+    gys = [torch.randn(shape, dtype=dtype) for _ in range(steps)]
+
+    def step(mod, call):
+        def run(k):
+            out = call(x, r)
+            grads = torch.autograd.grad(out, [x] + list(mod.parameters()), gys[k])
+            return out, grads, list(mod.buffers())
+        return run
+
+    with config.override(disable=["fallback"]):
+        _compare(step(me, me), step(mf, sf), steps, _TOL[dtype])
+        if eval_after:
+            me.eval()
+            mf.eval()
+            _compare(step(me, me), step(mf, sf), 2, _TOL[dtype])
+            me.train()
+            mf.train()
+            _compare(step(me, me), step(mf, sf), 2, _TOL[dtype])
+    return sf
+
+
+@pytest.mark.parametrize("kw", [{}, {"momentum": None}, {"momentum": 0.3, "eps": 1e-3}, {"affine": False},
+                                {"track_running_stats": False}])
+def test_module_training(kw):
+    sf = _module_run(lambda: Block(2, **kw), (4, 6, 5, 3))
+    assert differentiable_groups(sf)
+
+
+@pytest.mark.parametrize("dim, shape, channels_last", [(1, (8, 6), False), (1, (4, 6, 7), False),
+                                                       (2, (4, 6, 5, 3), True), (3, (2, 6, 3, 4, 5), True)])
+def test_module_dims_and_layouts(dim, shape, channels_last):
+    _module_run(lambda: Block(dim), shape, channels_last=channels_last)
+
+
+def test_module_float64_momentum_none():
+    _module_run(lambda: Block(2, momentum=None), (3, 6, 4, 4), dtype=torch.float64, steps=6)
+
+
+def test_rewrite_is_logged(caplog, monkeypatch):
+    monkeypatch.setenv("PYTORCH_JIT_LOG_LEVEL", ">graph_fuser")
+    config.reload()
+    with caplog.at_level(logging.INFO):
+        _function_run(bn_relu, torch.float32, (4, 6, 5, 3), steps=3)
+    assert "running-stats update split off (constant training flag)" in caplog.text, caplog.text
+
+
+def test_sgd_steps_match_eager():
+    """Conv -> BN (train) -> ReLU -> residual, a few SGD steps: losses, parameters and buffers."""
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 4, 3, padding=1, bias=False)
+            self.bn = torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return (self.bn(self.conv(x)) + x).relu().mean()
+
+    torch.manual_seed(0)
+    me = Net()
+    mf = copy.deepcopy(me)
+    sf = graphfuser.script(mf)
+    oe = torch.optim.SGD(me.parameters(), lr=0.1)
+    of = torch.optim.SGD(mf.parameters(), lr=0.1)
+    x = torch.randn(3, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+    with config.override(disable=["fallback"]):
+        for _ in range(6):
+            for mod, opt in ((me, oe), (sf, of)):
+                opt.zero_grad()
+                loss = mod(x)
+                loss.backward()
+                opt.step()
+    for (n, pe), pf in zip(me.state_dict().items(), mf.state_dict().values()):
+        torch.testing.assert_close(pf, pe, rtol=1e-4, atol=1e-5, msg=n)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_training_on_cuda(dtype):
+    shape = (8, 16, 9, 7)
+    for kw in ({}, {"momentum": None}, {"track_running_stats": False}):
+        torch.manual_seed(1)
+        me = Block(2, 16, **kw).cuda().to(dtype)
+        mf = copy.deepcopy(me)
+        sf = graphfuser.script(mf)
+        x = _x(shape, dtype, True).detach().cuda().requires_grad_()
+        r = torch.randn(shape, dtype=dtype, device="cuda")
+        with config.override(disable=["fallback"]):
+            for _ in range(5):
+                gy = torch.randn(shape, dtype=dtype, device="cuda")
+                ye, yf = me(x, r), sf(x, r)
+                ge = torch.autograd.grad(ye, [x] + list(me.parameters()), gy)
+                gf = torch.autograd.grad(yf, [x] + list(mf.parameters()), gy)
+                torch.testing.assert_close(yf, ye, **_TOL[dtype])
+                for a, e in zip(gf, ge):
+                    torch.testing.assert_close(a, e, **_TOL[dtype])
+                for a, e in zip(mf.buffers(), me.buffers()):
+                    torch.testing.assert_close(a, e, **_TOL[dtype])
+        assert differentiable_groups(sf)
+    x = _x(shape, dtype, True).detach().cuda().requires_grad_()
+    _ = x
+    for dt in (dtype,):
+        c = shape[1]
+        w = torch.rand(c, dtype=dt, device="cuda").requires_grad_()
+        b = torch.randn(c, dtype=dt, device="cuda").requires_grad_()
+        rm_e, rv_e = torch.zeros(c, dtype=dt, device="cuda"), torch.ones(c, dtype=dt, device="cuda")
+        rm_f, rv_f = rm_e.clone(), rv_e.clone()
+        r = torch.randn(shape, dtype=dt, device="cuda")
+        sf = graphfuser.script(bn_relu)
+        with config.override(disable=["fallback"]):
+            for _ in range(4):
+                torch.testing.assert_close(sf(x, w, b, rm_f, rv_f, r), bn_relu(x, w, b, rm_e, rv_e, r), **_TOL[dt])
+                torch.testing.assert_close(rm_f, rm_e, **_TOL[dt])
+                torch.testing.assert_close(rv_f, rv_e, **_TOL[dt])
+        groups = [n for n in sf._optimized.all_nodes() if n.kind == "prim::CudaFusionGroup"]
+        assert len(groups) == 1, str(sf._optimized)
