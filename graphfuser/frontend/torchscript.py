@@ -19,6 +19,7 @@ from ..ir.graph import Block, Graph, Value
 from ..ir.types import TENSOR, Type
 from ..executor.builtins import resolve_aten
 from ..executor.handlers import handler_for
+from .dropped_writes import dropped_writes
 
 
 class UnsupportedError(RuntimeError):
@@ -208,6 +209,12 @@ def capture(obj: Any) -> Captured:
         raise TypeError(f"graphfuser.script expects a function or nn.Module, got {type(obj).__name__}")
     scripted = _script(obj)
     fn = forward_method(scripted) if module is not None else scripted
+    lost = dropped_writes(type(module).forward if module is not None else obj, fn.graph)
+    if lost:
+        # the graph computes another answer than eager: run the Python function itself
+        raise UnsupportedError(f"torch.jit.script dropped the in-place write at {', '.join(lost)} (its target may be "
+                               "another tensor in eager: type_as / dropout / sum_to_size / atleast_Nd may return "
+                               "their input)", obj)
     tgraph = fn.graph.copy()
     torch._C._jit_pass_inline(tgraph)
     g = Graph()
