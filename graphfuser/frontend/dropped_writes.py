@@ -12,7 +12,7 @@ later in-place write to it when nothing reads the result again::
 
 The captured graph no longer holds the write, so no pass can restore it. ``dropped_writes``
 finds such statements in the function's source (an in-place method call on a name bound to one of
-those ops' results, with no node of that kind on its line in the scripted graph); the caller then runs the
+those ops' results or passed to one, with no node of that kind on its line in the scripted graph); the caller then runs the
 function eagerly instead of through a graph that would compute a different answer.
 """
 from __future__ import annotations
@@ -69,7 +69,11 @@ def dropped_writes(fn: Any, graph: Any) -> list[str]:
     may_alias: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and _callee(node.value) in _MAY_RETURN_INPUT:
+            # the result and the tensor it may be: a write to either one is seen through the other
             may_alias.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            call = node.value
+            operands = [call.func.value] if isinstance(call.func, ast.Attribute) else []
+            may_alias.update(n.id for o in operands + list(call.args) for n in ast.walk(o) if isinstance(n, ast.Name))
     if not may_alias:
         return []
     present = _graph_lines(graph)
