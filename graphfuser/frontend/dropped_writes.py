@@ -67,15 +67,28 @@ def dropped_writes(fn: Any, graph: Any) -> list[str]:
     except (OSError, TypeError, SyntaxError):
         return []
     may_alias: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and _callee(node.value) in _MAY_RETURN_INPUT:
+    assigns = [n for n in ast.walk(tree) if isinstance(n, ast.Assign)]
+    for node in assigns:
+        for call in ast.walk(node.value):
+            if _callee(call) not in _MAY_RETURN_INPUT:
+                continue
             # the result and the tensor it may be: a write to either one is seen through the other
             may_alias.update(t.id for t in node.targets if isinstance(t, ast.Name))
-            call = node.value
             operands = [call.func.value] if isinstance(call.func, ast.Attribute) else []
             may_alias.update(n.id for o in operands + list(call.args) for n in ast.walk(o) if isinstance(n, ast.Name))
     if not may_alias:
         return []
+    # views of those (r.reshape(-1), r[0], ...) are in the set too: closed over every assignment
+    # that reads a name of the set (a superset; a write TorchScript keeps is never reported)
+    grown = True
+    while grown:
+        grown = False
+        for node in assigns:
+            if any(isinstance(n, ast.Name) and n.id in may_alias for n in ast.walk(node.value)):
+                new = {t.id for t in node.targets if isinstance(t, ast.Name)} - may_alias
+                if new:
+                    may_alias |= new
+                    grown = True
     present = _graph_lines(graph)
     lost = []
     for node in ast.walk(tree):

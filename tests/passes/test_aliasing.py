@@ -213,7 +213,8 @@ def test_inplace_on_an_identity_alias_whose_source_is_read_later_is_kept():
 
 
 # (F.dropout scripts to an If whose output TorchScript knows may alias: it keeps that write)
-@pytest.mark.parametrize("expr", ["x.type_as(x)", "x.sum_to_size(x.shape)", "torch.atleast_1d(x)"])
+@pytest.mark.parametrize("expr", ["x.type_as(x)", "x.sum_to_size(x.shape)", "torch.atleast_1d(x)",
+                                  "x.type_as(x).reshape(-1)", "x.type_as(x)\n    r = r[1:]"])
 def test_write_torchscript_drops_runs_eagerly(expr):
     # torch.jit.script deletes r.mul_ (r looks fresh to its alias analysis); eager doubles x
     fn = _script_src("f", f"""
