@@ -106,3 +106,20 @@ def f(x, y):
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     _run(mod.f, lambda: (torch.arange(3.0), torch.tensor(2.0)), calls=6)
+
+
+def _unused_batch_norm(x, rm, rv):
+    v = F.batch_norm(x, rm, rv, None, None, True, 0.1, 1e-5)
+    return x * 2.0
+
+
+def _unused_instance_norm(x, rm, rv):
+    v = F.instance_norm(x, rm, rv, None, None, True, 0.1, 1e-5)
+    return x.relu()
+
+
+@pytest.mark.parametrize("fn", [_unused_batch_norm, _unused_instance_norm])
+def test_unused_norm_in_training_still_updates_running_stats(fn):
+    # the schema marks no argument as written, but eager updates running_mean / running_var
+    x = torch.arange(24.0).reshape(2, 3, 4) / 7.0
+    _run(fn, lambda: (x.clone(), torch.zeros(3), torch.ones(3)))
