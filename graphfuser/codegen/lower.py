@@ -181,16 +181,9 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
             env[v] = b.arg(len(scalars) - 1, dt)
 
     # 4. expressions
-    same: dict[Value, Value] = {v: v for v in sub.inputs if isinstance(v.type, TensorType)}
     for node in sub.block.nodes:
         lower_node(node, env, b)
-        if node.kind in ("prim::Constant", "prim::ListConstruct"):
-            continue
-        out_t = node.output.type
-        src_t = node.inputs[0].type if node.inputs else None
-        already = isinstance(src_t, TensorType) and src_t.dtype == out_t.dtype   # a no-op cast
-        if already and node.inputs[0] in same and _returns_self(node, lookup(node.kind).name):
-            same[node.output] = same[node.inputs[0]]
+    same = returned_inputs(sub.inputs, sub.block.nodes)
 
     stores, outputs, aliases = [], [], {}
     for k, (o, t) in enumerate(zip(outs, out_types)):
@@ -213,6 +206,24 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided,
                       sorted(host))
     return kernel, plan
+
+
+def returned_inputs(inputs: list[Value], nodes: list) -> dict[Value, Value]:
+    """Values that eager returns as one of ``inputs`` itself (not a copy): the inputs, and the
+    results of no-op casts / eval-mode dropout of such values. Only those outputs may be handed
+    back as the input tensor; an op that merely computes the identity (floor of an int, a
+    reduction over no dim) allocates in eager, and a later in-place write must not reach the input.
+    """
+    same: dict[Value, Value] = {v: v for v in inputs if isinstance(v.type, TensorType)}
+    for node in nodes:
+        if node.kind in ("prim::Constant", "prim::ListConstruct") or len(node.outputs) != 1:
+            continue
+        out_t = node.output.type
+        src_t = node.inputs[0].type if node.inputs else None
+        already = isinstance(src_t, TensorType) and isinstance(out_t, TensorType) and src_t.dtype == out_t.dtype
+        if already and node.inputs[0] in same and _returns_self(node, lookup(node.kind).name):
+            same[node.output] = same[node.inputs[0]]
+    return same
 
 
 def _returns_self(node, row_name: str) -> bool:

@@ -28,7 +28,7 @@ from ..ops import bind, lookup
 from ..ops.axes import Axes, analyze, is_reduction_node
 from .kir import (Call, Cast, Expr, ExprBuilder, Kernel, Load, Reduce, ScalarParam, TensorParam, compute_dtype,
                   topo_exprs)
-from .lower import LoweringError, TensorPlan, lower_node
+from .lower import LoweringError, TensorPlan, lower_node, returned_inputs
 
 
 @dataclass
@@ -221,14 +221,18 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
         lower_node(node, env, b)
         b.trivial = False
 
+    same = returned_inputs(sub.inputs, nodes)
     stores, outputs, aliases = [], [], {}
     for k, o in enumerate(outs):
         t = o.type
         outputs.append(OutputPlan(t.dtype, axes_of(o), t.stride_order, t.device))
         e = env[o]
-        if isinstance(e, Load):
+        if isinstance(e, Load) and o in same:
+            # eager returns the input itself (no-op cast, dropout in eval); an op that computes
+            # the identity here (a reduction over size-1 dims, floor of an int) allocates
             src = sub.inputs[tplans[e.tensor].position]
-            if src.type.dtype == t.dtype and src.type.sizes == t.sizes and src.type.stride_order == t.stride_order:
+            if src is same[o] and src.type.dtype == t.dtype and src.type.sizes == t.sizes \
+                    and src.type.stride_order == t.stride_order:
                 aliases[k] = tplans[e.tensor].position
                 continue
         if not isinstance(e, Expr):

@@ -91,12 +91,13 @@ class ScriptedFunction:
 
     def _run_through_torchscript(self, obj: Any, scripted: Any, reason: str) -> None:
         """Never less available than torch.jit.script: a graph with a construct the host program
-        cannot execute runs through TorchScript's own executor, unfused, with one warning."""
+        cannot execute runs through TorchScript's own executor, unfused, with one warning; one whose
+        scripted graph lost an in-place write eager makes (``scripted is obj``) runs eagerly."""
         name = type(obj).__name__ if isinstance(obj, torch.nn.Module) else getattr(obj, "__name__", None) \
             or getattr(obj, "name", "fn")
-        warnings.warn(f"graphfuser.script({name}): {reason}; it runs through torch.jit.script, unfused",
-                      stacklevel=3)
-        jit_log("graph_fuser", 1, f"{name} runs through torch.jit.script: {reason}")
+        how = "eagerly" if scripted is obj else "through torch.jit.script"
+        warnings.warn(f"graphfuser.script({name}): {reason}; it runs {how}, unfused", stacklevel=3)
+        jit_log("graph_fuser", 1, f"{name} runs {how}: {reason}")
         self._module = obj if isinstance(obj, torch.nn.Module) else None
         self.graph = None  # type: ignore[assignment]
         self._fast = None

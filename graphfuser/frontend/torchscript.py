@@ -20,6 +20,7 @@ from ..ir.graph import Block, Graph, Value
 from ..ir.types import TENSOR, Type
 from ..executor.builtins import resolve_aten
 from ..executor.handlers import handler_for
+from .dropped_writes import dropped_writes
 
 
 class UnsupportedError(RuntimeError):
@@ -163,6 +164,37 @@ class _Converter:
             self.convert_block(tb, b, [(p, None) for p in tb.inputs()])
 
 
+_RSUB = "aten::rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor"
+
+
+def _restore_rsub(block: Block) -> int:
+    """``number - tensor`` scripts to TorchScript's builtin ``__rsub__``, ``torch.neg(self) + other``
+    (inlined, its nodes' source is ``<string>:...``). Negating first is not eager's ``rsub``: an
+    unsigned or int8 tensor wraps (``0.5 - uint8(1)`` would be ``255.5``, eager says ``-0.5``).
+    Such a pair becomes ``aten::rsub(self, other)``, which promotes first, as eager does."""
+    restored = 0
+    for node in list(block.nodes):
+        for b in node.blocks:
+            restored += _restore_rsub(b)
+        if node.kind != "aten::add" or len(node.inputs) != 3 or not (node.source or "").startswith("<string>:"):
+            continue
+        neg = node.inputs[0].node
+        if neg is None or neg.kind != "aten::neg" or neg.source != node.source or neg.owner is not block \
+                or len(neg.output.uses) != 1 or node.inputs[1].type.is_tensor:
+            continue
+        rsub = block.graph.create("aten::rsub", [neg.inputs[0], node.inputs[1], node.inputs[2]],
+                                  [node.output.type], {}, node.source)
+        rsub.schema = resolve_aten("aten::rsub", _RSUB)
+        block.insert_before(node, rsub)
+        for user, i in list(node.output.uses):
+            user.replace_input(i, rsub.output)
+        block.replace_return_everywhere(node.output, rsub.output)
+        block.remove(node)
+        block.remove(neg)
+        restored += 1
+    return restored
+
+
 def forward_method(scripted: Any) -> Any:
     """The scripted module's ``forward``; for an overloaded one (``nn.LSTM``: ``forward__0`` for a
     Tensor input, ``forward__1`` for a PackedSequence), the first overload taking a Tensor."""
@@ -190,6 +222,12 @@ def capture(obj: Any) -> Captured:
     with _autocast_off():
         scripted = _script(obj)
         fn = forward_method(scripted) if module is not None else scripted
+        lost = dropped_writes(type(module).forward if module is not None else obj, fn.graph)
+        if lost:
+            # the graph computes another answer than eager: run the Python function itself
+            raise UnsupportedError(f"torch.jit.script dropped the in-place write at {', '.join(lost)} (its target may "
+                                   "be another tensor in eager: type_as / dropout / sum_to_size / atleast_Nd may "
+                                   "return their input)", obj)
         tgraph = fn.graph.copy()
         torch._C._jit_pass_inline(tgraph)
     g = Graph()
@@ -202,6 +240,7 @@ def capture(obj: Any) -> Captured:
         raise
     except Exception as e:  # a construct the converter does not know how to read
         raise UnsupportedError(f"cannot capture: {e}", scripted) from e
+    _restore_rsub(g.block)
     schema = fn.schema
     args = list(schema.arguments)[1:] if module is not None else list(schema.arguments)
     defaults = {a.name: a.default_value for a in args if a.default_value is not None

@@ -224,7 +224,24 @@ def _torchscript_answers(fn, case: dict, call: int, device: str) -> bool:
         return False
 
 
-def run_case(case: dict, device: str, workdir: str, tag: str) -> dict:
+def _split_precision_deviations(case: dict, device: str, workdir: str, tag: str, findings: list,
+                                deviations: list) -> None:
+    """A wrong fp16/bf16 value that is gone with emulate_precision_casts on (every intermediate
+    rounded to its eager dtype) is the fp32-intermediates deviation, however far an overflow or a
+    floor/trunc after the rounding moves it: move such findings to ``deviations``."""
+    from ..config import config
+
+    with config.override(emulate_precision_casts=True):
+        again = run_case(case, device, workdir, tag + "_emulated", _emulated=True)
+    still = {(f["call"], f["detail"].split(":")[0]) for f in again["findings"] if f["category"] == "wrong_value"}
+    for f in list(findings):
+        if f["category"] == "wrong_value" and (f["call"], f["detail"].split(":")[0]) not in still:
+            findings.remove(f)
+            deviations.append({"deviation": "fp32_intermediates", "call": f["call"],
+                               "detail": f"{f['detail']} (matches eager with emulate_precision_casts on)"})
+
+
+def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = False) -> dict:
     """Run ``case``; the result lists findings (category, call, detail), whether a generated
     kernel ran after profiling, the ops that ended up inside fusion groups and the timing."""
     import graphfuser
@@ -340,6 +357,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str) -> dict:
                     if row is not None:
                         ops.add(row.name)
         result["fused_ops"] = sorted(ops)
+    if half and not _emulated and any(f["category"] == "wrong_value" for f in findings):
+        _split_precision_deviations(case, device, workdir, tag, findings, deviations)
     # one finding per category and call is enough; keep the first
     seen, uniq = set(), []
     for f in findings:

@@ -5,7 +5,7 @@ alias set: ``aten::to.dtype(Tensor(a) self, ...) -> Tensor(a)`` may return ``sel
 dtype, no copy), ``aten::view(Tensor(a) self, ...) -> Tensor(a)`` returns a view of it, and
 ``aten::add_(Tensor(a!) self, ...) -> Tensor(a!)`` returns the tensor it wrote. Those annotations,
 not a hand list, decide what aliases what. A few ops return their input at run time without an
-annotation saying so (``type_as`` to the same dtype, dropout in eval mode); they are listed in
+annotation saying so (``type_as`` to the same dtype, dropout in eval mode, ``sum_to_size`` to its own shape); they are listed in
 ``UNANNOTATED_ALIASING``.
 
 Containers (lists, tuples) and control flow (``prim::If`` / ``prim::Loop`` outputs) may hold or
@@ -25,6 +25,10 @@ from ..ir.graph import Block, Graph, Node, Value
 UNANNOTATED_ALIASING = frozenset({
     "aten::type_as", "aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
     "aten::feature_alpha_dropout",
+    # returns ``self`` when ``size`` is already its shape
+    "aten::sum_to_size",
+    # return ``self`` when it already has that many dims
+    "aten::atleast_1d", "aten::atleast_2d", "aten::atleast_3d",
 })
 
 # Value-producing prim kinds whose outputs can contain / be their tensor inputs.

@@ -48,9 +48,24 @@ _SIDE_EFFECT_KINDS = {
 # nn.functional wrapper would split the chain around it.
 
 
+# Ops that update their running-stat arguments (positions 3, 4) in place when the flag at position 5
+# (training / use_input_stats) holds, although their schema marks no argument as written.
+_RUNNING_STATS_KINDS = frozenset({"aten::batch_norm", "aten::instance_norm", "aten::native_batch_norm",
+                                  "aten::_batch_norm_impl_index"})
+
+
+def _updates_running_stats(node: Node) -> bool:
+    if node.kind not in _RUNNING_STATS_KINDS or len(node.inputs) < 6:
+        return False
+    flag = node.inputs[5]
+    if flag.is_constant and flag.constant() is False:
+        return False
+    return any(not (v.is_constant and v.constant() is None) for v in node.inputs[3:5])
+
+
 def _mutates(node: Node) -> bool:
     if node.kind in _SIDE_EFFECT_KINDS or (node.kind.startswith("aten::") and node.kind.endswith("_")
-                                            and not node.kind.endswith("__")):
+                                            and not node.kind.endswith("__")) or _updates_running_stats(node):
         return True
     return any(_mutates(n) for b in node.blocks for n in b.nodes)
 

@@ -17,7 +17,8 @@ op takes the view's profiled type, so its result has the values and strides the 
 
 Applied only when the pointwise result has no other use (it would otherwise be computed twice)
 and every type involved is completely profiled; 0-dim inputs stay as they are (they broadcast,
-and type promotion ranks them apart from tensors with dims). Runs after profiling, before
+and type promotion ranks them apart from tensors with dims), so a producer whose tensor inputs are
+all 0-dim keeps its view (its result would stay 0-dim). Runs after profiling, before
 partition; repeats until nothing moves, so a view sinks through a whole chain.
 """
 from __future__ import annotations
@@ -142,6 +143,8 @@ class _Sinker:
             t = prod.inputs[i].type
             if not isinstance(t, TensorType) or not t.complete or t.rank > rank:
                 return False
+        if not any(prod.inputs[i].type.rank > 0 for i in tensors):
+            return False        # only 0-dim inputs: nothing would carry the view's dims to the result
         new_inputs = list(prod.inputs)
         for i in tensors:
             if prod.inputs[i].type.rank == 0:

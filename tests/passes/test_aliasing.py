@@ -69,8 +69,9 @@ def f(x, o):
 
 
 # expand: eager refuses to write an expanded tensor. type_as: torch.jit.script itself drops the
-# write (its schema has no alias annotation, so TorchScript's dead-code pass deletes r.add_).
-@pytest.mark.parametrize("op", sorted(set(EXPRS) - {"expand", "type_as"}))
+# write (its schema has no alias annotation, so TorchScript's dead-code pass deletes r.add_);
+# graphfuser sees that in the source and runs the function eagerly.
+@pytest.mark.parametrize("op", sorted(set(EXPRS) - {"expand"}))
 def test_write_to_alias_is_seen_through_source(op):
     fn = _script_src("f", f"""
 def f(x, o):
@@ -209,3 +210,33 @@ def test_inplace_on_an_identity_alias_whose_source_is_read_later_is_kept():
         return d + 1.0, h.sin()
 
     _run(f, torch.randn(4, 8))
+
+
+# (F.dropout scripts to an If whose output TorchScript knows may alias: it keeps that write)
+@pytest.mark.parametrize("expr", ["x.type_as(x)", "x.sum_to_size(x.shape)", "torch.atleast_1d(x)",
+                                  "x.type_as(x).reshape(-1)", "x.type_as(x)\n    r = r[1:]"])
+def test_write_torchscript_drops_runs_eagerly(expr):
+    # torch.jit.script deletes r.mul_ (r looks fresh to its alias analysis); eager doubles x
+    fn = _script_src("f", f"""
+def f(x):
+    r = {expr}
+    r.mul_(2)
+    return x + 1.0
+""")
+    with pytest.warns(UserWarning, match="dropped the in-place write"):
+        sf = graphfuser.script(fn)
+    for _ in range(4):
+        a, b = torch.randn(4, 8), None
+        b = a.clone()
+        torch.testing.assert_close(sf(b), fn(a))
+        torch.testing.assert_close(b, a)
+
+
+def test_write_torchscript_keeps_still_fuses():
+    def f(x):
+        r = x.type_as(x)
+        r.mul_(2)
+        return r + 1.0
+
+    sf = _run(f, torch.randn(4, 8))
+    assert sf._optimized is not None

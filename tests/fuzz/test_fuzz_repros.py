@@ -1,0 +1,125 @@
+"""Repros the fuzzer found (logs/fuzz-*.md), each with its class's generalization: every call is
+compared with eager, outputs and the inputs after the call (in-place writes)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import graphfuser
+
+
+def _run(fn, make, calls=5):
+    sf = graphfuser.script(fn)
+    for _ in range(calls):
+        a, b = make(), make()
+        out_e, out_g = fn(*a), sf(*b)
+        for e, g in zip(out_e if isinstance(out_e, tuple) else (out_e,),
+                        out_g if isinstance(out_g, tuple) else (out_g,)):
+            assert g.dtype == e.dtype and g.shape == e.shape
+            torch.testing.assert_close(g, e, equal_nan=True)
+        for x, y in zip(a, b):
+            if isinstance(x, torch.Tensor):
+                torch.testing.assert_close(y, x, equal_nan=True)
+    return sf
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float32])
+def test_number_minus_integer_tensor_promotes_first(dtype):
+    # TorchScript's __rsub__ is neg(self) + other: an unsigned tensor would wrap (0.0 - uint8(1) = 255)
+    def f(x, s: float):
+        return s - x, 2 - x, -x + s, (s - x) * 2.0
+
+    lo = 0 if dtype == torch.uint8 else -128 if dtype == torch.int8 else -3
+    _run(f, lambda: (torch.tensor([1, 0, lo, 3], dtype=dtype), 0.5))
+    _run(f, lambda: (torch.tensor(1, dtype=dtype), 0.0))
+
+
+def _no_dim_amax(x):
+    v = torch.amax(x, [], keepdim=True)
+    w = torch.ne(v, float("inf"))
+    v.exp_()
+    return w, v
+
+
+def _floor_of_int(x):
+    v0 = torch.floor(x)
+    v1 = x * v0.size(-1)
+    v2 = torch.amin(v1, [-1], keepdim=False)
+    v4 = F.dropout(v0, 0.5, False)
+    v4.mul_(2)
+    return v2, v0
+
+
+def _identity_sum(x):
+    v = x.sum(-1, keepdim=True)
+    v.add_(1.0)
+    return v, x * 2.0
+
+
+@pytest.mark.parametrize("fn,make", [
+    (_no_dim_amax, lambda: (torch.tensor(3.0),)),
+    (_floor_of_int, lambda: (torch.arange(16, dtype=torch.int32).reshape(16, 1),)),
+    (_identity_sum, lambda: (torch.arange(4.0).reshape(4, 1) - 1.5,)),
+])
+def test_identity_computed_by_a_reduction_group_is_a_new_tensor(fn, make):
+    # eager allocates for a reduction over no (or size-1) dims and floor of an int; an in-place
+    # write to the result must not reach the input
+    _run(fn, make)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_sum_to_size_of_its_own_shape_aliases_its_input(n):
+    def f(x, n: int):
+        v = x.sum_to_size([n, 16])
+        v.sub_(-1.5)
+        x.sigmoid_()
+        return torch.trunc(v)
+
+    def g(x):
+        x.mul_(1e30)
+        v = x.sum_to_size([1])
+        v.clamp_(min=float("nan"))
+        return v, x + 1.0
+
+    _run(f, lambda: (torch.ones(16, n).t(), n))
+    _run(g, lambda: (torch.zeros(1, dtype=torch.float64),))
+
+
+@pytest.mark.parametrize("view", ["v0.unsqueeze(0)", "v0.unsqueeze(0).permute(0)", "v0.unsqueeze(0).unsqueeze(1).transpose(0, 1)"])
+def test_view_of_a_pointwise_op_on_0_dim_inputs_keeps_its_dims(view):
+    import importlib.util
+    import os
+    import sys
+    import tempfile
+
+    src = f"""import torch
+def f(x, y):
+    v0 = 1 + y
+    v1 = {view}
+    v1.mul_(2)
+    return v1, x + 1.0
+"""
+    path = os.path.join(tempfile.mkdtemp(prefix="gf_repro_"), "m.py")
+    with open(path, "w") as fh:
+        fh.write(src)
+    spec = importlib.util.spec_from_file_location(f"gf_repro_{abs(hash(view))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    _run(mod.f, lambda: (torch.arange(3.0), torch.tensor(2.0)), calls=6)
+
+
+def _unused_batch_norm(x, rm, rv):
+    v = F.batch_norm(x, rm, rv, None, None, True, 0.1, 1e-5)
+    return x * 2.0
+
+
+def _unused_instance_norm(x, rm, rv):
+    v = F.instance_norm(x, rm, rv, None, None, True, 0.1, 1e-5)
+    return x.relu()
+
+
+@pytest.mark.parametrize("fn", [_unused_batch_norm, _unused_instance_norm])
+def test_unused_norm_in_training_still_updates_running_stats(fn):
+    # the schema marks no argument as written, but eager updates running_mean / running_var
+    x = torch.arange(24.0).reshape(2, 3, 4) / 7.0
+    _run(fn, lambda: (x.clone(), torch.zeros(3), torch.ones(3)))
