@@ -16,6 +16,7 @@ from ..ir.graph import VARIED, Node, Value
 from ..ir.types import TensorType
 from . import pointwise  # noqa: F401  (registers the rows)
 from . import reduction  # noqa: F401  (registers the rows)
+from . import norms  # noqa: F401  (registers the rows)
 from . import activations  # noqa: F401  (registers the rows)
 from .promotion import Participant, participant_of, result_type
 from .reduction import CHECKS, ReductionRow, scalar_type_code

@@ -1,4 +1,4 @@
-"""GPU: the corrected two-pass moments on every reduction schedule (persistent rows in
+"""GPU: the shifted-data moments on every reduction schedule (persistent rows in
 registers, multi-pass rows, rows split across blocks with a last-block combine), with constant
 rows (exact: mean is the row's value, var 0, layer norm 0) and rows with a large mean and a
 small spread (as close to a float64 reference as eager)."""
