@@ -6,7 +6,9 @@ normalizations with statistics take ``(mean, M2)`` from ``reduction.moments`` (s
 the segment's first element: exact for constant rows), RMS norm a plain mean of squares, and
 batch norm in inference reads its running statistics. Each row also gives its ``DimPlan``: the
 normalized dims (the trailing ``normalized_shape`` dims, or every dim past N / past N and C) and
-how weight, bias and running statistics line up with the input.
+how weight, bias and running statistics line up with the input. A ``normalized_shape`` is a
+list literal, a constant, or an int list the graph computes (``x.shape[-1:]``) that was the
+same on every profiling run: the group holds it as a constant and its guard checks it.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ def _layer_norm_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str
     rank = rank_of(args["input"])
     k = _norm_len(args["normalized_shape"])
     if k is None:
-        return "normalized_shape is not a list literal (its length must be known)"
+        return ("normalized_shape is neither a list literal nor an int list that every profiling run saw "
+                "with one value (its length must be known)")
     if not 0 < k <= rank:
         return f"normalized_shape of length {k} for a rank-{rank} input"
     plan = {"input": tuple(range(rank))}
@@ -188,18 +191,18 @@ def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
 
 _LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")
 reduction("layer_norm", ("aten::layer_norm",), "normalization", _LN, _layer_norm, planner=_layer_norm_plan,
-          out_dtype=same_float, consts=("eps",), shape_args=("normalized_shape",), size_checks=_trailing_checks,
+          out_dtype=same_float, consts=("eps",), shape_args=("normalized_shape",), profiled_lists=("normalized_shape",), size_checks=_trailing_checks,
           eager=lambda input, ns, weight=None, bias=None, eps=1e-5, cudnn_enable=True:
           torch.layer_norm(input, ns, weight, bias, eps),
           doc="(x - mean) * rsqrt(var + eps) * weight + bias over the last dims")
 reduction("native_layer_norm", ("aten::native_layer_norm",), "normalization",
           ("input", "normalized_shape", "weight", "bias", "eps"), _native_layer_norm, planner=_layer_norm_plan,
-          out_dtype=same_float, consts=("eps",), shape_args=("normalized_shape",), size_checks=_trailing_checks,
+          out_dtype=same_float, consts=("eps",), shape_args=("normalized_shape",), profiled_lists=("normalized_shape",), size_checks=_trailing_checks,
           n_outputs=3,
           eager=torch.native_layer_norm, doc="(layer_norm, mean, rstd)")
 reduction("rms_norm", ("aten::rms_norm",), "normalization", ("input", "normalized_shape", "weight=None", "eps=None"),
           _rms_norm, planner=_layer_norm_plan, out_dtype=same_float, consts=("eps",),
-          shape_args=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm,
+          shape_args=("normalized_shape",), profiled_lists=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm,
           doc="x * rsqrt(mean(x^2) + eps) * weight")
 reduction("batch_norm", ("aten::batch_norm",), "normalization",
           ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",

@@ -65,6 +65,9 @@ class ReductionRow(OpRow):
     planner: Optional[Callable[[Node, dict, dict], Union[DimPlan, str]]] = None
     out_dtype: Optional[Callable[[torch.dtype, dict], Union[torch.dtype, str]]] = None
     shape_args: tuple[str, ...] = ()            # list args whose values the kernel never reads
+    # int-list args profiled into a guarded constant when the graph computes the list whole
+    # (``x.shape[-1:]``); a list literal keeps its items as run-time values the launcher checks
+    profiled_lists: tuple[str, ...] = ()
     # (value, dim, expected size) relations eager checks and the kernel relies on; the launcher
     # compares them before every launch. ``expected``: an int or a Value holding an int.
     size_checks: Optional[Callable[[Node, dict], list[tuple[Value, int, Any]]]] = None
@@ -340,11 +343,12 @@ CHECKS: dict[str, Callable[[Node, dict, dict], Optional[str]]] = {}
 def reduction(name: str, aten: tuple[str, ...], kind: str, args: tuple[str, ...], lower, *, planner=None,
               out_dtype=None, overloads: tuple = (), consts: tuple[str, ...] = (), n_outputs: int = 1,
               shape_args: tuple[str, ...] = (), check=None, eager=None, doc: str = "",
-              size_checks=None) -> ReductionRow:
+              size_checks=None, profiled_lists: tuple[str, ...] = ()) -> ReductionRow:
     first = args[0].split("=")[0]
     row = ReductionRow(name, aten, kind, args, "none", (first,), consts=consts, decomp=lower, eager=eager, doc=doc,
                        n_outputs=n_outputs, overloads=overloads, planner=planner or _reduce_plan,
-                       out_dtype=out_dtype, shape_args=shape_args, size_checks=size_checks)
+                       out_dtype=out_dtype, shape_args=shape_args, size_checks=size_checks,
+                       profiled_lists=profiled_lists)
     register(row)
     CHECKS[name] = check or need_const(*consts)
     return row
