@@ -36,13 +36,14 @@ from typing import Optional
 
 import torch
 
-from .cstyle import RenderOptions, _depth_of, _Emitter, _render_iexpr, _size, c_literal, signature
+from .cstyle import RenderOptions, _Emitter, c_literal, signature
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import PRIMS, Call, Cast, Const, Expr, Load, Reduce, ReductionSize, ScalarArg
+from .kir import PRIMS, Call, Cast, Const, Expr, FirstLoad, Load, Reduce, ReductionSize, ScalarArg
 from .reduction import ReductionKernel
+from .reduction_index import IndexPlan
 from .reduction_passes import PassPlan
 from .reduction_rows import RowPipeline
-from .schedule import IExpr, IterDomain, LoopNest, ParallelType, ScheduleError, iconst, iop, ivar
+from .schedule import IterDomain, LoopNest, ParallelType, ScheduleError, iconst, ivar
 
 COMBINE = {"sum": "{a} += {v};", "prod": "{a} *= {v};",
            "max": "{a} = {v} > {a} ? {v} : {a};", "min": "{a} = {v} < {a} ? {v} : {a};"}
@@ -70,7 +71,7 @@ def _roots_under(d: IterDomain) -> set[int]:
     return _roots_under(o[1])
 
 
-class _Walk(PassPlan, RowPipeline):
+class _Walk(IndexPlan, PassPlan, RowPipeline):
     def __init__(self, kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, opts: RenderOptions,
                  online: bool = False, scratch: bool = False) -> None:
         self.k, self.nest, self.d, self.o = kernel, nest, dialect, opts
@@ -123,71 +124,6 @@ class _Walk(PassPlan, RowPipeline):
         if self.grid_red:
             self._check_grid_split()
 
-    def _checks(self) -> None:
-        nest, leaves = self.nest, self.nest.leaves
-        checks = nest.split_checks()
-        self.fold: Optional[tuple] = None
-        if self.o.predicate_elimination:
-            ids = {d.id for d in checks}
-            checks = [d for d in checks if not (d.origin[0] == "outer" and d.origin[1].id in ids)]
-            inner = leaves[self.loops[-1]] if self.loops else None
-            if (not self.vec and inner is not None and self.loops[-1] == len(leaves) - 1
-                    and inner.origin[0] == "inner" and inner.origin[3] and any(d is inner.origin[1] for d in checks)):
-                base = nest.domain_indices({**{d.id: ivar(f"i{k}") for k, d in enumerate(leaves)},
-                                            inner.id: iconst(0)})[inner.origin[1].id]
-                self.fold = (inner, inner.origin[1], base)
-                checks = [d for d in checks if d is not inner.origin[1]]
-        preds = [(self.idx[d.id], d.extent) for d in checks]
-        for k, d in enumerate(leaves):
-            if self.bound[k] and d.extent.const is None:   # the launch rounds blockDim up
-                preds.append((ivar(f"i{k}"), d.extent))
-        if not self.o.predicate_elimination:
-            preds += [(self.root_idx[r], ivar(f"n{r}")) for r in range(len(nest.roots))]
-        kept_vars = self.prefix_vars | self.lane_vars
-        self.kept_preds = [p for p in preds if p[0].vars() <= kept_vars]
-        self.preds = preds
-
-    # -- offsets and hoisted index values ----------------------------------------------------
-    def _offsets(self) -> None:
-        red_roots = set(self.k.red_roots)
-        self.offsets: list[IExpr] = []
-        kparts = []
-        for p, t in enumerate(self.k.tensors):
-            parts = [iconst(0), iconst(0)]
-            for r, kind in enumerate(t.dim_kinds):
-                term = None
-                if kind == "unit":
-                    term = self.root_idx[r]
-                elif kind == "strided":
-                    term = iop("*", self.root_idx[r], ivar(f"st{p}_{r}"))
-                if term is not None:
-                    j = int(r in red_roots)
-                    parts[j] = iop("+", parts[j], term)
-            kparts.append(parts[0])
-            self.offsets.append(iop("+", parts[0], parts[1]))
-        depth = {f"i{k}": k + 1 for k in range(self.first)}
-        depth.update({f"i{k}": 0 for k in range(len(self.nest.leaves)) if self.bound[k] and self.red[k]})
-        self.names: dict[IExpr, str] = {}
-        self.decls: dict[int, list[tuple[str, IExpr]]] = {}
-        if not self.o.index_hoist:
-            return
-        extents = [d.extent for d in self.nest.leaves] + [b for _, b in self.preds]
-        wanted = sorted(self.root_idx + kparts + self.offsets + [a for a, _ in self.preds] + extents, key=_size)
-        loop_vars = {f"i{k}" for k in range(len(self.nest.leaves))}
-        for e in wanted:
-            if e.op in ("var", "const") or e in self.names or not (e.vars() & loop_vars) <= set(depth):
-                continue
-            name = f"x{len(self.names)}"
-            self.decls.setdefault(_depth_of(e, depth), []).append((name, e))
-            self.names[e] = name
-
-    def ix(self, e: IExpr) -> str:
-        return _render_iexpr(e, self.names)
-
-    def emit_decls(self, em: _Emitter, depth: int) -> None:
-        for name, e in self.decls.get(depth, []):
-            em(f"const {self.T} {name} = {_render_iexpr(e, {x: v for x, v in self.names.items() if x != e})};")
-
     def text(self, e: Expr, names: dict[int, str], raw_load) -> str:
         ct = COMPUTE_TYPES[e.dtype]
         if isinstance(e, Load):
@@ -196,6 +132,8 @@ class _Walk(PassPlan, RowPipeline):
             return f"(({ct})({self.k.scalars[e.index].name}))"
         if isinstance(e, ReductionSize):
             return f"(({ct})(" + " * ".join(f"n{r}" for r in self.k.red_roots) + "))"
+        if isinstance(e, FirstLoad):
+            return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(self.first_load(e))
         if isinstance(e, Cast):
             a = names[id(e.arg)]
             return f"(({a}) != 0)" if e.dtype == torch.bool else f"(({ct})({a}))"
@@ -208,24 +146,6 @@ class _Walk(PassPlan, RowPipeline):
             names[id(r)] = self.acc[id(r)] + lane
         names.update(getattr(self, "hnames", {}))
         return names
-
-    # -- index strings -------------------------------------------------------------------------
-    def lane(self) -> str:
-        return self._linear(self.lane_leaves, bracket=True) if self.L > 1 else ""
-
-    def _linear(self, ks: list[int], bracket: bool = False) -> str:
-        terms, stride = [], 1
-        for k in reversed(ks):
-            var = "v" if self.vec and k == len(self.nest.leaves) - 1 else f"i{k}"
-            terms.append(var if stride == 1 else f"{var} * {stride}")
-            stride *= self.nest.leaves[k].extent.const or 1   # (scratch: one runtime loop)
-        text = " + ".join(reversed(terms)) or "0"
-        return f"[{text}]" if bracket else text
-
-    def cache_size(self) -> str:
-        if self.scratch:
-            return self.ix(self.nest.leaves[self.loops[0]].extent)
-        return str(math.prod(self.nest.leaves[k].extent.const for k in self.cache_leaves))
 
     # -- emission ------------------------------------------------------------------------------
     def open_leaf(self, em: _Emitter, i: int, pragma: Optional[str] = None) -> None:
@@ -286,22 +206,6 @@ class _Walk(PassPlan, RowPipeline):
         if self.nan_flag(r):
             return COMBINE[r.op]
         return self.d.nan_combine.get((r.op, r.dtype), COMBINE[r.op])
-
-    def raw_load(self, p: int, e: Load) -> str:
-        t = self.k.tensors[e.tensor]
-        if p == 1 and e.tensor in self.prefetch and not self.stages:
-            return f"{self.prefetch[e.tensor]}[{self._linear(self.cache_leaves)}]"
-        if self.vec and self.full[id(e)]:
-            return f"s_{t.name}" if t.dim_kinds[-1] == "bcast" else f"b_{t.name}[v]"
-        return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
-
-    def row_load(self, e: Load) -> str:
-        t = self.k.tensors[e.tensor]
-        raw = f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
-        if self.kept_preds and self.hoisted:
-            cond = " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds)
-            return f"(({cond}) ? {raw} : ({STORAGE_TYPES[t.dtype]})0)"
-        return raw
 
     def emit_exprs(self, em: _Emitter, order: list[Expr], names: dict[int, str], p: int) -> None:
         for n, e in enumerate(order):

@@ -110,6 +110,19 @@ class Load(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class FirstLoad(Expr):
+    """Element of tensor parameter ``tensor`` at the first point of the reduced segment (every
+    reduced index 0), per kept point: a row value. The moments shift by it (``at_first``);
+    renderers read 0 for an empty segment instead of touching memory."""
+
+    tensor: int
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("first", self.tensor)
+
+
+@dataclass(frozen=True, eq=False)
 class ScalarArg(Expr):
     index: int
     dtype: torch.dtype
@@ -239,6 +252,27 @@ class ExprBuilder:
     def reduction_size(self, dtype: torch.dtype) -> Expr:
         return self._intern(ReductionSize(compute_dtype(dtype)))
 
+    def at_first(self, e: Expr) -> Expr:
+        """``e`` evaluated at the first point of the reduced segment (a row value): every
+        ``Load`` under it becomes a ``FirstLoad``; row values (reductions, arguments) stay."""
+        done: dict[int, Expr] = {}
+
+        def walk(x: Expr) -> Expr:
+            if id(x) in done:
+                return done[id(x)]
+            if isinstance(x, Load):
+                y = self._intern(FirstLoad(x.tensor, x.dtype))
+            elif isinstance(x, Cast):
+                y = self.cast(walk(x.arg), x.dtype)
+            elif isinstance(x, Call):
+                y = self._intern(Call(x.op, tuple(walk(a) for a in x.args), x.dtype))
+            else:
+                y = x
+            done[id(x)] = y
+            return y
+
+        return walk(e)
+
     # Short spellings for the common binary ops.
     def add(self, a: Expr, b: Expr) -> Expr:
         return self.call("add", a, b)
@@ -312,6 +346,8 @@ def expr_text(e: Expr, names: dict[int, str]) -> str:
     """Readable pseudo-code of one expression (operands by their names in ``names``)."""
     if isinstance(e, Load):
         return f"load(t{e.tensor})"
+    if isinstance(e, FirstLoad):
+        return f"load_first(t{e.tensor})"
     if isinstance(e, Const):
         return repr(e.value)
     if isinstance(e, ScalarArg):

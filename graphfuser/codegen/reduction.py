@@ -99,6 +99,11 @@ class _Builder(ExprBuilder):
             return self.const(1, dtype)
         return super().reduction_size(dtype)
 
+    def at_first(self, e: Expr) -> Expr:
+        if self.trivial:
+            return e
+        return super().at_first(e)
+
 
 def _dense(t: TensorType) -> TensorType:
     return replace(t, contiguity=tuple(True for _ in t.stride_order))

@@ -1,9 +1,9 @@
 """Reduction pairs: two reductions of one value that a kernel can finish together.
 
 - softmax: ``max(x)`` and ``sum(exp(x - max(x)))``;
-- variance: ``sum(x)`` and ``sum((x - sum(x) / N)^2)`` (the rows' corrected two-pass also has
-  ``sum(x - sum(x) / N)``, which stays a plain reduction of the second phase; with Welford's M2
-  in place of the shifted sum of squares the correction ``- s1^2 / N`` is off by rounding only).
+- variance: ``sum(x)`` and ``sum((x - sum(x) / N)^2)``, a two-pass variance written out in the
+  graph (the rows' own moments are sums shifted by the segment's first element: one phase, no
+  pair to find).
 
 The walk (``cstyle_reduction.py``) uses a pair in one of two ways:
 

@@ -16,6 +16,7 @@ from ..ir.graph import VARIED, Node, Value
 from ..ir.types import TensorType
 from . import pointwise  # noqa: F401  (registers the rows)
 from . import reduction  # noqa: F401  (registers the rows)
+from . import norms  # noqa: F401  (registers the rows)
 from . import activations  # noqa: F401  (registers the rows)
 from .promotion import Participant, participant_of, result_type
 from .reduction import CHECKS, ReductionRow, scalar_type_code
@@ -71,15 +72,29 @@ def _constant_of(v: Value, profiled: bool = False) -> tuple[bool, Any]:
     return False, None
 
 
+def _literal(v: Value) -> bool:
+    return v.node is not None and v.node.kind == "prim::ListConstruct"
+
+
+def _profiled_whole(row: OpRow, name: str, v: Value) -> bool:
+    """A row's int-list argument the graph computes whole (``x.shape[-1:]``), profiled into a
+    guarded constant (``ReductionRow.profiled_lists``)."""
+    return name in getattr(row, "profiled_lists", ()) and not v.is_constant and not _literal(v)
+
+
 def _profiled_items(row: OpRow, node: Node) -> list[tuple[str, Value]]:
-    if not row.consts:
+    if not row.consts and not getattr(row, "profiled_lists", ()):
         return []
     names = row.names_for(node) if isinstance(row, ReductionRow) else row.arg_names
     out: list[tuple[str, Value]] = []
     for name, v in zip(names, node.inputs):
+        if _profiled_whole(row, name, v):
+            if _profilable(v):
+                out.append((name, v))
+            continue
         if name not in row.consts:
             continue
-        items = v.node.inputs if v.node is not None and v.node.kind == "prim::ListConstruct" else [v]
+        items = v.node.inputs if _literal(v) else [v]
         out += [(name, item) for item in items if not item.is_constant and _profilable(item)]
     return out
 
@@ -117,7 +132,7 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
     for i, name in enumerate(names):
         if i < len(node.inputs):
             v = node.inputs[i]
-            known, value = _constant_of(v, name in row.consts)
+            known, value = _constant_of(v, name in row.consts or _profiled_whole(row, name, v))
             if known:
                 args[name] = consts[name] = value
             else:

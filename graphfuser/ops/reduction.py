@@ -2,16 +2,19 @@
 
 Every row here decomposes into the four reduction primitives of the kernel IR (``sum``,
 ``prod``, ``max``, ``min``; ``ExprBuilder.reduce``) plus pointwise primitives, so the kernel
-IR and the renderers know nothing about softmax or layer norm. Moments (mean / var / std and
-the normalizations) are a *corrected* two-pass (``_moments``): a first mean ``m0 = sum(x) / N``,
-then the shifted sums ``s1 = sum(x - m0)``, ``s2 = sum((x - m0)^2)``, ``mean = m0 + s1 / N``,
-``M2 = s2 - s1 * s1 / N``. ``m0`` is within rounding of the row, so the shifted sums do not
-cancel; for a constant row ``x - m0`` is one small exactly representable value, every sum of it
-is exact, and the mean comes out exactly the row's value with ``M2 == 0`` (eager's Welford has
-that property too; ``sum / N`` alone does not, and ``(x - mean) * rsqrt(var + eps)`` turns its
-rounding into an O(1) error). It keeps the pass structure of the plain two-pass (the second
-pass carries two sums of one difference instead of one) and combines across threads and blocks
-by plain sums, where Welford needs a division per element and Chan's merge at every combine.
+IR and the renderers know nothing about softmax or layer norm. Moments (var / std and the
+normalizations) use *shifted data* (``moments``): the shift ``k`` is the reduced segment's
+first element (``ExprBuilder.at_first``: a per-row value every thread reads), the sums
+``s1 = sum(x - k)``, ``s2 = sum((x - k)^2)`` accumulate in one phase, ``mean = k + s1 / N``,
+``M2 = s2 - s1 * s1 / N``. For a constant row every ``x - k`` is 0, so the mean is exactly the
+row's value and ``M2 == 0`` (eager's Welford has that property too; ``sum / N`` alone does not,
+and ``(x - mean) * rsqrt(var + eps)`` turns its rounding into an O(1) error); a large mean with
+a small spread is accurate because ``x - k`` is of the spread's size. Both sums are plain sums
+of one phase: one combine across threads (one round of barriers for the pair) and blocks (a row
+split across blocks adds its partial ``(s1, s2)``, each block having read the same ``k``),
+where a first mean costs a second block reduction, Welford a division per element and Chan's
+merge divisions at every combine. The price: ``M2`` loses relative accuracy as
+``(k - mean)^2 / var`` grows (a first element far out in the tail of its row).
 A row also gives its ``DimPlan``
 (``ops/axes.py``): which dims of its input it reduces and how its outputs and parameter tensors
 line up with the input.
@@ -62,6 +65,9 @@ class ReductionRow(OpRow):
     planner: Optional[Callable[[Node, dict, dict], Union[DimPlan, str]]] = None
     out_dtype: Optional[Callable[[torch.dtype, dict], Union[torch.dtype, str]]] = None
     shape_args: tuple[str, ...] = ()            # list args whose values the kernel never reads
+    # int-list args profiled into a guarded constant when the graph computes the list whole
+    # (``x.shape[-1:]``); a list literal keeps its items as run-time values the launcher checks
+    profiled_lists: tuple[str, ...] = ()
     # (value, dim, expected size) relations eager checks and the kernel relies on; the launcher
     # compares them before every launch. ``expected``: an int or a Value holding an int.
     size_checks: Optional[Callable[[Node, dict], list[tuple[Value, int, Any]]]] = None
@@ -93,7 +99,8 @@ class ReductionRow(OpRow):
 
 
 # -- dims -----------------------------------------------------------------------------------
-def _rank(v: Any) -> int:
+def rank_of(v: Any) -> int:
+    """Rank of a tensor Value (0 for anything else)."""
     return v.type.rank if isinstance(v, Value) and isinstance(v.type, TensorType) else 0
 
 
@@ -118,7 +125,7 @@ def normalize_dims(dims: Any, rank: int) -> Union[tuple[int, ...], str]:
 
 def _reduce_plan(node: Node, args: dict, consts: dict, dim_arg: str = "dim", keep_arg: str = "keepdim",
                  tensor: str = "self") -> Union[DimPlan, str]:
-    rank = _rank(args[tensor])
+    rank = rank_of(args[tensor])
     dims = normalize_dims(args.get(dim_arg), rank)
     if isinstance(dims, str):
         return dims
@@ -128,91 +135,11 @@ def _reduce_plan(node: Node, args: dict, consts: dict, dim_arg: str = "dim", kee
 
 
 def _softmax_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
-    rank = _rank(args["self"])
+    rank = rank_of(args["self"])
     dims = normalize_dims(args["dim"], rank)
     if isinstance(dims, str):
         return dims
     return DimPlan(rank, {"self": tuple(range(rank))}, [tuple(range(rank))], dims)
-
-
-def _norm_len(v: Any) -> Optional[int]:
-    """Length of a ``normalized_shape`` argument: a constant list or a ``prim::ListConstruct``."""
-    if isinstance(v, (list, tuple)):
-        return len(v)
-    if isinstance(v, int):
-        return 1
-    if isinstance(v, Value) and v.node is not None and v.node.kind == "prim::ListConstruct":
-        return len(v.node.inputs)
-    return None
-
-
-def _layer_norm_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
-    rank = _rank(args["input"])
-    k = _norm_len(args["normalized_shape"])
-    if k is None:
-        return "normalized_shape is not a list literal (its length must be known)"
-    if not 0 < k <= rank:
-        return f"normalized_shape of length {k} for a rank-{rank} input"
-    plan = {"input": tuple(range(rank))}
-    for name in ("weight", "bias"):
-        if isinstance(args.get(name), Value):
-            if _rank(args[name]) != k:
-                return f"{name} has rank {_rank(args[name])}, normalized_shape has {k} dims"
-            plan[name] = tuple(range(rank - k, rank))
-    red = tuple(range(rank - k, rank))
-    outs = [tuple(range(rank))] + [tuple(None if d in red else d for d in range(rank))] * (len(node.outputs) - 1)
-    return DimPlan(rank, plan, outs, red)
-
-
-def _channel_plan(reduce_spatial: bool):
-    def plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
-        rank = _rank(args["input"])
-        if rank < 2:
-            return f"{node.kind} needs an input of rank >= 2"
-        p = {"input": tuple(range(rank))}
-        for name in ("weight", "bias", "running_mean", "running_var"):
-            if isinstance(args.get(name), Value):
-                if _rank(args[name]) != 1:
-                    return f"{name} must be 1-D"
-                p[name] = (1,)
-        if reduce_spatial:
-            red = tuple(range(2, rank)) if args.get("use_input_stats") else ()
-        else:       # batch_norm: batch statistics per channel in training
-            red = (0,) + tuple(range(2, rank)) if args.get("training") else ()
-        return DimPlan(rank, p, [tuple(range(rank))], red)
-    return plan
-
-
-def _group_norm_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
-    """num_groups == 1: every dim but N is reduced, weight and bias line up with C.
-
-    Other group counts are left to eager: per (N, group) statistics over C/G channels need the
-    C dim split into a (G, C/G) pair of loop axes, and a loop axis here is always one whole
-    tensor dim (the launcher sizes and strides it from that dim, and the guards check no
-    concrete sizes). num_groups == C is the same as instance norm only while C stays equal to
-    num_groups, which no guard checks, so it is not fused either."""
-    rank = _rank(args["input"])
-    if rank < 2:
-        return f"{node.kind} needs an input of rank >= 2"
-    g = args.get("num_groups")
-    if not isinstance(g, int) or isinstance(g, bool):
-        return "group_norm with a run-time num_groups is not fused"
-    if g != 1:
-        sizes = getattr(args["input"].type, "sizes", None)
-        if sizes is not None and sizes[1] == g:
-            return (f"group_norm with num_groups == C == {g} is not fused: it equals instance norm only "
-                    f"while C stays {g}, and the guards never check concrete sizes (a call with C = "
-                    f"{2 * g} would pass them); only num_groups=1 is fused")
-        return (f"group_norm with num_groups={g} is not fused (only num_groups=1): statistics per group "
-                f"of C/{g} channels need the channel dim split into ({g}, C/{g}) loop axes, and a loop "
-                f"axis is one whole tensor dim")
-    p = {"input": tuple(range(rank))}
-    for name in ("weight", "bias"):
-        if isinstance(args.get(name), Value):
-            if _rank(args[name]) != 1:
-                return f"{name} must be 1-D"
-            p[name] = (1,)
-    return DimPlan(rank, p, [tuple(range(rank))], tuple(range(1, rank)))
 
 
 def _sum_to_size_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
@@ -252,21 +179,12 @@ def list_items(v: Any) -> Optional[list[Any]]:
     return None
 
 
-def _trailing_checks(node: Node, args: dict) -> list[tuple[Value, int, Any]]:
-    """layer_norm / rms_norm: input.shape[-k:] == normalized_shape (eager raises otherwise)."""
-    v, items = args["input"], list_items(args.get("normalized_shape"))
-    if not isinstance(v, Value) or items is None:
-        return []
-    rank, k = _rank(v), len(items)
-    return [(v, rank - k + j, e) for j, e in enumerate(items)]
-
-
 def _sum_to_size_checks(node: Node, args: dict) -> list[tuple[Value, int, Any]]:
     """sum_to_size: every non-1 entry of size equals the input's aligned dim."""
     v, items = args["self"], list_items(args.get("size"))
     if not isinstance(v, Value) or items is None:
         return []
-    off = _rank(v) - len(items)
+    off = rank_of(v) - len(items)
     return [(v, off + j, e) for j, e in enumerate(items) if e != 1 and off + j >= 0]
 
 
@@ -299,7 +217,8 @@ def _softmax_dtype(dt: torch.dtype, consts: dict) -> Union[torch.dtype, str]:
     return _float_dtype("softmax")(dt, consts)
 
 
-def _same_float(dt: torch.dtype, consts: dict) -> Union[torch.dtype, str]:
+def same_float(dt: torch.dtype, consts: dict) -> Union[torch.dtype, str]:
+    """Output dtype rule: the input's float dtype; integer inputs are not fused."""
     return dt if dt in FLOAT_TYPES else f"integer input ({dt}) is not fused for this op"
 
 
@@ -308,27 +227,29 @@ def _same_nonbool(dt: torch.dtype, consts: dict) -> Union[torch.dtype, str]:
 
 
 # -- lowerings ------------------------------------------------------------------------------
-def _x(call: OpCall, name: str = "self") -> Expr:
+def arg_expr(call: OpCall, name: str = "self") -> Expr:
+    """The kernel IR expression of tensor argument ``name``."""
     return call.x(name)
 
 
 def _sum(call: OpCall) -> Expr:
     """sum(self)"""
-    return call.b.reduce("sum", _x(call), call.compute)
+    return call.b.reduce("sum", arg_expr(call), call.compute)
 
 
-def _mean_of(call: OpCall, x: Expr) -> Expr:
+def mean_of(call: OpCall, x: Expr) -> Expr:
+    """sum(x) / N over the kernel's reduction axes."""
     return call.b.div(call.b.reduce("sum", x, call.compute), call.b.reduction_size(call.compute))
 
 
 def _mean(call: OpCall) -> Expr:
     """sum(self) / N"""
-    return _mean_of(call, _x(call))
+    return mean_of(call, arg_expr(call))
 
 
 def _prim_reduce(op: str):
     def lower(call: OpCall) -> Expr:
-        return call.b.reduce(op, _x(call), call.compute)
+        return call.b.reduce(op, arg_expr(call), call.compute)
     lower.__doc__ = f"{op}(self)"
     return lower
 
@@ -341,34 +262,38 @@ def _correction(call: OpCall) -> float:
     return 1.0 if unbiased is None or unbiased else 0.0
 
 
-def _moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
-    """(mean, M2) by the corrected two-pass: shifted sums against the first-pass mean ``m0``.
+def moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
+    """(mean, M2) from sums shifted by the segment's first element ``k`` (one reduction phase).
 
-    Exact for constant rows (``mean`` is the row's value, ``M2`` is 0); ``M2`` is kept >= 0
-    against rounding (NaN stays NaN)."""
+    ``mean = k + s1 / N``, ``M2 = s2 - s1 * s1 / N``: exact for constant rows (every ``x - k``
+    is 0), accurate while ``|k - mean|`` is within a few standard deviations. ``M2`` is kept
+    >= 0 against rounding; an infinite ``s1`` (an inf in the segment) makes the mean NaN, as
+    eager's Welford does, instead of ``k + inf``."""
     b, ct = call.b, call.compute
     n = b.reduction_size(ct)
-    m0 = _mean_of(call, x)
-    d = b.sub(x, m0)
+    x = b.cast(x, ct)
+    k = b.at_first(x)
+    d = b.sub(x, k)
     s1 = b.reduce("sum", d, ct)
     s2 = b.reduce("sum", b.mul(d, d), ct)
     c = b.div(s1, n)
     m2 = b.sub(s2, b.mul(s1, c))
     m2 = b.where(b.call("lt", m2, call.const(0)), call.const(0), m2)
-    return b.add(m0, c), m2
+    mean = b.where(b.call("isinf", s1), call.const(float("nan")), b.add(k, c))
+    return mean, m2
 
 
 def _var_mean(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
-    """corrected two-pass variance: M2 / max(N - correction, 0), and the mean"""
+    """variance from the shifted sums: M2 / max(N - correction, 0), and the mean"""
     b = call.b
-    mean, m2 = _moments(call, x)
+    mean, m2 = moments(call, x)
     dof = b.call("maximum", b.sub(b.reduction_size(call.compute), call.const(_correction(call))), call.const(0))
     return b.div(m2, dof), mean
 
 
 def _var(call: OpCall) -> Expr:
     """sum((x - mean)^2) / max(N - correction, 0)"""
-    return _var_mean(call, _x(call))[0]
+    return _var_mean(call, arg_expr(call))[0]
 
 
 def _std(call: OpCall) -> Expr:
@@ -378,90 +303,32 @@ def _std(call: OpCall) -> Expr:
 
 def _var_mean_pair(call: OpCall) -> tuple[Expr, Expr]:
     """(var, mean)"""
-    return _var_mean(call, _x(call))
+    return _var_mean(call, arg_expr(call))
 
 
 def _std_mean_pair(call: OpCall) -> tuple[Expr, Expr]:
     """(std, mean)"""
-    var, mean = _var_mean(call, _x(call))
+    var, mean = _var_mean(call, arg_expr(call))
     return call.b.call("sqrt", var), mean
 
 
 def _softmax(call: OpCall) -> Expr:
     """exp(x - max(x)) / sum(exp(x - max(x)))"""
-    b, x = call.b, _x(call)
+    b, x = call.b, arg_expr(call)
     e = b.call("exp", b.sub(x, b.reduce("max", x, call.compute)))
     return b.div(e, b.reduce("sum", e, call.compute))
 
 
 def _log_softmax(call: OpCall) -> Expr:
     """x - max(x) - log(sum(exp(x - max(x))))"""
-    b, x = call.b, _x(call)
+    b, x = call.b, arg_expr(call)
     shifted = b.sub(x, b.reduce("max", x, call.compute))
     return b.sub(shifted, b.call("log", b.reduce("sum", b.call("exp", shifted), call.compute)))
 
 
-def _affine(call: OpCall, y: Expr) -> Expr:
-    if isinstance(call.args.get("weight"), Expr):
-        y = call.b.mul(y, call.x("weight"))
-    if isinstance(call.args.get("bias"), Expr):
-        y = call.b.add(y, call.x("bias"))
-    return y
-
-
-def _normalize(call: OpCall) -> tuple[Expr, Expr, Expr]:
-    b, x = call.b, _x(call, "input")
-    mean, m2 = _moments(call, x)
-    var = b.div(m2, b.reduction_size(call.compute))
-    rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
-    return _affine(call, b.mul(b.sub(x, mean), rstd)), mean, rstd
-
-
-def _layer_norm(call: OpCall) -> Expr:
-    """(x - mean) * rsqrt(var + eps) [* weight] [+ bias]"""
-    return _normalize(call)[0]
-
-
-def _native_layer_norm(call: OpCall) -> tuple[Expr, Expr, Expr]:
-    """(layer_norm(x), mean, rstd)"""
-    return _normalize(call)
-
-
-def _rms_norm(call: OpCall) -> Expr:
-    """x * rsqrt(mean(x^2) + eps) [* weight]"""
-    b, x = call.b, _x(call, "input")
-    eps = call["eps"]
-    if eps is None:
-        eps = torch.finfo(call.out_dtype).eps
-    ms = _mean_of(call, b.mul(x, x))
-    return _affine(call, b.mul(x, b.call("rsqrt", b.add(ms, call.const(eps)))))
-
-
-def _batch_norm(call: OpCall) -> Expr:
-    """(x - running_mean) * rsqrt(running_var + eps) [* weight] [+ bias]; in training, the batch
-    statistics over every dim but C (the running stats' update is separate nodes,
-    passes/batch_norm.py)"""
-    if call.args.get("training"):
-        return _normalize(call)[0]
-    b, x = call.b, _x(call, "input")
-    invstd = b.call("rsqrt", b.add(call.x("running_var"), call.const(call["eps"])))
-    return _affine(call, b.mul(b.sub(x, call.x("running_mean")), invstd))
-
-
-def _group_norm(call: OpCall) -> Expr:
-    """per (n, group): (x - mean) * rsqrt(var + eps) [* weight] [+ bias]"""
-    return _normalize(call)[0]
-
-
-def _instance_norm(call: OpCall) -> Expr:
-    """per (n, c): (x - mean) * rsqrt(var + eps) [* weight] [+ bias]; running stats when not use_input_stats"""
-    if not call["use_input_stats"]:
-        return _batch_norm(call)
-    return _normalize(call)[0]
-
-
 # -- checks ---------------------------------------------------------------------------------
-def _need_const(*names: str):
+def need_const(*names: str):
+    """A check: every named argument must be a constant."""
     def check(node: Node, args: dict, consts: dict) -> Optional[str]:
         for n in names:
             if n in args and n not in consts:
@@ -470,46 +337,20 @@ def _need_const(*names: str):
     return check
 
 
-def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
-    training = consts.get("training")
-    if training is None:
-        return "batch_norm with a run-time training flag is not fused"
-    if training:
-        if any(isinstance(args.get(n), Value) for n in ("running_mean", "running_var")):
-            return ("batch_norm in training mode updates its running stats in place; not fused (the "
-                    "batch_norm_training pass splits the update off where the flag is known True and the "
-                    "running stats are Tensor-typed)")
-        return _need_const("eps")(node, args, consts)
-    if not isinstance(args.get("running_mean"), Value) or not isinstance(args.get("running_var"), Value):
-        return "batch_norm inference needs running_mean and running_var tensors"
-    return _need_const("eps")(node, args, consts)
-
-
-def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
-    use = consts.get("use_input_stats")
-    if use is None:
-        return "instance_norm with a run-time use_input_stats is not fused"
-    given = [isinstance(args.get(n), Value) for n in ("running_mean", "running_var")]
-    if use and any(given):
-        return "instance_norm with input stats updates the running stats in place; not fused"
-    if not use and not all(given):
-        return "instance_norm without input stats needs running_mean and running_var tensors"
-    return _need_const("eps")(node, args, consts)
-
-
 CHECKS: dict[str, Callable[[Node, dict, dict], Optional[str]]] = {}
 
 
 def reduction(name: str, aten: tuple[str, ...], kind: str, args: tuple[str, ...], lower, *, planner=None,
               out_dtype=None, overloads: tuple = (), consts: tuple[str, ...] = (), n_outputs: int = 1,
               shape_args: tuple[str, ...] = (), check=None, eager=None, doc: str = "",
-              size_checks=None) -> ReductionRow:
+              size_checks=None, profiled_lists: tuple[str, ...] = ()) -> ReductionRow:
     first = args[0].split("=")[0]
     row = ReductionRow(name, aten, kind, args, "none", (first,), consts=consts, decomp=lower, eager=eager, doc=doc,
                        n_outputs=n_outputs, overloads=overloads, planner=planner or _reduce_plan,
-                       out_dtype=out_dtype, shape_args=shape_args, size_checks=size_checks)
+                       out_dtype=out_dtype, shape_args=shape_args, size_checks=size_checks,
+                       profiled_lists=profiled_lists)
     register(row)
-    CHECKS[name] = check or _need_const(*consts)
+    CHECKS[name] = check or need_const(*consts)
     return row
 
 
@@ -530,9 +371,9 @@ _VAR = ("self", "dim=None", "unbiased=None", "correction=None", "keepdim=False")
 _VAR_OVERLOADS = (("self", "unbiased"), ("self", "dim", "unbiased", "keepdim"), ("self", "dim", "correction", "keepdim"))
 for _n, _fn, _k in (("var", _var, 1), ("std", _std, 1), ("var_mean", _var_mean_pair, 2),
                     ("std_mean", _std_mean_pair, 2)):
-    reduction(_n, (f"aten::{_n}",), "reduction", _VAR, _fn, out_dtype=_same_float, overloads=_VAR_OVERLOADS,
+    reduction(_n, (f"aten::{_n}",), "reduction", _VAR, _fn, out_dtype=same_float, overloads=_VAR_OVERLOADS,
               consts=("dim", "unbiased", "correction", "keepdim"), n_outputs=_k, eager=getattr(torch, _n),
-              doc=f"{_n} with correction (corrected two-pass)")
+              doc=f"{_n} with correction (sums shifted by the first element)")
 reduction("sum_to_size", ("aten::sum_to_size",), "reduction", ("self", "size"), _sum, planner=_sum_to_size_plan,
           out_dtype=_same_nonbool, consts=("size",), size_checks=_sum_to_size_checks,
           eager=lambda self, size: self.sum_to_size(size),
@@ -553,39 +394,3 @@ reduction("_softmax", ("aten::_softmax",), "normalization", ("self", "dim", "hal
 reduction("_log_softmax", ("aten::_log_softmax",), "normalization", ("self", "dim", "half_to_float"),
           _log_softmax, planner=_softmax_plan, out_dtype=_softmax_dtype, consts=("dim", "half_to_float"),
           eager=torch._log_softmax, doc="log_softmax, optionally half -> float")
-
-_LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")
-reduction("layer_norm", ("aten::layer_norm",), "normalization", _LN, _layer_norm, planner=_layer_norm_plan,
-          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), size_checks=_trailing_checks,
-          eager=lambda input, ns, weight=None, bias=None, eps=1e-5, cudnn_enable=True:
-          torch.layer_norm(input, ns, weight, bias, eps),
-          doc="(x - mean) * rsqrt(var + eps) * weight + bias over the last dims")
-reduction("native_layer_norm", ("aten::native_layer_norm",), "normalization",
-          ("input", "normalized_shape", "weight", "bias", "eps"), _native_layer_norm, planner=_layer_norm_plan,
-          out_dtype=_same_float, consts=("eps",), shape_args=("normalized_shape",), size_checks=_trailing_checks,
-          n_outputs=3,
-          eager=torch.native_layer_norm, doc="(layer_norm, mean, rstd)")
-reduction("rms_norm", ("aten::rms_norm",), "normalization", ("input", "normalized_shape", "weight=None", "eps=None"),
-          _rms_norm, planner=_layer_norm_plan, out_dtype=_same_float, consts=("eps",),
-          shape_args=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm,
-          doc="x * rsqrt(mean(x^2) + eps) * weight")
-reduction("batch_norm", ("aten::batch_norm",), "normalization",
-          ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
-           "cudnn_enabled"), _batch_norm, planner=_channel_plan(False), out_dtype=_same_float,
-          consts=("training", "eps"), check=_batch_norm_check,
-          eager=lambda input, w, b, rm, rv, training, momentum, eps, cudnn=True:
-          torch.batch_norm(input, w, b, rm, rv, training, momentum, eps, cudnn),
-          doc="batch norm: running stats, or batch stats over N and the spatial dims in training (channel dim 1, any memory format)")
-reduction("instance_norm", ("aten::instance_norm",), "normalization",
-          ("input", "weight", "bias", "running_mean", "running_var", "use_input_stats", "momentum", "eps",
-           "cudnn_enabled"), _instance_norm, planner=_channel_plan(True), out_dtype=_same_float,
-          consts=("use_input_stats", "eps"), check=_instance_norm_check,
-          eager=lambda input, w, b, rm, rv, use, momentum, eps, cudnn=True:
-          torch.instance_norm(input, w, b, rm, rv, use, momentum, eps, cudnn),
-          doc="per-sample, per-channel normalization over the spatial dims")
-reduction("group_norm", ("aten::group_norm",), "normalization",
-          ("input", "num_groups", "weight=None", "bias=None", "eps=1e-05", "cudnn_enabled=True"), _group_norm,
-          planner=_group_norm_plan, out_dtype=_same_float, consts=("num_groups", "eps"),
-          eager=lambda input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True:
-          torch.group_norm(input, num_groups, weight, bias, eps, cudnn_enabled),
-          doc="per-sample normalization over C and the spatial dims (fused for num_groups=1)")

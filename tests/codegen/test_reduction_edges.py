@@ -1,6 +1,6 @@
 """Reductions and normalizations on inputs they were not profiled on, CPU and CUDA.
 
-- constant rows and rows with a large mean and a small spread (the corrected two-pass moments);
+- constant rows and rows with a large mean and a small spread (the shifted-data moments);
 - empty reduced extents after profiling on non-empty ones: eager's values (identities, NaN
   means) or eager's error (max / min over an empty dim), never uninitialized memory;
 - size relations the kernel relies on (normalized_shape vs the trailing dims, weight / bias /
@@ -289,8 +289,8 @@ def test_lone_rows_and_size_one_groups_compile(case, device):
 
 def test_moment_sums_share_one_block_combine():
     """CUDA: the two shifted sums of the moments (one phase, one op) combine across the block in
-    one round of barriers (gf_block_reduce2_x), so layer norm keeps two block combines per row,
-    as with the plain two-pass; every variant compiles with NVRTC."""
+    one round of barriers (gf_block_reduce2_x), so layer norm has one block combine per row;
+    every variant compiles with NVRTC."""
     from graphfuser.executor.compiled_reduction import ReductionGroup
     from graphfuser.runtime import nvrtc
 

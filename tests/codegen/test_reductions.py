@@ -246,6 +246,11 @@ def test_wide_rows_and_new_sizes_reuse_the_kernel():
     assert compiled.STATS["builds"] == builds
 
 
+def two_pass_var(x):
+    d = x - x.mean(-1, keepdim=True)
+    return (d * d).sum(-1) * 0.5
+
+
 def test_online_softmax_pass(monkeypatch):
     """The GPU multi-pass schedule folds softmax's max and sum into one online pass and the
     variance into Welford's update; run those rewrites on the CPU too (NaN, +-inf and all -inf
@@ -265,9 +270,9 @@ def test_online_softmax_pass(monkeypatch):
     sf = run_case(softmaxes, x, tol=dict(rtol=1e-5, atol=1e-5, equal_nan=True), cuda=False)
     cg = ReductionGroup(fusion_groups(sf._optimized)[0].subgraph, "cpu", torch.device("cpu"), "k")
     assert "acc1 = acc1 * (o0 == acc0 ? 1.0f : gf_exp((o0 - acc0)))" in cg.source
-    # variance as Welford's update (the one-pass form of the two-pass variance)
-    sf = run_case(last_dim_all, make(5, 300, dtype=torch.float64) + 1e3, make(300, dtype=torch.float64),
-                  make(300, dtype=torch.float64), cuda=False)
+    # a two-pass variance written out (the rows' moments are shifted sums, one phase, no pair)
+    # as Welford's update (its one-pass form)
+    sf = run_case(two_pass_var, make(5, 300, dtype=torch.float64) + 1e3, cuda=False)
     cg = ReductionGroup(fusion_groups(sf._optimized)[0].subgraph, "cpu", torch.device("cpu"), "k")
     assert "wm0 += d0 / cnt0;" in cg.source or "wm1 += d1 / cnt1;" in cg.source
 

@@ -1,4 +1,4 @@
-"""GPU: the corrected two-pass moments on every reduction schedule (persistent rows in
+"""GPU: the shifted-data moments on every reduction schedule (persistent rows in
 registers, multi-pass rows, rows split across blocks with a last-block combine), with constant
 rows (exact: mean is the row's value, var 0, layer norm 0) and rows with a large mean and a
 small spread (as close to a float64 reference as eager)."""
@@ -86,3 +86,40 @@ def test_empty_batch_after_profiling_and_back():
         for a, r in zip(sf(x), f(x)):
             assert a.shape == r.shape
             torch.testing.assert_close(a, r)
+
+
+def std_mean_rows(x):
+    return torch.std_mean(x * 1.0, -1)
+
+
+def std_mean_cols(x):
+    return torch.std_mean(x * 1.0, 0)
+
+
+@pytest.mark.parametrize("shape", [(37, 40), (4096, 256), (3, 1 << 16)], ids=str)
+def test_outer_schedule_constant_and_large_mean(shape):
+    """Reductions over dim 0 (the outer schedule, TIDy combines): the shift is each column's
+    first element."""
+    x = torch.full(shape, 1 / 3, device="cuda")
+    got = _run(std_mean_cols, x)
+    assert torch.equal(got[0], torch.zeros_like(got[0])) and torch.equal(got[1], x[0])
+    g = torch.Generator(device="cuda").manual_seed(0)
+    y = 1e4 + 1e-2 * torch.randn(shape, device="cuda", generator=g)
+    for a, r, e in zip(_run(std_mean_cols, y), std_mean_cols(y.double()), std_mean_cols(y)):
+        err, eager_err = (a.double() - r).abs().max().item(), (e.double() - r).abs().max().item()
+        assert err <= 2 * eager_err + 4 * 2 ** -23 * r.abs().max().item(), (err, eager_err)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_inf_in_a_row_gives_nan_mean_every_schedule(shape):
+    """A row holding an inf (first, or elsewhere): mean and std NaN, as eager's Welford gives
+    unless the inf is last in its update order."""
+    x = torch.randn(shape, device="cuda")
+    x[0, 0] = float("inf")
+    x[-1, shape[-1] // 2] = float("-inf")
+    std, mean = _run(std_mean_rows, x)
+    assert std[0].isnan() and mean[0].isnan() and std[-1].isnan() and mean[-1].isnan()
+    rest = slice(1, shape[0] - 1)
+    es, em = torch.std_mean(x, -1)
+    torch.testing.assert_close(std[rest], es[rest], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(mean[rest], em[rest], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,135 @@
+"""Where a reduction kernel reads and writes: the index half of the reduction walk
+(``cstyle_reduction._Walk``; ``reduction_passes.PassPlan`` and ``reduction_rows.RowPipeline``
+are its other mixins).
+
+- bounds checks: the split checks the schedule needs (the innermost one folded into its loop's
+  extent when predicate elimination is on), thread-bound leaves whose extent the launch rounds
+  up, and the kept-only ones that guard row values;
+- offsets: every tensor's offset as a sum over the roots, its kept part (the offset of the
+  reduced segment's first element, which the moments' shift reads) and the index values hoisted
+  to the loop depth where they stop changing (``index_hoist``);
+- load text: full-size loads (from memory, a register vector or the prefetch array), row loads
+  (guarded by the kept predicates) and first-element loads (also guarded by a non-empty segment).
+
+Needs the walk's ``k``, ``nest``, ``o``, ``T``, ``vec``, ``first``, ``loops``, ``bound``,
+``red``, ``idx``, ``root_idx``, ``prefix_vars``, ``lane_vars``, ``lane_leaves``, ``L`` before
+``_checks`` runs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from .cstyle import _depth_of, _Emitter, _render_iexpr, _size
+from .dialects import STORAGE_TYPES
+from .kir import FirstLoad, Load
+from .schedule import IExpr, iconst, iop, ivar
+
+
+class IndexPlan:
+    def _checks(self) -> None:
+        nest, leaves = self.nest, self.nest.leaves
+        checks = nest.split_checks()
+        self.fold: Optional[tuple] = None
+        if self.o.predicate_elimination:
+            ids = {d.id for d in checks}
+            checks = [d for d in checks if not (d.origin[0] == "outer" and d.origin[1].id in ids)]
+            inner = leaves[self.loops[-1]] if self.loops else None
+            if (not self.vec and inner is not None and self.loops[-1] == len(leaves) - 1
+                    and inner.origin[0] == "inner" and inner.origin[3] and any(d is inner.origin[1] for d in checks)):
+                base = nest.domain_indices({**{d.id: ivar(f"i{k}") for k, d in enumerate(leaves)},
+                                            inner.id: iconst(0)})[inner.origin[1].id]
+                self.fold = (inner, inner.origin[1], base)
+                checks = [d for d in checks if d is not inner.origin[1]]
+        preds = [(self.idx[d.id], d.extent) for d in checks]
+        for k, d in enumerate(leaves):
+            if self.bound[k] and d.extent.const is None:   # the launch rounds blockDim up
+                preds.append((ivar(f"i{k}"), d.extent))
+        if not self.o.predicate_elimination:
+            preds += [(self.root_idx[r], ivar(f"n{r}")) for r in range(len(nest.roots))]
+        kept_vars = self.prefix_vars | self.lane_vars
+        self.kept_preds = [p for p in preds if p[0].vars() <= kept_vars]
+        self.preds = preds
+
+    def _offsets(self) -> None:
+        red_roots = set(self.k.red_roots)
+        self.offsets: list[IExpr] = []
+        kparts = []
+        for p, t in enumerate(self.k.tensors):
+            parts = [iconst(0), iconst(0)]
+            for r, kind in enumerate(t.dim_kinds):
+                term = None
+                if kind == "unit":
+                    term = self.root_idx[r]
+                elif kind == "strided":
+                    term = iop("*", self.root_idx[r], ivar(f"st{p}_{r}"))
+                if term is not None:
+                    j = int(r in red_roots)
+                    parts[j] = iop("+", parts[j], term)
+            kparts.append(parts[0])
+            self.offsets.append(iop("+", parts[0], parts[1]))
+        self.first_offsets = kparts          # every reduced index 0: the segment's first element
+        depth = {f"i{k}": k + 1 for k in range(self.first)}
+        depth.update({f"i{k}": 0 for k in range(len(self.nest.leaves)) if self.bound[k] and self.red[k]})
+        self.names: dict[IExpr, str] = {}
+        self.decls: dict[int, list[tuple[str, IExpr]]] = {}
+        if not self.o.index_hoist:
+            return
+        extents = [d.extent for d in self.nest.leaves] + [b for _, b in self.preds]
+        wanted = sorted(self.root_idx + kparts + self.offsets + [a for a, _ in self.preds] + extents, key=_size)
+        loop_vars = {f"i{k}" for k in range(len(self.nest.leaves))}
+        for e in wanted:
+            if e.op in ("var", "const") or e in self.names or not (e.vars() & loop_vars) <= set(depth):
+                continue
+            name = f"x{len(self.names)}"
+            self.decls.setdefault(_depth_of(e, depth), []).append((name, e))
+            self.names[e] = name
+
+    def ix(self, e: IExpr) -> str:
+        return _render_iexpr(e, self.names)
+
+    def emit_decls(self, em: _Emitter, depth: int) -> None:
+        for name, e in self.decls.get(depth, []):
+            em(f"const {self.T} {name} = {_render_iexpr(e, {x: v for x, v in self.names.items() if x != e})};")
+
+    def lane(self) -> str:
+        return self._linear(self.lane_leaves, bracket=True) if self.L > 1 else ""
+
+    def _linear(self, ks: list[int], bracket: bool = False) -> str:
+        terms, stride = [], 1
+        for k in reversed(ks):
+            var = "v" if self.vec and k == len(self.nest.leaves) - 1 else f"i{k}"
+            terms.append(var if stride == 1 else f"{var} * {stride}")
+            stride *= self.nest.leaves[k].extent.const or 1   # (scratch: one runtime loop)
+        text = " + ".join(reversed(terms)) or "0"
+        return f"[{text}]" if bracket else text
+
+    def cache_size(self) -> str:
+        if self.scratch:
+            return self.ix(self.nest.leaves[self.loops[0]].extent)
+        return str(math.prod(self.nest.leaves[k].extent.const for k in self.cache_leaves))
+
+    def raw_load(self, p: int, e: Load) -> str:
+        t = self.k.tensors[e.tensor]
+        if p == 1 and e.tensor in self.prefetch and not self.stages:
+            return f"{self.prefetch[e.tensor]}[{self._linear(self.cache_leaves)}]"
+        if self.vec and self.full[id(e)]:
+            return f"s_{t.name}" if t.dim_kinds[-1] == "bcast" else f"b_{t.name}[v]"
+        return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
+
+    def first_load(self, e: FirstLoad) -> str:
+        """The segment's first element, read only where the segment is not empty and the row
+        exists (0 otherwise)."""
+        t = self.k.tensors[e.tensor]
+        raw = f"{t.name}[{self.ix(self.first_offsets[e.tensor])}]"
+        conds = [" && ".join(f"n{r} > 0" for r in self.k.red_roots)]
+        conds += [f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds]
+        return f"(({' && '.join(conds)}) ? {raw} : ({STORAGE_TYPES[t.dtype]})0)"
+
+    def row_load(self, e: Load) -> str:
+        t = self.k.tensors[e.tensor]
+        raw = f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
+        if self.kept_preds and self.hoisted:
+            cond = " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds)
+            return f"(({cond}) ? {raw} : ({STORAGE_TYPES[t.dtype]})0)"
+        return raw

@@ -1,0 +1,241 @@
+"""Normalization rows of the op table: layer / RMS / batch / instance / group norm.
+
+Like the reductions (``reduction.py``, whose row class, registration and moments they share),
+every row decomposes into the kernel IR's reduction primitives plus pointwise ones: the
+normalizations with statistics take ``(mean, M2)`` from ``reduction.moments`` (sums shifted by
+the segment's first element: exact for constant rows), RMS norm a plain mean of squares, and
+batch norm in inference reads its running statistics. Each row also gives its ``DimPlan``: the
+normalized dims (the trailing ``normalized_shape`` dims, or every dim past N / past N and C) and
+how weight, bias and running statistics line up with the input. A ``normalized_shape`` is a
+list literal, a constant, or an int list the graph computes (``x.shape[-1:]``) that was the
+same on every profiling run: the group holds it as a constant and its guard checks it.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import torch
+
+from ..codegen.kir import Expr
+from ..ir.graph import Node, Value
+from .axes import DimPlan
+from .reduction import arg_expr, list_items, mean_of, moments, need_const, rank_of, reduction, same_float
+from .table import OpCall
+
+
+# -- dims -----------------------------------------------------------------------------------
+def _norm_len(v: Any) -> Optional[int]:
+    """Length of a ``normalized_shape`` argument: a constant list or a ``prim::ListConstruct``."""
+    if isinstance(v, (list, tuple)):
+        return len(v)
+    if isinstance(v, int):
+        return 1
+    if isinstance(v, Value) and v.node is not None and v.node.kind == "prim::ListConstruct":
+        return len(v.node.inputs)
+    return None
+
+
+def _layer_norm_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+    rank = rank_of(args["input"])
+    k = _norm_len(args["normalized_shape"])
+    if k is None:
+        return ("normalized_shape is neither a list literal nor an int list that every profiling run saw "
+                "with one value (its length must be known)")
+    if not 0 < k <= rank:
+        return f"normalized_shape of length {k} for a rank-{rank} input"
+    plan = {"input": tuple(range(rank))}
+    for name in ("weight", "bias"):
+        if isinstance(args.get(name), Value):
+            if rank_of(args[name]) != k:
+                return f"{name} has rank {rank_of(args[name])}, normalized_shape has {k} dims"
+            plan[name] = tuple(range(rank - k, rank))
+    red = tuple(range(rank - k, rank))
+    outs = [tuple(range(rank))] + [tuple(None if d in red else d for d in range(rank))] * (len(node.outputs) - 1)
+    return DimPlan(rank, plan, outs, red)
+
+
+def _channel_plan(reduce_spatial: bool):
+    def plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+        rank = rank_of(args["input"])
+        if rank < 2:
+            return f"{node.kind} needs an input of rank >= 2"
+        p = {"input": tuple(range(rank))}
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            if isinstance(args.get(name), Value):
+                if rank_of(args[name]) != 1:
+                    return f"{name} must be 1-D"
+                p[name] = (1,)
+        if reduce_spatial:
+            red = tuple(range(2, rank)) if args.get("use_input_stats") else ()
+        else:       # batch_norm: batch statistics per channel in training
+            red = (0,) + tuple(range(2, rank)) if args.get("training") else ()
+        return DimPlan(rank, p, [tuple(range(rank))], red)
+    return plan
+
+
+def _group_norm_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+    """num_groups == 1: every dim but N is reduced, weight and bias line up with C.
+
+    Other group counts are left to eager: per (N, group) statistics over C/G channels need the
+    C dim split into a (G, C/G) pair of loop axes, and a loop axis here is always one whole
+    tensor dim (the launcher sizes and strides it from that dim, and the guards check no
+    concrete sizes). num_groups == C is the same as instance norm only while C stays equal to
+    num_groups, which no guard checks, so it is not fused either."""
+    rank = rank_of(args["input"])
+    if rank < 2:
+        return f"{node.kind} needs an input of rank >= 2"
+    g = args.get("num_groups")
+    if not isinstance(g, int) or isinstance(g, bool):
+        return "group_norm with a run-time num_groups is not fused"
+    if g != 1:
+        sizes = getattr(args["input"].type, "sizes", None)
+        if sizes is not None and sizes[1] == g:
+            return (f"group_norm with num_groups == C == {g} is not fused: it equals instance norm only "
+                    f"while C stays {g}, and the guards never check concrete sizes (a call with C = "
+                    f"{2 * g} would pass them); only num_groups=1 is fused")
+        return (f"group_norm with num_groups={g} is not fused (only num_groups=1): statistics per group "
+                f"of C/{g} channels need the channel dim split into ({g}, C/{g}) loop axes, and a loop "
+                f"axis is one whole tensor dim")
+    p = {"input": tuple(range(rank))}
+    for name in ("weight", "bias"):
+        if isinstance(args.get(name), Value):
+            if rank_of(args[name]) != 1:
+                return f"{name} must be 1-D"
+            p[name] = (1,)
+    return DimPlan(rank, p, [tuple(range(rank))], tuple(range(1, rank)))
+
+
+def _trailing_checks(node: Node, args: dict) -> list[tuple[Value, int, Any]]:
+    """layer_norm / rms_norm: input.shape[-k:] == normalized_shape (eager raises otherwise)."""
+    v, items = args["input"], list_items(args.get("normalized_shape"))
+    if not isinstance(v, Value) or items is None:
+        return []
+    rank, k = rank_of(v), len(items)
+    return [(v, rank - k + j, e) for j, e in enumerate(items)]
+
+
+# -- lowerings ------------------------------------------------------------------------------
+def _affine(call: OpCall, y: Expr) -> Expr:
+    if isinstance(call.args.get("weight"), Expr):
+        y = call.b.mul(y, call.x("weight"))
+    if isinstance(call.args.get("bias"), Expr):
+        y = call.b.add(y, call.x("bias"))
+    return y
+
+
+def _normalize(call: OpCall) -> tuple[Expr, Expr, Expr]:
+    b, x = call.b, arg_expr(call, "input")
+    mean, m2 = moments(call, x)
+    var = b.div(m2, b.reduction_size(call.compute))
+    rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
+    return _affine(call, b.mul(b.sub(x, mean), rstd)), mean, rstd
+
+
+def _layer_norm(call: OpCall) -> Expr:
+    """(x - mean) * rsqrt(var + eps) [* weight] [+ bias]"""
+    return _normalize(call)[0]
+
+
+def _native_layer_norm(call: OpCall) -> tuple[Expr, Expr, Expr]:
+    """(layer_norm(x), mean, rstd)"""
+    return _normalize(call)
+
+
+def _rms_norm(call: OpCall) -> Expr:
+    """x * rsqrt(mean(x^2) + eps) [* weight]"""
+    b, x = call.b, arg_expr(call, "input")
+    eps = call["eps"]
+    if eps is None:
+        eps = torch.finfo(call.out_dtype).eps
+    ms = mean_of(call, b.mul(x, x))
+    return _affine(call, b.mul(x, b.call("rsqrt", b.add(ms, call.const(eps)))))
+
+
+def _batch_norm(call: OpCall) -> Expr:
+    """(x - running_mean) * rsqrt(running_var + eps) [* weight] [+ bias]; in training, the batch
+    statistics over every dim but C (the running stats' update is separate nodes,
+    passes/batch_norm.py)"""
+    if call.args.get("training"):
+        return _normalize(call)[0]
+    b, x = call.b, arg_expr(call, "input")
+    invstd = b.call("rsqrt", b.add(call.x("running_var"), call.const(call["eps"])))
+    return _affine(call, b.mul(b.sub(x, call.x("running_mean")), invstd))
+
+
+def _group_norm(call: OpCall) -> Expr:
+    """per (n, group): (x - mean) * rsqrt(var + eps) [* weight] [+ bias]"""
+    return _normalize(call)[0]
+
+
+def _instance_norm(call: OpCall) -> Expr:
+    """per (n, c): (x - mean) * rsqrt(var + eps) [* weight] [+ bias]; running stats when not use_input_stats"""
+    if not call["use_input_stats"]:
+        return _batch_norm(call)
+    return _normalize(call)[0]
+
+
+# -- checks ---------------------------------------------------------------------------------
+def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    training = consts.get("training")
+    if training is None:
+        return "batch_norm with a run-time training flag is not fused"
+    if training:
+        if any(isinstance(args.get(n), Value) for n in ("running_mean", "running_var")):
+            return ("batch_norm in training mode updates its running stats in place; not fused (the "
+                    "batch_norm_training pass splits the update off where the flag is known True and the "
+                    "running stats are Tensor-typed)")
+        return need_const("eps")(node, args, consts)
+    if not isinstance(args.get("running_mean"), Value) or not isinstance(args.get("running_var"), Value):
+        return "batch_norm inference needs running_mean and running_var tensors"
+    return need_const("eps")(node, args, consts)
+
+
+def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    use = consts.get("use_input_stats")
+    if use is None:
+        return "instance_norm with a run-time use_input_stats is not fused"
+    given = [isinstance(args.get(n), Value) for n in ("running_mean", "running_var")]
+    if use and any(given):
+        return "instance_norm with input stats updates the running stats in place; not fused"
+    if not use and not all(given):
+        return "instance_norm without input stats needs running_mean and running_var tensors"
+    return need_const("eps")(node, args, consts)
+
+
+
+_LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")
+reduction("layer_norm", ("aten::layer_norm",), "normalization", _LN, _layer_norm, planner=_layer_norm_plan,
+          out_dtype=same_float, consts=("eps",), shape_args=("normalized_shape",), profiled_lists=("normalized_shape",), size_checks=_trailing_checks,
+          eager=lambda input, ns, weight=None, bias=None, eps=1e-5, cudnn_enable=True:
+          torch.layer_norm(input, ns, weight, bias, eps),
+          doc="(x - mean) * rsqrt(var + eps) * weight + bias over the last dims")
+reduction("native_layer_norm", ("aten::native_layer_norm",), "normalization",
+          ("input", "normalized_shape", "weight", "bias", "eps"), _native_layer_norm, planner=_layer_norm_plan,
+          out_dtype=same_float, consts=("eps",), shape_args=("normalized_shape",), profiled_lists=("normalized_shape",), size_checks=_trailing_checks,
+          n_outputs=3,
+          eager=torch.native_layer_norm, doc="(layer_norm, mean, rstd)")
+reduction("rms_norm", ("aten::rms_norm",), "normalization", ("input", "normalized_shape", "weight=None", "eps=None"),
+          _rms_norm, planner=_layer_norm_plan, out_dtype=same_float, consts=("eps",),
+          shape_args=("normalized_shape",), profiled_lists=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm,
+          doc="x * rsqrt(mean(x^2) + eps) * weight")
+reduction("batch_norm", ("aten::batch_norm",), "normalization",
+          ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
+           "cudnn_enabled"), _batch_norm, planner=_channel_plan(False), out_dtype=same_float,
+          consts=("training", "eps"), check=_batch_norm_check,
+          eager=lambda input, w, b, rm, rv, training, momentum, eps, cudnn=True:
+          torch.batch_norm(input, w, b, rm, rv, training, momentum, eps, cudnn),
+          doc="batch norm: running stats, or batch stats over N and the spatial dims in training (channel dim 1, "
+              "any memory format)")
+reduction("instance_norm", ("aten::instance_norm",), "normalization",
+          ("input", "weight", "bias", "running_mean", "running_var", "use_input_stats", "momentum", "eps",
+           "cudnn_enabled"), _instance_norm, planner=_channel_plan(True), out_dtype=same_float,
+          consts=("use_input_stats", "eps"), check=_instance_norm_check,
+          eager=lambda input, w, b, rm, rv, use, momentum, eps, cudnn=True:
+          torch.instance_norm(input, w, b, rm, rv, use, momentum, eps, cudnn),
+          doc="per-sample, per-channel normalization over the spatial dims")
+reduction("group_norm", ("aten::group_norm",), "normalization",
+          ("input", "num_groups", "weight=None", "bias=None", "eps=1e-05", "cudnn_enabled=True"), _group_norm,
+          planner=_group_norm_plan, out_dtype=same_float, consts=("num_groups", "eps"),
+          eager=lambda input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True:
+          torch.group_norm(input, num_groups, weight, bias, eps, cudnn_enabled),
+          doc="per-sample normalization over C and the spatial dims (fused for num_groups=1)")
