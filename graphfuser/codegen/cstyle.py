@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import PRIMS, Call, Cast, Const, Kernel, Load, ScalarArg
+from .kir import PRIMS, Call, Cast, Const, Kernel, LinearIndex, Load, ScalarArg
 from .schedule import IExpr, LoopNest, ParallelType, ScheduleError, iconst, iop, ivar
 
 
@@ -213,7 +213,12 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
     if preds:
         em("if (" + " && ".join(f"{ix(a)} < {ix(b)}" for a, b in preds) + ") {")
         em.depth += 1
-    _body(em, kernel, offsets, ix, V if vec else None)
+    linear = root_idx[0] if root_idx else iconst(0)
+    for r in range(1, len(root_idx)):
+        linear = iop("+", iop("*", linear, ivar(f"n{r}")), root_idx[r])
+    if merged is not None:
+        linear = idx[merged.id]
+    _body(em, kernel, offsets, ix, V if vec else None, ix(linear))
     if preds:
         em.depth -= 1
         em("}")
@@ -231,7 +236,7 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
     return "\n".join(out)
 
 
-def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[int]) -> None:
+def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[int], linear: str = "0") -> None:
     exprs = kernel.exprs()
     loads = [e for e in exprs if isinstance(e, Load)]
     if V is not None:
@@ -266,6 +271,9 @@ def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[in
             continue
         elif isinstance(e, ScalarArg):
             text = f"(({ct})({kernel.scalars[e.index].name}))"
+        elif isinstance(e, LinearIndex):
+            # the vector lane steps the innermost root, hence the flat index, by one
+            text = f"(({ct})({linear}){' + v' if V is not None else ''})"
         elif isinstance(e, Cast):
             a = names[id(e.arg)]
             text = f"(({a}) != 0)" if e.dtype == torch.bool else f"(({ct})({a}))"

@@ -127,6 +127,7 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
             roots[-1].append(od)
         else:
             roots.append([od])
+    _check_random(sub, roots, out_rank, live)
     if not roots:
         # 0-dim or all-size-1 tensors: one root of extent 1 that every tensor broadcasts over
         roots = [[]]
@@ -213,6 +214,25 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided,
                       sorted(host))
     return kernel, plan
+
+
+def _check_random(sub: Graph, roots: list[list[int]], out_rank: int, live: set[int]) -> None:
+    """Random rows key their numbers on the row-major linear index of their output; the kernel's
+    flat iteration index is that index only when the iteration order is row-major and the op's
+    output spans the whole iteration space. Otherwise the group runs its fallback, which draws
+    the same numbers (``ops/philox.py``)."""
+    from ..ops.random import RANDOM_ROWS
+
+    for node in sub.block.nodes:
+        row = lookup(node.kind)
+        if row is None or row.name not in RANDOM_ROWS:
+            continue
+        t = node.outputs[0].type
+        flat = [od for r in roots for od in r]
+        if flat != sorted(flat):
+            raise LoweringError(f"{node.where()}: random numbers need a row-major iteration order")
+        if t.rank != out_rank or set(_aligned(t, out_rank)) != live:
+            raise LoweringError(f"{node.where()}: random numbers need the op's output to span the iteration space")
 
 
 def _returns_self(node, row_name: str) -> bool:

@@ -17,6 +17,7 @@ from ..ir.types import TensorType
 from . import pointwise  # noqa: F401  (registers the rows)
 from . import reduction  # noqa: F401  (registers the rows)
 from . import activations  # noqa: F401  (registers the rows)
+from . import random  # noqa: F401  (registers the rows)
 from .promotion import Participant, participant_of, result_type
 from .reduction import CHECKS, ReductionRow, scalar_type_code
 from .table import REGISTRY, ROWS, OpCall, OpRow, lookup
