@@ -325,6 +325,9 @@ class Kernel:
     stores: list[tuple[int, Expr]]       # (tensor param index, value)
     nest: Any = None                     # schedule.LoopNest
     notes: list[str] = field(default_factory=list)
+    # random kernels: per root, the roots whose extents multiply into its row-major stride
+    # (``LinearIndex`` is the row-major index whatever the iteration order)
+    linear: Optional[list[tuple[int, ...]]] = None
 
     def exprs(self) -> list[Expr]:
         return topo_exprs([e for _, e in self.stores])

@@ -159,6 +159,9 @@ class _BlockPartition:
         union = a | b
         if not needs_axes(union):
             return _pointwise_misfit(union)
+        if any(n.kind.startswith("graphfuser::") for n in union):
+            # random numbers are keyed on the pointwise kernel's linear index (codegen/lower.py)
+            return "random ops fuse into pointwise kernels only, not with reductions or normalizations"
         axes = analyze(sorted(union, key=self.index.__getitem__))
         return axes if isinstance(axes, str) else None
 
