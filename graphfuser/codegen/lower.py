@@ -192,11 +192,11 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
         lower_node(node, env, b)
         if node.kind in ("prim::Constant", "prim::ListConstruct"):
             continue
-        out_t = node.output.type
+        out_t = node.outputs[0].type
         src_t = node.inputs[0].type if node.inputs else None
         already = isinstance(src_t, TensorType) and src_t.dtype == out_t.dtype   # a no-op cast
         if already and node.inputs[0] in same and _returns_self(node, lookup(node.kind).name):
-            same[node.output] = same[node.inputs[0]]
+            same[node.outputs[0]] = same[node.inputs[0]]
 
     stores, outputs, aliases = [], [], {}
     for k, (o, t) in enumerate(zip(outs, out_types)):

@@ -119,7 +119,7 @@ register(OpRow("philox_dropout", ("graphfuser::dropout",), "pointwise", ("input"
                float_only=True, doc="dropout in training: input * keep / (1 - p), keep = philox uniform >= p"))
 register(OpRow("philox_native_dropout", ("graphfuser::native_dropout",), "pointwise",
                ("input", "p", "seed", "offset"), "none", ("input",), consts=("p",), decomp=_native_dropout,
-               eager=_eager_native_dropout, check=_p_check, float_only=True,
+               eager=_eager_native_dropout, check=_p_check, float_only=True, n_outputs=2,
                doc="native_dropout in training: (dropout(input), keep mask)"))
 register(OpRow("philox_rand_like", ("graphfuser::rand_like",), "pointwise", ("self", "seed", "offset"),
                "none", ("self",), decomp=_rand_like, eager=_eager_rand_like, float_only=True,

@@ -193,32 +193,49 @@ def test_unroll_with_rng_knob_changes_the_cuda_schedule():
         assert q.vector > 1 and q.unroll == 4
 
 
-def test_cuda_source_compiles_with_nvrtc_vectorized_and_scalar():
-    """Both CUDA variants of a random kernel (vectorized: the lane steps the linear index) render
-    and compile with NVRTC; the lane term appears only in the vectorized one."""
+RANDOM_BODIES = {
+    "philox_dropout": "graphfuser::dropout(%x, %p, %s, %o)",
+    "philox_native_dropout": "graphfuser::native_dropout(%x, %p, %s, %o)",
+    "philox_rand_like": "graphfuser::rand_like(%x, %s, %o)",
+    "philox_bernoulli": "graphfuser::bernoulli(%x, %s, %o)",
+    "philox_bernoulli_p": "graphfuser::bernoulli_p(%x, %p, %s, %o)",
+}
+
+
+def test_every_random_row_compiles_with_nvrtc():
+    """Every random row in every float dtype renders both CUDA variants (vectorized: the lane
+    steps the linear index) and compiles with NVRTC; the lane term is only in the vectorized one."""
     from graphfuser.codegen.cstyle import render_function, render_source
     from graphfuser.codegen.dialects import CUDA
     from graphfuser.codegen.lower import lower_group
     from graphfuser.codegen.pointwise import schedule_pointwise
     from graphfuser.ir import parse_graph
+    from graphfuser.ops.random import RANDOM_ROWS
     from graphfuser.runtime import nvrtc
     from tests.helpers import FT
 
-    g = parse_graph(f"""graph(%x : {FT(64, 128, device='cuda')}, %s : int, %o : int):
-  %p : float = prim::Constant[value=0.5]()
-  %y : {FT(64, 128, device='cuda')} = graphfuser::dropout(%x, %p, %s, %o)
-  return (%y)""")
-    k = lower_group(g)[0]
+    assert set(RANDOM_BODIES) == set(RANDOM_ROWS)
+    names = {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float64: "Double"}
     fns = []
-    for vec in (1, 4):
-        nest = schedule_pointwise(k, PointwiseParams("cuda", vector=vec, block=128, unroll=2))
-        fns.append(render_function(k, nest, CUDA, f"k{vec}"))
-    assert "gf_philox_uniform_f32" in fns[0] and " + (long long)v" not in fns[0]
-    assert " + (long long)v" in fns[1]
+    for row, body in RANDOM_BODIES.items():
+        for dt, tname in names.items():
+            t = FT(64, 128, dtype=tname, device="cuda")
+            outs = f"%y : {t}" + (f", %m : {FT(64, 128, dtype='Bool', device='cuda')}" if "native" in row else "")
+            rets = "%y, %m" if "native" in row else "%y"
+            g = parse_graph(f"""graph(%x : {t}, %s : int, %o : int):
+  %p : float = prim::Constant[value=0.5]()
+  {outs} = {body}
+  return ({rets})""")
+            k = lower_group(g)[0]
+            for vec in (1, 4):
+                nest = schedule_pointwise(k, PointwiseParams("cuda", vector=vec, block=128, unroll=2))
+                fns.append(render_function(k, nest, CUDA, f"k_{row}_{tname}_{vec}"))
+                assert "gf_philox_uniform_f" in fns[-1]
+                assert (" + (long long)v" in fns[-1]) == (vec > 1)
     ok, why = nvrtc.available()
     if not ok:
         pytest.skip(why)
-    assert nvrtc.compile_cubin(render_source(fns, CUDA), "k1", 90)
+    assert nvrtc.compile_cubin(render_source(fns, CUDA), "k_philox_dropout_Float_1", 90)
 
 
 # -- statistics ---------------------------------------------------------------------------------
@@ -359,12 +376,14 @@ def test_native_dropout():
         return out, mask
 
     x = torch.randn(40, 41)
-    sf, _ = _scripted(fn, x, seed=2)
+    sf, counts = _scripted(fn, x, seed=2)
     torch.manual_seed(2)
     out, mask = sf(x)
     seed, off = _state(x, 2)
     assert torch.equal(mask, dropout_mask(x, 0.2, seed, off))
     torch.testing.assert_close(out, x * 3.0 * mask / 0.8)
+    assert counts["fallback"] == 0
+    assert "graphfuser::native_dropout" in str(fusion_groups(sf._optimized)[0].subgraph)
 
 
 def test_runtime_training_flag_stays_eager():
