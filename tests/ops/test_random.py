@@ -191,6 +191,7 @@ def test_unroll_with_rng_knob_changes_the_cuda_schedule():
         assert (p.vector, p.unroll) == (1, 1)
         q = pointwise_heuristics(plain, "cuda", knobs)
         assert q.vector > 1 and q.unroll == 4
+        assert "unroll_with_rng" in config.codegen_key()     # the kernel cache tells them apart
 
 
 RANDOM_BODIES = {
@@ -431,3 +432,27 @@ def test_dropout_backward_regenerates_the_mask(device, dtype):
     # no mask is saved: the backward graph draws it again from (seed, offset)
     dgs = [dg for node, dg in GROUPS.items() if "graphfuser::dropout" in str(node.subgraph)]
     assert dgs and "graphfuser::dropout(%grad" in str(dgs[-1].plan.graph)
+
+
+@pytest.mark.cuda
+def test_cuda_schedules_and_unroll_with_rng_give_the_same_numbers(monkeypatch):
+    """On the GPU: block sizes, unroll factors, vectorized or not, and unroll_with_rng all draw
+    the same numbers (bit-equal), and equal the torch reference."""
+    import graphfuser.executor.compiled as compiled
+
+    def fn(x):
+        return F.dropout(x * 1.5, 0.3, True) + torch.rand_like(x)
+
+    x = torch.randn(257, 1031, device="cuda", dtype=torch.float16)
+    results = []
+    settings = [({}, []), ({"block_size": 64, "unroll": 4, "auto": False}, []),
+                ({"block_size": 256, "unroll": 1, "auto": False}, []), ({}, ["unroll_with_rng"])]
+    for cuda, disable in settings:
+        monkeypatch.setattr(compiled, "_MEMORY", {})
+        with config.override(cuda=dict(config.cuda, **cuda), disable=disable):
+            sf, counts = _scripted(fn, x, seed=6)
+            torch.manual_seed(6)
+            results.append(sf(x))
+            assert counts["fallback"] == 0
+    for r in results[1:]:
+        assert torch.equal(r, results[0])
