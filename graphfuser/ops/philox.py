@@ -41,7 +41,8 @@ def philox_state(x: torch.Tensor, n: int) -> tuple[int, int]:
                                             else torch.cuda.current_device()]
         offset = gen.get_offset()
         gen.set_offset(offset + (n + 3) // 4 * 4)
-        return gen.initial_seed(), offset
+        seed = gen.initial_seed()            # unsigned 64 bits: passed as the int64 of its bits
+        return seed - 2 ** 64 if seed >= 2 ** 63 else seed, offset
     seed = int(torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64))
     return seed, 0
 
