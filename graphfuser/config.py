@@ -63,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # Knobs that change generated code: part of every kernel cache key.
-CODEGEN_KNOBS = ("fma", "index_hoist", "predicate_elimination", "prefetch")
+CODEGEN_KNOBS = ("fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng")
 
 # Deliberate deviations from eager, each named once with the knob setting that removes it. A
 # result that differs from eager only by one of these is not a defect (the fuzzer reports such

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import PRIMS, Call, Cast, Const, Kernel, Load, ScalarArg
+from .kir import PRIMS, Call, Cast, Const, Kernel, LinearIndex, Load, ScalarArg
 from .schedule import IExpr, LoopNest, ParallelType, ScheduleError, iconst, iop, ivar
 
 
@@ -213,7 +213,7 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
     if preds:
         em("if (" + " && ".join(f"{ix(a)} < {ix(b)}" for a, b in preds) + ") {")
         em.depth += 1
-    _body(em, kernel, offsets, ix, V if vec else None)
+    _body(em, kernel, offsets, ix, V if vec else None, _linear_index(kernel, nest, idx, root_idx, merged, ix))
     if preds:
         em.depth -= 1
         em("}")
@@ -231,7 +231,27 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
     return "\n".join(out)
 
 
-def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[int]) -> None:
+def _linear_index(kernel: Kernel, nest: LoopNest, idx: dict, root_idx: list[IExpr], merged, ix) -> str:
+    """C text of the row-major linear index of the current point (before the vector lane), and
+    of the lane's step: ``(index, lane stride)``; ("0", "0") for kernels without random ops."""
+    if kernel.linear is None:
+        return ("0", "0")
+    strides = []
+    for others in kernel.linear:
+        st = iconst(1)
+        for q in others:
+            st = iop("*", st, ivar(f"n{q}"))
+        strides.append(st)
+    if merged is not None and all(list(o) == list(range(r + 1, len(kernel.linear))) for r, o in enumerate(kernel.linear)):
+        return (ix(idx[merged.id]), "1")      # row-major iteration order: the flat index
+    lin = iconst(0)
+    for r, st in enumerate(strides):
+        lin = iop("+", lin, iop("*", root_idx[r], st))
+    return (ix(lin), ix(strides[-1]) if strides else "1")
+
+
+def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[int],
+          linear: tuple[str, str] = ("0", "0")) -> None:
     exprs = kernel.exprs()
     loads = [e for e in exprs if isinstance(e, Load)]
     if V is not None:
@@ -266,6 +286,10 @@ def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[in
             continue
         elif isinstance(e, ScalarArg):
             text = f"(({ct})({kernel.scalars[e.index].name}))"
+        elif isinstance(e, LinearIndex):
+            # the vector lane steps the innermost root, hence the flat index, by one
+            lane = f" + ({ct})v * ({ct})({linear[1]})" if V is not None else ""
+            text = f"(({ct})({linear[0]}){lane})"
         elif isinstance(e, Cast):
             a = names[id(e.arg)]
             text = f"(({a}) != 0)" if e.dtype == torch.bool else f"(({ct})({a}))"

@@ -62,6 +62,35 @@ GF_FN bool gf_signbit(float x) { return signbit(x); }
 GF_FN bool gf_signbit(double x) { return signbit(x); }
 GF_FN float gf_fma(float a, float b, float c) { return fmaf(a, b, c); }
 GF_FN double gf_fma(double a, double b, double c) { return fma(a, b, c); }
+// Philox4x32-10 (Salmon et al., SC'11): a counter-based generator. The random number of an
+// element is a pure function of (seed, offset, linear element index); ops/philox.py computes the
+// same numbers with torch ops for the fallback.
+GF_FN void gf_philox(unsigned long long seed, unsigned long long index, unsigned long long offset,
+                     unsigned int out[4]) {
+  unsigned int c0 = (unsigned int)index, c1 = (unsigned int)(index >> 32);
+  unsigned int c2 = (unsigned int)offset, c3 = (unsigned int)(offset >> 32);
+  unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    const unsigned long long p0 = (unsigned long long)0xD2511F53u * c0;
+    const unsigned long long p1 = (unsigned long long)0xCD9E8D57u * c2;
+    const unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0;
+    const unsigned int n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (unsigned int)p1; c3 = (unsigned int)p0; c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+// uniform in [0, 1): 24 random bits (float) or 53 (double)
+GF_FN float gf_philox_uniform_f32(long long seed, long long offset, long long index) {
+  unsigned int r[4];
+  gf_philox((unsigned long long)seed, (unsigned long long)index, (unsigned long long)offset, r);
+  return (float)(r[0] >> 8) * 5.9604644775390625e-08f;
+}
+GF_FN double gf_philox_uniform_f64(long long seed, long long offset, long long index) {
+  unsigned int r[4];
+  gf_philox((unsigned long long)seed, (unsigned long long)index, (unsigned long long)offset, r);
+  return (double)((((unsigned long long)r[0] << 32) | r[1]) >> 11) * 1.1102230246251565e-16;
+}
 template <typename T> GF_FN T gf_remainder(T a, T b) {
   T r = gf_fmod(a, b);
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;

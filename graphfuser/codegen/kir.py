@@ -29,7 +29,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 # Primitive scalar ops: name -> (arity, C template, result rule). The template is shared by both
 # dialects; functions spelled ``gf_*`` are defined by each dialect's prelude for every type.
-# Result rule: "same" (the args' dtype) or "bool".
+# Result rule: "same" (the args' dtype), "bool", "float32" or "float64".
 PRIMS: dict[str, tuple[int, str, str]] = {
     "add": (2, "({0} + {1})", "same"),
     "sub": (2, "({0} - {1})", "same"),
@@ -69,7 +69,12 @@ PRIMS: dict[str, tuple[int, str, str]] = {
     "signbit": (1, "gf_signbit({0})", "bool"),
     "round_half": (1, "gf_round_half({0})", "same"),   # round a float to fp16 precision
     "round_bf16": (1, "gf_round_bf16({0})", "same"),   # round a float to bf16 precision
+    # Philox4x32-10 uniform in [0, 1) of (seed, offset, linear element index), all int64
+    "philox_uniform_f32": (3, "gf_philox_uniform_f32({0}, {1}, {2})", "float32"),
+    "philox_uniform_f64": (3, "gf_philox_uniform_f64({0}, {1}, {2})", "float64"),
 }
+RANDOM_PRIMS = ("philox_uniform_f32", "philox_uniform_f64")
+_RESULT_DTYPES = {"bool": torch.bool, "float32": torch.float32, "float64": torch.float64}
 # Unary math functions: gf_<name>(x) for float, double (and ints where noted in the preludes).
 MATH_UNARY = (
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
@@ -176,6 +181,21 @@ class ReductionSize(Expr):
         return ("reduction_size", self.dtype)
 
 
+@dataclass(frozen=True, eq=False)
+class LinearIndex(Expr):
+    """The row-major linear index of the current point in the kernel's iteration space (int64).
+
+    Random ops key their numbers on it, so an element's number does not depend on the schedule
+    (vectorization, unrolling, block size). Lowering only emits it when the iteration order is the
+    row-major order of the random op's output (``lower.py``).
+    """
+
+    dtype: torch.dtype = torch.int64
+
+    def key(self) -> tuple:
+        return ("linear_index",)
+
+
 REDUCE_OPS = ("sum", "prod", "max", "min")
 
 
@@ -240,14 +260,16 @@ class ExprBuilder:
                 dt = torch.bool
             else:
                 args = tuple(self.cast(a, dt) for a in args)
-        out = torch.bool if rule == "bool" else dt
-        return self._intern(Call(op, args, out))
+        return self._intern(Call(op, args, _RESULT_DTYPES.get(rule, dt)))
 
     def reduce(self, op: str, e: Expr, dtype: Optional[torch.dtype] = None) -> Expr:
         """``op`` of ``e`` over the kernel's reduction axes, accumulated in ``dtype``."""
         assert op in REDUCE_OPS, op
         dtype = compute_dtype(dtype or e.dtype)
         return self._intern(Reduce(op, (self.cast(e, dtype),), dtype))
+
+    def linear_index(self) -> Expr:
+        return self._intern(LinearIndex())
 
     def reduction_size(self, dtype: torch.dtype) -> Expr:
         return self._intern(ReductionSize(compute_dtype(dtype)))
@@ -337,9 +359,16 @@ class Kernel:
     stores: list[tuple[int, Expr]]       # (tensor param index, value)
     nest: Any = None                     # schedule.LoopNest
     notes: list[str] = field(default_factory=list)
+    # random kernels: per root, the roots whose extents multiply into its row-major stride
+    # (``LinearIndex`` is the row-major index whatever the iteration order)
+    linear: Optional[list[tuple[int, ...]]] = None
 
     def exprs(self) -> list[Expr]:
         return topo_exprs([e for _, e in self.stores])
+
+    def has_random(self) -> bool:
+        """Whether the kernel draws random numbers (the ``unroll_with_rng`` knob looks)."""
+        return any(isinstance(e, Call) and e.op in RANDOM_PRIMS for e in self.exprs())
 
 
 def expr_text(e: Expr, names: dict[int, str]) -> str:
@@ -354,6 +383,8 @@ def expr_text(e: Expr, names: dict[int, str]) -> str:
         return f"a{e.index}"
     if isinstance(e, ReductionSize):
         return "reduction_size()"
+    if isinstance(e, LinearIndex):
+        return "linear_index()"
     if isinstance(e, Cast):
         return f"cast({names[id(e.arg)]})"
     if isinstance(e, Reduce):

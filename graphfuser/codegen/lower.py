@@ -121,12 +121,18 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
 
     out_layouts = [_dense(t) for t in out_types]
     roots: list[list[int]] = []
+    # random kernels merge only dims adjacent in row-major order, so the row-major linear index
+    # is a sum of root indices times root extents (``_linear_strides``)
+    rank_of = {od: k for k, od in enumerate(sorted(live))}
+    random = _has_random(sub)
     for od in order:
         if coalesce and roots and all(contiguous_pair(t, roots[-1][-1], od) for t in
-                         [v.type for _, v in tensor_inputs] + out_layouts):
+                         [v.type for _, v in tensor_inputs] + out_layouts) \
+                and (not random or rank_of[od] == rank_of[roots[-1][-1]] + 1):
             roots[-1].append(od)
         else:
             roots.append([od])
+    linear = _linear_strides(sub, roots, out_rank, live)
     if not roots:
         # 0-dim or all-size-1 tensors: one root of extent 1 that every tensor broadcasts over
         roots = [[]]
@@ -202,7 +208,7 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
             e = b.const(e, t.dtype)
         p = add_param(f"t{len(params)}", out_layouts[k], True, k)
         stores.append((p, b.cast(e, compute_dtype(t.dtype))))
-    kernel = Kernel(name, params, scalars, n_roots, stores)
+    kernel = Kernel(name, params, scalars, n_roots, stores, linear=linear)
     plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided,
                       sorted(host))
     return kernel, plan
@@ -224,6 +230,37 @@ def returned_inputs(inputs: list[Value], nodes: list) -> dict[Value, Value]:
         if already and node.inputs[0] in same and _returns_self(node, lookup(node.kind).name):
             same[node.output] = same[node.inputs[0]]
     return same
+
+
+def _has_random(sub: Graph) -> bool:
+    from ..ops.random import RANDOM_ROWS
+
+    return any(getattr(lookup(n.kind), "name", None) in RANDOM_ROWS for n in sub.block.nodes)
+
+
+def _linear_strides(sub: Graph, roots: list[list[int]], out_rank: int, live: set[int]) -> Optional[list[tuple]]:
+    """Random rows key their numbers on the row-major linear index of their output. Per root: the
+    roots whose extents multiply into its row-major stride (``Kernel.linear``), so the index is
+    the same whatever the iteration order (transposed, channels-last) and schedule. None without
+    random rows. The op's output must span the iteration space and each root cover consecutive
+    dims; otherwise the group runs its fallback, which draws the same numbers (``ops/philox.py``)."""
+    from ..ops.random import RANDOM_ROWS
+
+    random = False
+    for node in sub.block.nodes:
+        row = lookup(node.kind)
+        if row is None or row.name not in RANDOM_ROWS:
+            continue
+        random = True
+        t = node.outputs[0].type
+        if t.rank != out_rank or set(_aligned(t, out_rank)) != live:
+            raise LoweringError(f"{node.where()}: random numbers need the op's output to span the iteration space")
+        ranks = {od: k for k, od in enumerate(sorted(live))}
+        if any([ranks[od] for od in r] != list(range(ranks[r[0]], ranks[r[0]] + len(r))) for r in roots if r):
+            raise LoweringError(f"{node.where()}: random numbers need each iteration root to cover consecutive dims")
+    if not random:
+        return None
+    return [tuple(q for q, rq in enumerate(roots) if rq and r and rq[0] > r[-1]) for r in roots]
 
 
 def _returns_self(node, row_name: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config import config
 from .kir import Kernel
 from .schedule import LoopNest, ParallelType
 
@@ -46,8 +47,13 @@ def needs_division(kernel: Kernel) -> bool:
 
 def pointwise_heuristics(kernel: Kernel, target: str, cuda_knobs: dict, vectorize: bool = True) -> PointwiseParams:
     if target == "cuda":
-        v = vector_width(kernel) if vectorize else 1
+        # PYTORCH_NVFUSER_DISABLE=unroll_with_rng: kernels drawing random numbers are neither
+        # unrolled nor vectorized (values stay the same: they depend on the element only)
+        no_unroll = kernel.has_random() and config.is_disabled("unroll_with_rng")
+        v = vector_width(kernel) if vectorize and not no_unroll else 1
         block, unroll = int(cuda_knobs["block_size"]), int(cuda_knobs["unroll"])
+        if no_unroll:
+            return PointwiseParams("cuda", vector=1, block=block, unroll=1)
         if not needs_division(kernel) and cuda_knobs.get("auto", True):
             # One flat index and no div/mod per element: wider blocks without unrolling measured
             # best on H200 (tools/sweep_pointwise.py).

@@ -23,7 +23,7 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, sink_views,
+from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, randomize, sink_views,
                       wrap_group)
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
@@ -123,6 +123,7 @@ class ScriptedFunction:
         self._calls = 0
         self._work: Graph = clone_graph(self.graph)
         decompose(self._work)
+        randomize(self._work)
         self._record: Optional[ProfileRecord] = None
         self._profiling: Optional[HostProgram] = None
         self._plain: Optional[HostProgram] = None

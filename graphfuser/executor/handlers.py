@@ -189,6 +189,13 @@ def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
         gen.assign(node, indent, expr)
 
 
+def _philox_state(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    """``graphfuser::philox_state(x)``: (seed, offset) from torch's generator for x.numel() values."""
+    from ..ops.philox import philox_state
+
+    gen.emit(indent, f"{gen.outs(node)} = {gen.bind(philox_state, 'philox')}({a[0]}, {a[0]}.numel())")
+
+
 def _template(template: str) -> Handler:
     def emit(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
         gen.assign(node, indent, gen.fill(template, a))
@@ -201,9 +208,10 @@ HANDLERS: dict[str, Handler] = {
     "prim::If": _if, "prim::Loop": _loop, "prim::RaiseException": _raise_exception,
     "prim::isinstance": _isinstance, "prim::CallMethod": _call_method, "prim::CallFunction": _call_function,
     "prim::CreateObject": _create_object, "prim::Enter": _enter, "prim::Exit": _exit,
+    "graphfuser::philox_state": _philox_state,
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }
-_OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::")
+_OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::", "graphfuser::")
 
 
 def handler_for(kind: str) -> Optional[Handler]:

@@ -18,6 +18,7 @@ from . import pointwise  # noqa: F401  (registers the rows)
 from . import reduction  # noqa: F401  (registers the rows)
 from . import norms  # noqa: F401  (registers the rows)
 from . import activations  # noqa: F401  (registers the rows)
+from . import random  # noqa: F401  (registers the rows)
 from .promotion import Participant, participant_of, result_type
 from .reduction import CHECKS, ReductionRow, scalar_type_code
 from .table import REGISTRY, ROWS, OpCall, OpRow, lookup
@@ -163,7 +164,7 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
     if len(node.inputs) > len(row.arg_names):
         return f"{node.kind} called with {len(node.inputs)} arguments; the row knows {len(row.arg_names)}"
     reducing = isinstance(row, ReductionRow)
-    if len(node.outputs) != (row.n_outputs if reducing else 1):
+    if len(node.outputs) != row.n_outputs:
         return f"{node.kind} has {len(node.outputs)} outputs"
     for name, v in _profiled_items(row, node):
         if v.profiled is VARIED:

@@ -680,3 +680,15 @@ def _group_norm(d, a, g, out):
     mean, rstd = _stats(d, a["input"], dims, a["eps"])
     return _channel_norm_grads(d, a, g, dims, mean, rstd)
 
+
+# -- random rows (ops/random.py) -----------------------------------------------------------------
+# dropout's backward is dropout of the gradient with the forward's (seed, offset): the backward
+# graph regenerates the keep mask inside its own kernel; no mask is stored.
+@derivative("philox_dropout")
+def _philox_dropout(d, a, g, out):
+    return {"input": d.op("graphfuser::dropout", g, a["p"], a["seed"], a["offset"])}
+
+
+@derivative("philox_rand_like", "philox_bernoulli", "philox_bernoulli_p")
+def _philox_sample(d, a, g, out):
+    return {"self": ZERO}      # samples do not depend on the input's values (eager: zero gradient)

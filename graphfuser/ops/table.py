@@ -63,6 +63,7 @@ class OpRow:
     float_only: bool = False                    # rejects integer/bool compute (e.g. erf on ints)
     no_bool: bool = False
     promotion_for: Optional[Callable[[dict[str, Any]], str]] = None  # promotion that depends on consts
+    n_outputs: int = 1                          # native_dropout: (output, mask)
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS and self.promotion in PROMOTIONS, self.name

@@ -2,6 +2,8 @@
 
 Before profiling (on the captured graph, so new nodes get profiled types):
    decompose      opt-in: split linear / conv bias adds off so they fuse with what follows
+   randomize      dropout in training, native_dropout, rand_like, bernoulli draw from Philox:
+                  a philox_state node per op plus the op table's random row (passes/random.py)
 
 After profiling:
 
@@ -31,10 +33,11 @@ from .decompose import decompose
 from .functionalize import functionalize
 from .guard import insert_guards, wrap_group
 from .partition import partition
+from .random import randomize
 from .simplify import fold_constant_ifs
 from .sink_views import sink_views
 
-PRE_PROFILING = ("decompose",)
+PRE_PROFILING = ("decompose", "randomize")
 PIPELINE = ("fold_constant_ifs", "batch_norm_training", "functionalize", "sink_views", "partition", "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "batch_norm_training", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce"]
+__all__ = ["PRE_PROFILING", "PIPELINE", "batch_norm_training", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce", "randomize"]

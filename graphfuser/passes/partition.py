@@ -150,7 +150,7 @@ class _BlockPartition:
     def reason(self, node: Node) -> Optional[str]:
         if node.kind in config.skip_node_kinds:
             return f"{node.kind} is a skipped node kind (set_skip_node_kind)"
-        if node.kind == "prim::Constant" or not node.kind.startswith("aten::"):
+        if node.kind == "prim::Constant" or not (node.kind.startswith("aten::") or lookup(node.kind)):
             return ""
         out = node.outputs[0].type if len(node.outputs) == 1 else None
         if isinstance(out, TensorType) and out.device is not None:
@@ -174,6 +174,9 @@ class _BlockPartition:
         union = a | b
         if not needs_axes(union):
             return _pointwise_misfit(union)
+        if any(n.kind.startswith("graphfuser::") for n in union):
+            # random numbers are keyed on the pointwise kernel's linear index (codegen/lower.py)
+            return "random ops fuse into pointwise kernels only, not with reductions or normalizations"
         axes = analyze(sorted(union, key=self.index.__getitem__))
         return axes if isinstance(axes, str) else None
 
@@ -491,6 +494,41 @@ def read_shapes_from_sources(graph: Graph) -> int:
     return moved
 
 
+def _count_source(v: Value) -> Value:
+    """For ``graphfuser::philox_state``, which reads only a tensor's device and element count: the
+    earliest value of ``v``'s profiled sizes reached back through pointwise ops, so the random op
+    and what produces its input can share a group. The count sizes the generator's advance only
+    (streams of different calls are disjoint by offset whatever the count)."""
+    while v.node is not None and isinstance(v.type, TensorType) and v.type.complete:
+        row = lookup(v.node.kind)
+        if row is None or row.kind not in ("pointwise", "cast"):
+            break
+        same = [i for i in v.node.inputs if isinstance(i.type, TensorType) and i.type.complete
+                and i.type.sizes == v.type.sizes and i.type.device == v.type.device]
+        if not same:
+            break
+        v = same[0]
+    return v
+
+
+def read_counts_from_sources(graph: Graph) -> None:
+    """Point each ``philox_state`` at its count source and move it right after that value's
+    definition, so that its (seed, offset) exist before the ops it reads from are grouped."""
+    for node in list(graph.all_nodes()):
+        if node.kind != "graphfuser::philox_state":
+            continue
+        src = _count_source(node.inputs[0])
+        if src is node.inputs[0]:
+            continue
+        node.replace_input(0, src)
+        block = node.owner
+        block.nodes.remove(node)
+        if src.node is not None and src.node.owner is block:
+            block.nodes.insert(block.nodes.index(src.node) + 1, node)
+        else:
+            block.nodes.insert(0, node)
+
+
 def partition(graph: Graph) -> list[Node]:
     """Create fusion groups in ``graph`` (in place); returns the new group nodes.
 
@@ -500,6 +538,7 @@ def partition(graph: Graph) -> list[Node]:
     from .dce import dce
 
     read_shapes_from_sources(graph)
+    read_counts_from_sources(graph)
     dce(graph)
     made = _partition_block(graph.block, AliasSets(graph))
     restore_unfused(graph)
