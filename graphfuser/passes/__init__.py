@@ -1,12 +1,15 @@
 """Graph passes, run in this order by the executor (``PIPELINE``).
 
 Before profiling (on the captured graph, so new nodes get profiled types):
-   decompose      opt-in: split linear / conv bias adds off so they fuse with what follows
+   decompose      global average pools become means; opt-in: split every linear / conv bias add
 
 After profiling:
 
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)
+0b. split_biases  linear / conv bias adds whose only consumer fuses leave the linear / conv (needs
+                  profiled dtypes; before functionalize, which then frees in-place activations on
+                  the add; the partition folds back the ones no group took)
 1. functionalize  in-place ops on fresh, unaliased intermediates become functional where eager's
                   in-place shape / dtype rules hold on the profiled types (must precede partition,
                   which never fuses in-place ops; may-alias sets come from schema annotations,
@@ -21,6 +24,7 @@ After profiling:
                   reduction's profiled scalar arguments become group constants the guard checks
 4. dce            drop what the rewrites left unused (after everything that replaces uses)
 """
+from .bias import split_biases
 from .dce import dce
 from .decompose import decompose
 from .functionalize import functionalize
@@ -30,6 +34,6 @@ from .simplify import fold_constant_ifs
 from .sink_views import sink_views
 
 PRE_PROFILING = ("decompose",)
-PIPELINE = ("fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "dce")
+PIPELINE = ("fold_constant_ifs", "split_biases", "functionalize", "sink_views", "partition", "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce"]
+__all__ = ["PRE_PROFILING", "PIPELINE", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "split_biases", "partition", "insert_guards", "wrap_group", "dce"]
