@@ -135,25 +135,19 @@ def _split(block: Block, node: Node, module: Any) -> bool:
     return True
 
 
-def _split_block(block: Block, module: Any) -> int:
-    done = 0
-    for node in list(block.nodes):
-        for b in node.blocks:
-            done += _split_block(b, module)
-        if (node.kind == "aten::linear" and len(node.inputs) == 3
-                or node.kind in _CONVS and len(node.inputs) == 7) and _split(block, node, module):
-            done += 1
-            jit_log("graph_fuser", 2, f"split the bias add of {node.where()} to fuse it with its consumer")
-    return done
-
-
 def split_biases(graph: Graph, module: Any = None) -> int:
     """Split the bias adds that would fuse with their consumer off their linear / conv (profiled
     ``graph``, in place); ``module`` is what the graph's first input reads attributes from.
     Returns how many were split."""
     if config.is_disabled("bias_decomposition"):
         return 0
-    return _split_block(graph.block, module)
+    done = 0
+    for node in list(graph.all_nodes()):
+        if (node.kind == "aten::linear" and len(node.inputs) == 3
+                or node.kind in _CONVS and len(node.inputs) == 7) and _split(node.owner, node, module):
+            done += 1
+            jit_log("graph_fuser", 2, f"split the bias add of {node.where()} to fuse it with its consumer")
+    return done
 
 
 def restore_unfused_bias(graph: Graph) -> int:
