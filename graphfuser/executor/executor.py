@@ -23,8 +23,8 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition, randomize, sink_views,
-                      wrap_group)
+from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition,
+                      randomize, sink_views, split_biases, wrap_group)
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
 from ..ops.axes import input_axes
@@ -134,6 +134,7 @@ class ScriptedFunction:
         self._pending: list[tuple] = []
         self._fast: Optional[Callable] = None           # steady state: host program, self bound
         self._nargs = len(self._captured.arg_names)
+        self._reprofiled = False
 
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -181,7 +182,25 @@ class ScriptedFunction:
         A ``raise`` in the scripted code (torch.jit.Error) and ``PYTORCH_NVFUSER_DISABLE=fallback``
         never recover."""
         scripted = self._captured.scripted if self._captured is not None else None
-        if scripted is None or isinstance(exc, torch.jit.Error) or config.is_disabled("fallback"):
+        if isinstance(exc, torch.jit.Error) or config.is_disabled("fallback"):
+            raise exc
+        if self._program is not None and not self._reprofiled:
+            # the optimized program assumed what profiling saw of the module (a bias that was a
+            # tensor); if the unoptimized graph runs this call, those assumptions no longer hold:
+            # profile again, once
+            if self._plain is None:
+                self._plain = build_program(self.graph, name="unfused")
+            try:
+                out = self._plain.fn(*self._bind(args, kwargs))
+            except Exception:
+                pass
+            else:
+                jit_log("graph_fuser", 1, f"{self._captured.name}: the optimized program raised "
+                        f"{type(exc).__name__}: {exc}; profiling again")
+                self._reset()
+                self._reprofiled = True
+                return out
+        if scripted is None:
             raise exc
         call = self._torchscript_call(self._module, scripted)
         try:
@@ -262,6 +281,7 @@ class ScriptedFunction:
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
         fold_constant_ifs(g)
         batch_norm_training(g)
+        split_biases(g, self._module)
         functionalize(g)
         sink_views(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)

@@ -37,7 +37,8 @@ def _raise(msg: Any = "", cls: Optional[str] = None, where: str = "") -> None:
 ScriptError = torch.jit.Error
 _PY_TYPES = {"Tensor": (torch.Tensor,), "int": (int,), "float": (float,), "bool": (bool,), "str": (str,),
              "complex": (complex,), "NoneType": (type(None),), "Device": (torch.device,)}
-_GENERIC_TYPES = {"List": (list,), "Tuple": (tuple,), "Dict": (dict,)}
+_GENERIC_TYPES = {"List": (list,), "Tuple": (tuple,), "Dict": (dict,),
+                  "list": (list,), "tuple": (tuple,), "dict": (dict,)}   # a bare isinstance(x, list)
 
 
 def _isinstance_check(types: Sequence[str]) -> Callable[[Any], bool]:

@@ -1,7 +1,7 @@
 """Graph passes, run in this order by the executor (``PIPELINE``).
 
 Before profiling (on the captured graph, so new nodes get profiled types):
-   decompose      opt-in: split linear / conv bias adds off so they fuse with what follows
+   decompose      global average pools become means; opt-in: split every linear / conv bias add
    randomize      dropout in training, native_dropout, rand_like, bernoulli draw from Philox:
                   a philox_state node per op plus the op table's random row (passes/random.py)
 
@@ -13,6 +13,9 @@ After profiling:
                   (its copy_ placed after the ops that follow it) so the normalization fuses;
                   after fold_constant_ifs (a folded flag gives the straight rewrite), before
                   functionalize and partition (which see the new nodes)
+0c. split_biases  linear / conv bias adds whose only consumer fuses leave the linear / conv (needs
+                  profiled dtypes; before functionalize, which then frees in-place activations on
+                  the add; the partition folds back the ones no group took)
 1. functionalize  in-place ops on fresh, unaliased intermediates become functional where eager's
                   in-place shape / dtype rules hold on the profiled types (must precede partition,
                   which never fuses in-place ops; may-alias sets come from schema annotations,
@@ -28,6 +31,7 @@ After profiling:
 4. dce            drop what the rewrites left unused (after everything that replaces uses)
 """
 from .batch_norm import batch_norm_training
+from .bias import split_biases
 from .dce import dce
 from .decompose import decompose
 from .functionalize import functionalize
@@ -38,6 +42,8 @@ from .simplify import fold_constant_ifs
 from .sink_views import sink_views
 
 PRE_PROFILING = ("decompose", "randomize")
-PIPELINE = ("fold_constant_ifs", "batch_norm_training", "functionalize", "sink_views", "partition", "insert_guards", "dce")
+PIPELINE = ("fold_constant_ifs", "batch_norm_training", "split_biases", "functionalize", "sink_views", "partition",
+            "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "batch_norm_training", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce", "randomize"]
+__all__ = ["PRE_PROFILING", "PIPELINE", "batch_norm_training", "decompose", "fold_constant_ifs", "functionalize",
+           "sink_views", "split_biases", "partition", "insert_guards", "wrap_group", "dce", "randomize"]

@@ -113,9 +113,12 @@ def _is_scalar(v: Value) -> bool:
 
 
 class AliasSets:
-    """Union-find of may-alias sets over every value of a graph."""
+    """Union-find of may-alias sets over every value of a graph; with ``before``, over what the
+    nodes that run before that node make alias (a list built after it does not make the values
+    it holds alias each other before it)."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, before: Optional[Node] = None) -> None:
+        self._stop = before
         self.parent: dict[Value, Value] = {}
         self.written: set[Value] = set()      # values some in-place op writes
         self._loop_params: list[tuple[Value, Value]] = []
@@ -136,10 +139,16 @@ class AliasSets:
         if ra is not rb:
             self.parent[ra] = rb
 
-    def _walk(self, block: Block) -> None:
+    def _walk(self, block: Block) -> bool:
+        """Union the sets ``block``'s nodes make; True where the walk reached ``_stop``."""
         for node in block.nodes:
+            if node is self._stop:
+                return True
+            stopped = False
             for b in node.blocks:
-                self._walk(b)
+                stopped = self._walk(b) or stopped
+            if stopped:
+                return True     # the stop is inside this node: its outputs come after it
             if node.kind == "prim::Loop":
                 for b in node.blocks:
                     for p, src in zip(b.params[1:], node.inputs[2:]):
@@ -151,6 +160,7 @@ class AliasSets:
                     self.union(out, v)
             if writes(node):
                 self.written.add(node.inputs[0])
+        return False
 
     def aliases(self, v: Value, among: list[Value]) -> list[Value]:
         """The values of ``among`` in ``v``'s set (``v`` excluded)."""

@@ -7,7 +7,9 @@ before and after it (squeeze-excite gates, BN + ReLU tails):
     %y = aten::adaptive_avg_pool2d(%x, [1, 1])   ->   %y = aten::mean(%x, [-1, -2], True, None)
 
 Opt-in (``PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition``, as nvFuser had): the
-bias add of linear / conv is split off so that it fuses with what follows.
+bias add of every linear / conv whose bias is typed ``Tensor`` is split off before profiling and
+stays split. Without the knobs, ``passes/bias.py`` splits the biases whose add would fuse with the
+consumer, after profiling.
 
 Runs on the captured graph before profiling, so the new nodes are profiled like any other:
 
@@ -17,10 +19,6 @@ Runs on the captured graph before profiling, so the new nodes are profiled like 
     %y = aten::conv2d(%x, %w, %b, ...)        %y0 = aten::conv2d(%x, %w, None, ...)
                                        ->     %b1 = aten::unsqueeze(%b, -1)   (once per spatial dim)
                                               %y = aten::add(%y0, %b1, 1)
-
-The bias add then joins the activation / residual / normalization group after it: one pass over
-the output instead of the bias epilogue plus a separate kernel. Only a bias whose type is
-``Tensor`` is split (an ``Optional[Tensor]`` may be None at run time).
 """
 from __future__ import annotations
 
@@ -61,10 +59,10 @@ class _Emitter:
         return self.add(node).output
 
 
-def _split_bias(block: Block, node: Node, spatial: int) -> bool:
-    bias = node.inputs[2]
-    if not bias.type.is_tensor:
-        return False
+def split_bias(block: Block, node: Node, bias: Value) -> Node:
+    """Make ``node`` (linear / conv) bias-free and add ``bias`` (a Tensor-typed value) to its
+    result, broadcast over the spatial dims; returns the add node (its output has no type yet)."""
+    spatial = _CONVS.get(node.kind, 0)
     none = block.graph.create("prim::Constant", [], [Type("NoneType")])
     block.insert_before(node, none)
     node.replace_input(2, none.output)
@@ -78,7 +76,7 @@ def _split_bias(block: Block, node: Node, spatial: int) -> bool:
         if user is not add:
             user.replace_input(i, out)
     block.replace_return_everywhere(node.output, out)
-    return True
+    return add
 
 
 def constant_ints(v: Value) -> Optional[list[int]]:
@@ -117,13 +115,11 @@ def _decompose_block(block: Block, linear: bool, conv: bool) -> int:
                 done += 1
                 jit_log("graph_fuser", 1, f"global average pool {node.where()} is a mean")
             continue
-        if linear and node.kind == "aten::linear" and len(node.inputs) == 3:
-            spatial = 0
-        elif conv and node.kind in _CONVS and len(node.inputs) == 7:
-            spatial = _CONVS[node.kind]
-        else:
+        if not (linear and node.kind == "aten::linear" and len(node.inputs) == 3
+                or conv and node.kind in _CONVS and len(node.inputs) == 7):
             continue
-        if _split_bias(block, node, spatial):
+        if node.inputs[2].type.is_tensor:
+            split_bias(block, node, node.inputs[2])
             done += 1
             jit_log("graph_fuser", 1, f"decomposed the bias add of {node.where()}")
     return done

@@ -143,7 +143,7 @@ def _functionalize_block(block: Block) -> int:
         # aliases made before the write (views, same-dtype casts ...) that are read after it; later
         # ones derive from a value read after the write, or from %a, whose uses are rewritten
         graph = block.graph
-        earlier = [a for a in AliasSets(graph).aliases(target, all_values(graph))
+        earlier = [a for a in AliasSets(graph, before=node).aliases(target, all_values(graph))
                    if a.node is not None and a.node.owner is block and block.nodes.index(a.node) < pos]
         live = [a for a in earlier if _later_reads(block, pos, a)]
         if live:

@@ -534,12 +534,15 @@ def partition(graph: Graph) -> list[Node]:
 
     Shape reads move to the value the shape comes from, and dead nodes are dropped first (a dead op would make a group member, or a whole group, whose
     result nobody reads). Functionalized in-place ops that no group took are turned back into
-    in-place ops."""
+    in-place ops; automatically split bias adds that no group took go back into their conv /
+    linear."""
     from .dce import dce
+    from .bias import restore_unfused_bias
 
     read_shapes_from_sources(graph)
     read_counts_from_sources(graph)
     dce(graph)
     made = _partition_block(graph.block, AliasSets(graph))
     restore_unfused(graph)
+    restore_unfused_bias(graph)
     return made

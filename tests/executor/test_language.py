@@ -134,6 +134,21 @@ def test_optional_and_isinstance():
         torch.testing.assert_close(sf(x, y, z), torch.jit.script(optional_union)(x, y, z))
 
 
+def bare_isinstance(x: torch.Tensor, z: Union[List[torch.Tensor], torch.Tensor]):
+    # timm's CoaT: ``if isinstance(x_feat, list)`` with the bare builtin, not List[...]
+    if isinstance(z, list):
+        return x * float(len(z))
+    return x + z
+
+
+def test_bare_builtin_isinstance():
+    sf = graphfuser.script(bare_isinstance)
+    assert sf._torchscript is None
+    x = torch.rand(4)
+    for z in [[x, x], x, [x]]:
+        torch.testing.assert_close(sf(x, z), torch.jit.script(bare_isinstance)(x, z))
+
+
 def raises(x: torch.Tensor, n: int):
     if n > 2:
         raise ValueError("n is too large: " + str(n))

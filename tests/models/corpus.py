@@ -344,6 +344,40 @@ class Stack(nn.Module):
         return self.head(x)
 
 
+class VGGLike(nn.Module):
+    """vgg / alexnet: conv(bias) -> relu(inplace) -> maxpool; linear -> relu(inplace) -> dropout.
+    The bias adds leave the convs / linears and fuse with the ReLUs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+                                      nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2))
+        self.avgpool = nn.AdaptiveAvgPool2d((2, 2))
+        self.classifier = nn.Sequential(nn.Dropout(), nn.Linear(32, 16), nn.ReLU(inplace=True), nn.Dropout(),
+                                        nn.Linear(16, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+class Fire(nn.Module):
+    """squeezenet's fire module: squeeze conv -> relu, two expand convs -> relu, concatenated."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.squeeze = nn.Conv2d(c, 4, 1)
+        self.squeeze_activation = nn.ReLU(inplace=True)
+        self.expand1x1 = nn.Conv2d(4, 8, 1)
+        self.expand1x1_activation = nn.ReLU(inplace=True)
+        self.expand3x3 = nn.Conv2d(4, 8, 3, padding=1)
+        self.expand3x3_activation = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.squeeze_activation(self.squeeze(x))
+        return torch.cat([self.expand1x1_activation(self.expand1x1(x)),
+                          self.expand3x3_activation(self.expand3x3(x))], 1)
+
+
 @dataclass
 class Case:
     name: str
@@ -366,6 +400,8 @@ SOFTMAX = "F.softmax's dim reaches the graph as prim::unchecked_cast, which the 
 
 CORPUS: list[Case] = [
     Case("sequential_stack", Stack, img(3, 8)),
+    Case("vgg_like", VGGLike, img(3, 8)),
+    Case("squeezenet_fire", Fire, img(8, 6)),
     Case("resnet_basic", lambda: BasicBlock(8, stride=2), img(8, 8)),
     Case("resnet_bottleneck", lambda: Bottleneck(16, 4), img(16, 6)),
     Case("mobilenetv3_inverted_residual_se", lambda: InvertedResidual(8), img(8, 6)),

@@ -71,3 +71,42 @@ def test_model(case):
         assert groups >= 1, f"{case.name}: no fusion group"
     elif isinstance(case.fuses, str) and groups == 0:
         pytest.xfail(case.fuses)
+
+
+def _group_kinds(g) -> list[str]:
+    return [m.kind for n in fusion_groups(g) for m in n.subgraph.block.nodes]
+
+
+def test_bias_adds_fuse_with_relu_in_vgg_and_fire():
+    """Every conv / linear bias whose add feeds a ReLU is fused with it (not the last linear's)."""
+    for case, adds in (("vgg_like", 3), ("squeezenet_fire", 3)):
+        g = run_case(next(c for c in CORPUS if c.name == case))
+        kinds = _group_kinds(g)
+        assert kinds.count("aten::add") == adds and kinds.count("aten::relu") == adds, (case, kinds)
+
+
+def test_dropout_flag_is_a_guarded_constant_across_train_and_eval():
+    """``self.training`` feeds dropout as a profiled, guarded constant: in eval dropout is an
+    identity inside the group; after ``model.train()`` the guard misses and the fallback draws
+    eager's mask (same seed); back in eval the group runs again."""
+    torch.manual_seed(0)
+    model = corpus_case("vgg_like").make().eval()
+    sm = graphfuser.script(model)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            compare(sm(x), model(x))
+        g = graphfuser.last_executed_optimized_graph()
+        assert "aten::dropout" in _group_kinds(g)
+        for mode in (True, False, True):
+            model.train(mode)
+            torch.manual_seed(7)
+            ref = model(x)
+            torch.manual_seed(7)
+            compare(sm(x), ref)
+        model.eval()
+        compare(sm(x), model(x))
+
+
+def corpus_case(name: str) -> Case:
+    return next(c for c in CORPUS if c.name == name)

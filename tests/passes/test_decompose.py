@@ -1,5 +1,6 @@
-"""linear_decomposition / conv_decomposition: the bias add leaves linear / conv and fuses with the
-activation after it; results equal eager's; off by default."""
+"""Bias decomposition: the bias add leaves linear / conv and fuses with what follows. Automatic
+where the only consumer is fusible (folded back where no group took it, or under autocast);
+PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition splits every bias; results equal eager's."""
 import pytest
 import torch
 import torch.nn as nn
@@ -7,7 +8,7 @@ import torch.nn.functional as F
 
 import graphfuser
 from graphfuser.config import config
-from tests.helpers import check
+from tests.helpers import check, fusion_groups
 
 
 class LinearGelu(nn.Module):
@@ -39,9 +40,77 @@ def _group_kinds(sf):
             for m in n.subgraph.block.nodes]
 
 
-def test_off_by_default_linear_keeps_its_bias():
+def _conv_biases(sf):
+    """The bias argument kind of every conv / linear left in the optimized graph."""
+    g = sf._optimized
+    return [n.inputs[2].type.name if n.inputs[2].node is None or n.inputs[2].node.kind != "prim::Constant"
+            else "None" for n in g.all_nodes() if n.kind in ("aten::linear", "aten::conv1d", "aten::conv2d", "aten::conv3d")]
+
+
+def test_automatic_split_fuses_the_bias_with_gelu():
     sf = check(LinearGelu().eval(), torch.randn(4, 16))
-    assert "aten::add" not in _group_kinds(sf)
+    assert "aten::add" in _group_kinds(sf) and _conv_biases(sf) == ["None"]
+
+
+def test_automatic_split_off_keeps_the_bias():
+    with config.override(disable=["bias_decomposition"]):
+        sf = check(LinearGelu().eval(), torch.randn(4, 16))
+    assert "aten::add" not in _group_kinds(sf) and _conv_biases(sf) != ["None"]
+
+
+class VggBlock(nn.Module):
+    """vgg / alexnet: conv(bias) -> relu(inplace) -> maxpool, linear -> relu(inplace) -> dropout -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Linear(8 * 3 * 3, 16), nn.ReLU(inplace=True), nn.Dropout(), nn.Linear(16, 5))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def test_vgg_bias_relu_fuses_and_the_last_linear_keeps_its_bias():
+    m = VggBlock().eval()
+    sf = check(m, torch.randn(2, 3, 6, 6), min_groups=2)
+    kinds = _group_kinds(sf)
+    assert kinds.count("aten::add") == 2 and kinds.count("aten::relu") == 2
+    # conv and first linear lost their bias to a group; the last linear (no consumer) kept it
+    assert _conv_biases(sf)[-1] != "None" and _conv_biases(sf)[:2] == ["None", "None"]
+    check(m, torch.randn(3, 3, 7, 6), min_groups=2)
+
+
+def test_unfused_split_bias_is_folded_back():
+    m = VggBlock().eval()
+    with config.override(fuse_cpu=False):
+        sf = check(m, torch.randn(2, 3, 6, 6), fused=False)
+    assert "aten::add" not in str(sf._optimized) and "None" not in _conv_biases(sf)
+
+
+def test_autocast_folds_the_bias_back():
+    m = VggBlock().eval()
+    x = torch.randn(2, 3, 6, 6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = m(x)
+        sf = graphfuser.script(m)
+        for _ in range(3):
+            got = sf(x)
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want)
+    assert "None" not in _conv_biases(sf)
+
+
+def test_bias_set_to_none_later_is_never_wrong():
+    """The split treats a module's Optional bias as fixed; set to None after profiling, the call
+    runs the unoptimized graph and profiles again (graphfuser reads the live module, as eager)."""
+    m = VggBlock().eval()
+    x = torch.randn(2, 3, 6, 6)
+    sf = check(m, x, min_groups=2)
+    m.features[0].bias = None
+    for _ in range(4):
+        torch.testing.assert_close(sf(x), m(x))
+    assert sf._optimized is not None and fusion_groups(sf._optimized)
+    assert _conv_biases(sf)[0] == "Tensor?"
 
 
 def test_linear_decomposition_fuses_bias_with_gelu():
@@ -59,7 +128,7 @@ def test_conv_decomposition(conv, shape):
     m = ConvRelu(conv).eval()
     with config.override(enable=["conv_decomposition"]):
         sf = check(m, torch.randn(*shape))
-    assert "aten::add" in _group_kinds(sf)
+    assert _group_kinds(sf).count("aten::add") == 2 and _conv_biases(sf) == ["None"]
 
 
 def test_conv_without_bias_is_left_alone():

@@ -1,0 +1,173 @@
+"""Automatic bias decomposition: a linear / conv bias add that would fuse with what follows leaves
+the linear / conv (after profiling, before the partition):
+
+    %y = aten::conv2d(%x, %w, %b, ...)        %y0 = aten::conv2d(%x, %w, None, ...)
+    %r = aten::relu_(%y)               ->     %b1 = aten::unsqueeze(%b, -1)   (once per spatial dim)
+                                              %y = aten::add(%y0, %b1, 1)
+                                              %r = aten::relu_(%y)
+
+Why. After a conv, the activation / BN / residual tail is one pass over the output with or without
+the bias add in it, so a fused bias add is free; left in the conv, eager pays for it: a cuDNN
+convolution adds its bias in a separate ``add_`` over the whole output (oneDNN on the CPU adds it
+in the conv's epilogue, which is no cheaper than adding it in the pass that follows). vgg, alexnet
+and squeezenet are conv(bias) -> relu -> maxpool and linear -> relu -> dropout stacks whose only
+fusible chain is bias + relu. A linear's bias is already free in eager (the GEMM epilogue): split,
+it costs nothing either, since it is split only where its add joins a pass that runs anyway (a
+GELU, a residual add, a normalization after an MLP).
+
+When. The result's only consumer, past eval-mode dropouts, is a row of the op table (an in-place
+activation counts: functionalize makes it functional on the fresh add); the bias has the result's
+profiled dtype and device (under autocast the conv casts its bias; a split add would promote);
+the result is fp32 / fp64, or a conv's on CUDA (a split add rounds the result twice in fp16 /
+bf16; eager's GEMM epilogue and oneDNN round once, but cuDNN convolutions round before their
+``add_`` too); and the bias is a tensor: typed ``Tensor``, or typed ``Optional[Tensor]`` (``nn.Conv2d.bias``)
+and read from a module attribute that holds a tensor now. Such a bias is treated as fixed, as
+``torch.jit.freeze`` treats parameters; set to None later, the host program raises on it and the
+call runs through TorchScript's executor: never a wrong answer.
+
+Never worse. ``restore_unfused_bias`` (end of the partition) folds every split bias whose add no
+group took back into its conv / linear. ``PYTORCH_NVFUSER_DISABLE=bias_decomposition`` turns the
+automatic split off; ``PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition`` still
+splits every bias before profiling, fused or not (``passes/decompose.py``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any, Optional
+
+import torch
+
+from ..config import config
+from ..ir.graph import Block, Graph, Node, Value
+from ..ir.types import TensorType
+from ..log import jit_log
+from ..ops import lookup
+from .decompose import split_bias
+
+_CONVS = ("aten::conv1d", "aten::conv2d", "aten::conv3d")
+_IDENTITIES = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout")
+
+# split bias add -> (its conv / linear, the original bias value): what restore_unfused_bias needs
+SPLIT_BIAS: "weakref.WeakKeyDictionary[Node, tuple[Node, Value]]" = weakref.WeakKeyDictionary()
+_UNKNOWN = object()
+_WIDE = (torch.float32, torch.float64)
+
+
+def _attribute(v: Value, module: Any) -> Any:
+    """The current value of ``v`` where it is a chain of ``prim::GetAttr`` from the module input
+    (``self.features[0].bias``), else ``_UNKNOWN``."""
+    names = []
+    while v.node is not None and v.node.kind == "prim::GetAttr":
+        names.append(v.node.attrs["name"])
+        v = v.node.inputs[0]
+    graph = v.block.graph if v.block is not None else None
+    if module is None or not names or graph is None or not graph.inputs or v is not graph.inputs[0]:
+        return _UNKNOWN
+    obj = module
+    for name in reversed(names):
+        obj = getattr(obj, name, _UNKNOWN)
+        if obj is _UNKNOWN:
+            return _UNKNOWN
+    return obj
+
+
+def _fuses_with_consumer(v: Value) -> bool:
+    """Whether ``v``'s only consumer (past eval-mode dropouts, identities once fused) is an op the
+    op table fuses."""
+    while len(v.uses) == 1:
+        user, i = v.uses[0]
+        row = lookup(user.kind) or (lookup(user.kind[:-1]) if user.kind.endswith("_") and i == 0 else None)
+        if row is None or row.kind == "cast" and i != 0:
+            return False
+        if user.kind not in _IDENTITIES:
+            return True
+        v = user.output
+    return False
+
+
+def _bias_type(bias: Value, module: Any) -> Optional[TensorType]:
+    if isinstance(bias.type, TensorType):
+        return bias.type
+    if str(bias.type) not in ("Tensor?", "Optional[Tensor]"):
+        return None
+    t = _attribute(bias, module)
+    return TensorType.of(t) if isinstance(t, torch.Tensor) else None
+
+
+def _unsqueezed(t: TensorType, spatial: int) -> TensorType:
+    """``t`` after ``spatial`` unsqueezes at -1 (the strides eager gives them)."""
+    meta = torch.empty_strided(t.sizes, t.strides, dtype=t.dtype, device="meta")
+    for _ in range(spatial):
+        meta = meta.unsqueeze(-1)
+    return dataclasses.replace(TensorType.of(meta), device=t.device, requires_grad=t.requires_grad)
+
+
+def _split(block: Block, node: Node, module: Any) -> bool:
+    out_t, bias = node.output.type, node.inputs[2]
+    if not isinstance(out_t, TensorType) or out_t.dtype is None or (bias.node is not None
+                                                                   and bias.node.kind == "prim::Constant"):
+        return False
+    bt = _bias_type(bias, module)
+    if out_t.dtype not in _WIDE and not (node.kind in _CONVS and out_t.device is not None
+                                         and out_t.device.type == "cuda"):
+        return False
+    if (bt is None or bt.dtype != out_t.dtype or bt.device != out_t.device or bt.sizes is None
+            or bt.strides is None or any(s < 0 for s in bt.sizes) or not _fuses_with_consumer(node.output)):
+        return False
+    value = bias
+    if not bias.type.is_tensor:
+        cast = block.graph.create("prim::unchecked_cast", [bias], [bt], source=node.source)
+        block.insert_before(node, cast)
+        value = cast.output
+    add = split_bias(block, node, value)
+    b = add.inputs[1]
+    spatial = 0
+    while b is not value:       # the unsqueezes between the bias and the add
+        spatial += 1
+        b = b.node.inputs[0]
+    b, k = add.inputs[1], spatial
+    while b is not value:
+        b.type = _unsqueezed(bt, k)
+        b, k = b.node.inputs[0], k - 1
+    add.output.type = out_t
+    SPLIT_BIAS[add] = (node, bias)
+    return True
+
+
+def split_biases(graph: Graph, module: Any = None) -> int:
+    """Split the bias adds that would fuse with their consumer off their linear / conv (profiled
+    ``graph``, in place); ``module`` is what the graph's first input reads attributes from.
+    Returns how many were split."""
+    if config.is_disabled("bias_decomposition"):
+        return 0
+    done = 0
+    for node in list(graph.all_nodes()):
+        if (node.kind == "aten::linear" and len(node.inputs) == 3
+                or node.kind in _CONVS and len(node.inputs) == 7) and _split(node.owner, node, module):
+            done += 1
+            jit_log("graph_fuser", 2, f"split the bias add of {node.where()} to fuse it with its consumer")
+    return done
+
+
+def restore_unfused_bias(graph: Graph) -> int:
+    """Fold every automatically split bias whose add no group took back into its conv / linear."""
+    restored = 0
+    for add in list(SPLIT_BIAS):
+        conv, bias = SPLIT_BIAS[add]
+        block = add.owner
+        if block is None or block.graph is not graph or conv.owner is not block:
+            continue
+        y0, out = add.inputs[0], add.output
+        none = conv.inputs[2]
+        conv.replace_input(2, bias)
+        for user, i in list(out.uses):
+            user.replace_input(i, y0)
+        block.replace_return_everywhere(out, y0)
+        block.remove(add)
+        del SPLIT_BIAS[add]
+        if none.node is not None and not none.uses and none.node.owner is not None:
+            none.node.owner.remove(none.node)
+        restored += 1
+        jit_log("graph_fuser", 2, f"bias of {conv.where()} folded back: its add was not fused")
+    return restored
