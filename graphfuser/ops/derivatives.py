@@ -356,7 +356,7 @@ def _nan_to_num(d, a, g, out):
     return {"self": d.where(d.op("aten::isfinite", a["self"]), g, 0.0)}
 
 
-@derivative("to")
+@derivative("to", "autocast_to_full_precision", "autocast_to_reduced_precision")
 def _to(d, a, g, out):
     x = a["self"]
     return {"self": d.op("aten::type_as", g, x) if d.is_value(x) else g}   # grad cast back to the input dtype

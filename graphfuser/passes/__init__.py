@@ -1,6 +1,8 @@
 """Graph passes, run in this order by the executor (``PIPELINE``).
 
 Before profiling (on the captured graph, so new nodes get profiled types):
+   insert_autocast  under torch.autocast only: autocast's casts become explicit nodes (before
+                  decompose, which splits ops whose autocast policy is their own)
    decompose      opt-in: split linear / conv bias adds off so they fuse with what follows
 
 After profiling:
@@ -21,6 +23,7 @@ After profiling:
                   reduction's profiled scalar arguments become group constants the guard checks
 4. dce            drop what the rewrites left unused (after everything that replaces uses)
 """
+from .autocast import insert_autocast
 from .dce import dce
 from .decompose import decompose
 from .functionalize import functionalize
@@ -29,7 +32,7 @@ from .partition import partition
 from .simplify import fold_constant_ifs
 from .sink_views import sink_views
 
-PRE_PROFILING = ("decompose",)
+PRE_PROFILING = ("insert_autocast", "decompose")
 PIPELINE = ("fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce"]
+__all__ = ["PRE_PROFILING", "PIPELINE", "insert_autocast", "decompose", "fold_constant_ifs", "functionalize", "sink_views", "partition", "insert_guards", "wrap_group", "dce"]
