@@ -364,9 +364,9 @@ def _to(d, a, g, out):
 
 @derivative("dropout")
 def _dropout(d, a, g, out):
-    if a.get("train"):
+    if a.get("train") and a.get("p", 0.5) != 0:
         return {}
-    return {"input": g}
+    return {"input": g}        # identity: eval mode, or p = 0 in training (timm's default drop rates)
 
 
 # -- reductions and normalizations --------------------------------------------------------------

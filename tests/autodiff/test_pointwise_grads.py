@@ -44,7 +44,8 @@ BINARY = {
 }
 EXTRA = ["torch.pow(x, 3.0)", "torch.pow(2.0, x)", "torch.div(x, p, rounding_mode='floor') + y",
          "torch.div(x, p, rounding_mode='trunc') * y", f"{F}.gelu(x, approximate='tanh')",
-         "torch.lerp(x, y, p)", "torch.clamp(x, min=-0.2)", "(x > y).float() * x + (x == y).float()"]
+         "torch.lerp(x, y, p)", "torch.clamp(x, min=-0.2)", "(x > y).float() * x + (x == y).float()",
+         f"{F}.dropout(x, 0.0, True) * y"]
 ALL = {**UNARY_X, **UNARY_P, **BINARY}
 GROUPS = [list(UNARY_X.values()), list(UNARY_P.values()), list(BINARY.values()) + EXTRA]
 
