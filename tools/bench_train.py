@@ -231,8 +231,12 @@ def run_case(case: TrainCase, device: str, backends: Callable[[Any, str], dict])
             if name == "graphfuser":
                 import graphfuser
 
-                g = graphfuser.last_executed_optimized_graph()
-                entry["fused_groups"] = str(g).count("FusionGroup_") - str(g).count("with prim::") if g else 0
+                from graphfuser.zoo_train import fused_groups
+
+                ctx = torch.autocast(device, dtype=case.autocast) if case.autocast else torch.autocast(device,
+                                                                                                       enabled=False)
+                with ctx:
+                    entry["fused_groups"], entry["backward_groups"] = fused_groups(f)
         except Exception as e:  # noqa: BLE001
             entry = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         row["backends"][name] = entry
@@ -248,8 +252,8 @@ def render(results: dict) -> str:
     names = ["eager", "torch.jit.script", "torch.compile", "graphfuser"]
     lines = [f"# graphfuser training benchmark (forward + backward) on {results['device_name']} ({results['torch']})",
              "", "ms per forward+backward; grad rel err vs eager in brackets where the case has no randomness.", "",
-             "| case | " + " | ".join(names) + " | graphfuser vs eager | vs torch.compile |",
-             "|" + "---|" * (len(names) + 3)]
+             "| case | " + " | ".join(names) + " | graphfuser vs eager | vs torch.compile | fwd / bwd groups |",
+             "|" + "---|" * (len(names) + 4)]
     for row in results["cases"]:
         cells = []
         for n in names:
@@ -264,5 +268,6 @@ def render(results: dict) -> str:
         ea = b.get("eager", {}).get("ms")
         tc = b.get("torch.compile", {}).get("ms")
         lines.append(f"| {row['case']} | " + " | ".join(cells) + f" | {f'{ea / gf:.2f}x' if gf and ea else '-'} | "
-                     f"{f'{tc / gf:.2f}x' if gf and tc else '-'} |")
+                     f"{f'{tc / gf:.2f}x' if gf and tc else '-'} | "
+                     f"{b.get('graphfuser', {}).get('fused_groups', '-')} / {b.get('graphfuser', {}).get('backward_groups', '-')} |")
     return "\n".join(lines) + "\n"

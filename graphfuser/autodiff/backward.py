@@ -61,6 +61,7 @@ class D:
         self.row = ""
         self._consts: dict[tuple, Value] = {}
         self.ftypes: dict[Value, Type] = {}     # backward value -> profiled type of its forward value
+        self.pats: dict[Value, Optional[tuple]] = {}   # backward value -> size-1 pattern (see pattern)
 
     @staticmethod
     def is_value(x: Any) -> bool:
@@ -106,8 +107,68 @@ class D:
         return self.ftypes[v].rank
 
     def expand_like(self, g: Value, x: Value) -> Value:
+        """``g`` as the gradient of ``x``. Where ``g``'s broadcast pattern is known it is returned
+        as it is, narrower than ``x``: pointwise formulas downstream broadcast it for free, and the
+        builder expands what is left narrow only where it must (``broadcast``). Otherwise it is
+        broadcast now."""
+        p, px = self.pattern(g), self.pattern(x)
+        if p is not None and px is not None and len(p) == len(px):
+            return g
+        return self.broadcast(g, x)
+
+    def broadcast(self, g: Value, x: Value) -> Value:
         """``g`` broadcast to ``x``'s shape as a fusible pointwise op: ``where(x == x, g, g)``."""
         return self.where(self.op("aten::eq", x, x), g, g)
+
+    def pattern(self, v: Value) -> Optional[tuple]:
+        """The size-1 pattern of backward value ``v`` (one bool per dim; ``()`` for scalars), or
+        None where it cannot be told. Forward values and output gradients have their profiled
+        pattern; pointwise nodes broadcast their inputs'; ``sum(keepdim=True)``, ``unsqueeze``
+        and ``sum_to_size`` are followed; anything else is unknown."""
+        if v in self.pats:
+            return self.pats[v]
+        if v in self.ftypes:
+            p = _pattern(self.ftypes[v]) if isinstance(self.ftypes[v], TensorType) else ()
+        elif v.node is None:
+            p = None
+        else:
+            p = self._node_pattern(v.node)
+        self.pats[v] = p
+        return p
+
+    def _node_pattern(self, n) -> Optional[tuple]:
+        kind = n.kind
+        if kind in ("prim::Constant", "aten::size", "aten::numel", "prim::ListConstruct"):
+            return ()
+        if kind in ("aten::type_as", "aten::to"):
+            return self.pattern(n.inputs[0])
+        if kind == "aten::unsqueeze":
+            p, dim = self.pattern(n.inputs[0]), n.inputs[1]
+            if p is None or not dim.is_constant:
+                return None
+            d = dim.constant() % (len(p) + 1)
+            return p[:d] + (True,) + p[d:]
+        if kind == "aten::sum_to_size":
+            size = n.inputs[1].node
+            return self.pattern(size.inputs[0]) if size is not None and size.kind == "aten::size" else None
+        if kind == "aten::sum":
+            p = self.pattern(n.inputs[0])
+            if p is None or len(n.inputs) < 3 or not all(i.is_constant for i in n.inputs[1:3]) \
+                    or not n.inputs[2].constant():
+                return None
+            dims = n.inputs[1].constant()
+            dims = range(len(p)) if dims is None else [dims] if isinstance(dims, int) else dims
+            red = {d % len(p) for d in dims} if p else set()
+            return tuple(True if i in red else b for i, b in enumerate(p))
+        if lookup(kind) is None or lookup(kind).kind not in ("pointwise", "cast"):
+            return None
+        out: Optional[tuple] = ()
+        for i in n.inputs:
+            p = self.pattern(i)
+            if p is None:
+                return None
+            out = _broadcast(out, p)
+        return out
 
     def restore_dims(self, g: Value, dims: Any, keepdim: bool, rank: int) -> Value:
         """A reduction's output gradient with its reduced dims back as size-1 dims."""
@@ -148,6 +209,33 @@ def _pattern(t: Type) -> Optional[tuple]:
 NO_GRADIENT = "no output of the group carries a gradient"
 
 
+def _broadcast(a: tuple, b: tuple) -> tuple:
+    """Size-1 pattern of a broadcast of patterns ``a`` and ``b`` (right-aligned)."""
+    n = max(len(a), len(b))
+    a, b = (True,) * (n - len(a)) + a, (True,) * (n - len(b)) + b
+    return tuple(x and y for x, y in zip(a, b))
+
+
+def _fit(d: D, r: Value, inp: Value, out: Value, vmap: dict) -> Value:
+    """Gradient ``r`` of node output ``out`` (in its shape, or narrower) as the gradient of input
+    ``inp``: summed over the dims ``inp`` was broadcast along (``sum_to_size``); left narrow where
+    ``r`` is constant along dims ``inp`` has (pointwise consumers broadcast it for free;
+    ``plan_backward`` expands what is returned narrow, as a view)."""
+    pr, pi = d.pattern(r), _pattern(inp.type)
+    if pr is None or pi is None:
+        if pi != _pattern(out.type):
+            return d.op("aten::sum_to_size", r, d.op("aten::size", vmap[inp], out=Type("int[]")))
+        return r
+    n = max(len(pr), len(pi))
+    ar, ai = (True,) * (n - len(pr)) + pr, (True,) * (n - len(pi)) + pi
+    wider = len(pr) > len(pi) or any(not x and y for x, y in zip(ar, ai))
+    if not wider:
+        return r
+    if any(x and not y for x, y in zip(ar, ai)):       # wider in some dims, narrower in others
+        r = d.broadcast(r, vmap[out])
+    return d.op("aten::sum_to_size", r, d.op("aten::size", vmap[inp], out=Type("int[]")))
+
+
 def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     """The backward of the forward subgraph ``sub``, or the reason there is none."""
     diff: set[Value] = {v for v in sub.inputs if isinstance(v.type, TensorType) and v.type.requires_grad
@@ -172,6 +260,7 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     for k in diff_outputs:
         gv = g.add_input(f"grad_{k}", TENSOR)
         o = sub.outputs[k]
+        d.pats[gv] = _pattern(o.type)
         grads[o] = d.add(grads[o], gv) if o in grads else gv
     for n in sub.block.nodes:        # the forward, recomputed
         nn = g.create(n.kind, [vmap[i] for i in n.inputs],
@@ -195,10 +284,16 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
         args = {k: vmap[v] if isinstance(v, Value) else v for k, v in bound.items()}
         d.row = row.name
         reducing, data_arg = isinstance(row, ReductionRow), row.promote[0]
+        full = row.kind not in ("pointwise", "cast")    # reductions' formulas need the full gradient
+
+        def widen(gout, out):
+            return d.broadcast(gout, vmap[out]) if full and gout is not None and \
+                d.pattern(gout) != _pattern(out.type) else gout
         if multi:       # a row with several outputs gets them all, None where no gradient flows
-            res = formula(d, args, tuple(grads.get(o) for o in n.outputs), tuple(vmap[o] for o in n.outputs))
+            res = formula(d, args, tuple(widen(grads.get(o), o) for o in n.outputs),
+                          tuple(vmap[o] for o in n.outputs))
         else:
-            res = formula(d, args, grads[n.output], vmap[n.output])
+            res = formula(d, args, widen(grads[n.output], n.output), vmap[n.output])
         for name, inp in bound.items():
             if not isinstance(inp, Value) or inp not in diff:
                 continue
@@ -212,13 +307,18 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
                 r = r.value
             elif reducing and name == data_arg:
                 pass    # a reduction's formula returns its data argument's gradient in that shape
-            elif _pattern(inp.type) != _pattern(n.outputs[0].type):
-                size = d.op("aten::size", vmap[inp], out=Type("int[]"))
-                r = d.op("aten::sum_to_size", r, size)
+            else:
+                r = _fit(d, r, inp, n.outputs[0], vmap)
             grads[inp] = d.add(grads[inp], r) if inp in grads else r
     grad_inputs = [i for i, v in enumerate(sub.inputs) if v in diff and v in grads]
     zero_inputs = [i for i, v in enumerate(sub.inputs) if v in diff and v not in grads]
-    g.block.returns = [grads[sub.inputs[i]] for i in grad_inputs]
+    returns = []
+    for i in grad_inputs:
+        v, r = sub.inputs[i], grads[sub.inputs[i]]
+        if d.pattern(r) != _pattern(v.type):     # a gradient left narrow: expanded as a view, as eager's
+            r = d.op("aten::expand_as", r, vmap[v])
+        returns.append(r)
+    g.block.returns = returns
     if not g.block.returns:
         return "no input of the group receives a gradient"
     dce(g)      # formulas build gradients for every argument; drop the unused ones now

@@ -12,6 +12,7 @@ differentiates that, with a one-time warning: the fused backward is not itself d
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -23,7 +24,14 @@ from .backward import NO_GRADIENT, BackwardPlan, plan_backward
 
 STATS = {"forward": 0, "backward": 0, "double_backward": 0}
 _warned_double = False
-GROUPS: dict[Node, "DifferentiableGroup"] = {}    # group node -> its autograd node
+# group node -> its autograd node, for graph_for's printer. Weak both ways: the scripted
+# function's runners own the autograd node (which holds the group), so the entry goes with them.
+GROUPS: "weakref.WeakKeyDictionary[Node, weakref.ref[DifferentiableGroup]]" = weakref.WeakKeyDictionary()
+
+
+def live_groups() -> list["DifferentiableGroup"]:
+    """The differentiable groups of scripted functions still alive."""
+    return [dg for dg in (r() for r in list(GROUPS.values())) if dg is not None]
 
 
 def scripted_graph(graph: Graph, name: str):
@@ -127,7 +135,8 @@ class DifferentiableGroup:
 
 
 def _section(node: Node, name: str) -> Optional[str]:
-    dg = GROUPS.get(node)
+    ref = GROUPS.get(node)
+    dg = ref() if ref is not None else None
     return dg.text(name) if dg is not None else None
 
 
@@ -159,5 +168,5 @@ def make_differentiable_runner(group: Node, forward: Callable[..., tuple]) -> Ca
                             f"returns the gradients of inputs {plan.grad_inputs}")
     jit_log_graph("graph_fuser", f"Backward of {group.kind} (before fusion):", plan.graph)
     dg = DifferentiableGroup(group, forward, plan)
-    GROUPS[group] = dg    # read by graph_for's printer
+    GROUPS[group] = weakref.ref(dg)    # read by graph_for's printer
     return dg

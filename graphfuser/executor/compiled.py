@@ -403,18 +403,18 @@ def compile_group(group: Node, scheduler: Optional[PointwiseScheduler] = None,
     except Exception as e:  # compile error, unsupported lowering, missing toolchain
         if scheduler is not None and isinstance(e, ScheduleError):
             raise  # an illegal hand schedule is the user's error, not a reason to fall back
-        return _failed(group, name, sub, cg.source if cg else "", e)
+        return _failed(group.kind, name, sub, cg.source if cg else "", e)
     STATS["builds"] += 1
     STATS["build_seconds"] += time.perf_counter() - t0
     jit_log("kernel_cache", 1, f"built {name} for {group.kind} in {1e3 * (time.perf_counter() - t0):.1f} ms")
-    runner = _guard_launch(launcher, group, name, sub, cg)
+    runner = _guard_launch(launcher, group.kind, name, sub, cg)
     _MEMORY[key] = runner
     return runner
 
 
-def _failed(group: Node, name: str, sub: Graph, source: str, e: BaseException) -> Callable:
+def _failed(kind: str, name: str, sub: Graph, source: str, e: BaseException) -> Callable:
     path = write_repro(name, sub, source, e)
-    msg = (f"graphfuser: {group.kind} ({name}) could not be compiled: {type(e).__name__}: "
+    msg = (f"graphfuser: {kind} ({name}) could not be compiled: {type(e).__name__}: "
            f"{str(e).splitlines()[0] if str(e) else ''}. Repro written to {path}")
     if config.is_disabled("fallback"):
         raise FusionFailure(msg) from e
@@ -422,13 +422,15 @@ def _failed(group: Node, name: str, sub: Graph, source: str, e: BaseException) -
     return eager_runner(sub, "fallback")
 
 
-def _guard_launch(launcher: Callable, group: Node, name: str, sub: Graph, cg: CompiledGroup) -> Callable:
+def _guard_launch(launcher: Callable, kind: str, name: str, sub: Graph, cg: CompiledGroup) -> Callable:
     """Arm the launcher's failure path: on a launch error it warns once (or raises with fallback
-    disabled), writes the repro and from then on runs the eager fallback."""
+    disabled), writes the repro and from then on runs the eager fallback. The runner lives in the
+    kernel cache for the whole process: it holds the group's kind, never its node (whose graph
+    belongs to one scripted function)."""
     ns = launcher.namespace
 
     def fail(e: BaseException, args: tuple) -> tuple:
-        eager = _failed(group, name, sub, cg.source, e)
+        eager = _failed(kind, name, sub, cg.source, e)
         ns["_eager"], ns["_broken"] = eager, True
         return eager(*args)
 

@@ -7,6 +7,12 @@ reductions' dims, keepdim, dtype, correction and eps). It then runs the pass pip
 every call runs one generated host program. Guard misses run the fallback; a signature seen
 twice is specialized (the fallback branch gets its own guard and group) and the host program is
 regenerated.
+
+Autocast: the state of ``torch.autocast`` (enabled device types and their dtypes) is checked
+first on every call; a call under autocast runs the specialization for its state (a
+``ScriptedFunction`` of its own, made on the first call in that state, whose graph has autocast's
+casts made explicit by ``passes.autocast``), so the same scripted model is right with and without
+autocast, and its fusion groups compute in the dtypes eager uses under that state.
 """
 from __future__ import annotations
 
@@ -23,10 +29,11 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_guards, partition,
-                      randomize, sink_views, split_biases, wrap_group)
+from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_autocast, insert_guards,
+                      partition, randomize, sink_views, split_biases, wrap_group)
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
+from ..ops.autocast import AutocastState, autocast_state, describe
 from ..ops.axes import input_axes
 from .guards import always_true, make_guard
 from .hostgen import HostProgram, build_program
@@ -59,6 +66,8 @@ class ScriptedFunction:
         self._torchscript: Optional[Callable] = None
         self._lock = threading.Lock()
         self._captured: Captured = None  # type: ignore[assignment]
+        self._autocast: AutocastState = None          # the autocast state this specialization is for
+        self._variants: Optional[dict] = {}           # autocast state -> its specialization (root only)
         try:
             self._captured = capture(obj)
             build_program(self._captured.graph, name="check")   # every node has a handler
@@ -86,7 +95,25 @@ class ScriptedFunction:
         sf._captured = Captured(graph, None, [v.name for v in graph.inputs], {}, name)
         sf._module = None
         sf.graph = graph
+        sf._autocast, sf._variants = None, {}
         sf._reset()
+        return sf
+
+    def _under_autocast(self) -> "ScriptedFunction":
+        """The specialization for the current autocast state (``self`` where there is none)."""
+        state = autocast_state()
+        if state is None or self._torchscript is not None:
+            return self
+        sf = self._variants.get(state)
+        if sf is None:
+            sf = type(self).__new__(type(self))
+            sf._torchscript = None
+            sf._lock = threading.Lock()
+            sf._captured, sf._module, sf.graph = self._captured, self._module, self.graph
+            sf._autocast, sf._variants = state, None
+            sf._reset()
+            jit_log("graph_fuser", 1, f"{self._captured.name}: new specialization for {describe(state)}")
+            self._variants[state] = sf
         return sf
 
     def _run_through_torchscript(self, obj: Any, scripted: Any, reason: str) -> None:
@@ -122,6 +149,7 @@ class ScriptedFunction:
     def _reset(self) -> None:
         self._calls = 0
         self._work: Graph = clone_graph(self.graph)
+        insert_autocast(self._work, self._autocast)
         decompose(self._work)
         randomize(self._work)
         self._record: Optional[ProfileRecord] = None
@@ -138,6 +166,10 @@ class ScriptedFunction:
 
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._variants is not None and torch._C._is_any_autocast_enabled():
+            sf = self._under_autocast()
+            if sf is not self:
+                return sf(*args, **kwargs)
         fast = self._fast
         if fast is not None and not kwargs and len(args) == self._nargs and config.fusion_on:
             try:
@@ -215,13 +247,18 @@ class ScriptedFunction:
         """Run once with ``args`` and return the graph that ran: optimized once profiling is done
         (None where the function runs through torch.jit.script)."""
         self(*args, **kwargs)
-        if self._torchscript is not None:
+        sf = self._under_autocast() if self._variants is not None else self
+        if sf._torchscript is not None:
             return None  # type: ignore[return-value]
-        return self._optimized if self._optimized is not None else self._work
+        return sf._optimized if sf._optimized is not None else sf._work
 
     @property
     def code(self) -> str:
         """Source of the current host program."""
+        if self._variants is not None and torch._C._is_any_autocast_enabled():
+            sf = self._under_autocast()
+            if sf is not self:
+                return sf.code
         if self._torchscript is not None:
             return ""
         return (self._program or self._profiling or build_program(self.graph)).source

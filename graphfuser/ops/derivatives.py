@@ -362,7 +362,7 @@ def _nan_to_num(d, a, g, out):
     return {"self": d.where(d.op("aten::isfinite", a["self"]), g, 0.0)}
 
 
-@derivative("to")
+@derivative("to", "autocast_to_full_precision", "autocast_to_reduced_precision")
 def _to(d, a, g, out):
     x = a["self"]
     return {"self": d.op("aten::type_as", g, x) if d.is_value(x) else g}   # grad cast back to the input dtype
@@ -370,9 +370,9 @@ def _to(d, a, g, out):
 
 @derivative("dropout")
 def _dropout(d, a, g, out):
-    if a.get("train"):
+    if a.get("train") and a.get("p", 0.5) != 0:
         return {}
-    return {"input": g}
+    return {"input": g}        # identity: eval mode, or p = 0 in training (timm's default drop rates)
 
 
 # -- reductions and normalizations --------------------------------------------------------------

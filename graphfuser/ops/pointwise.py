@@ -529,6 +529,19 @@ register(OpRow("to", ("aten::to", "aten::type_as", "aten::_to_copy"), "cast", ("
                ignored=("arg1", "arg2", "arg3", "arg4", "arg5"), decomp=_cast, eager=_to_eager,
                doc="dtype conversion: to(dtype), type_as, .float() / .half() / .double() / .int() / .long()"))
 
+# autocast's casts made explicit (passes/autocast.py): each casts only floating tensors on a
+# device autocast is enabled for; inside a group the guard pins the input's dtype and device, so
+# the profiled output dtype is the one the kernel must write
+register(OpRow("autocast_to_full_precision", ("aten::_autocast_to_full_precision",), "cast",
+               ("self", "cuda_enabled", "cpu_enabled"), "cast", ("self",), ignored=("cuda_enabled", "cpu_enabled"),
+               decomp=_cast, eager=torch.ops.aten._autocast_to_full_precision,
+               doc="autocast's cast of fp16 / bf16 inputs to float32 (fp32-policy ops)"))
+register(OpRow("autocast_to_reduced_precision", ("aten::_autocast_to_reduced_precision",), "cast",
+               ("self", "cuda_enabled", "cpu_enabled", "cuda_dtype", "cpu_dtype"), "cast", ("self",),
+               ignored=("cuda_enabled", "cpu_enabled", "cuda_dtype", "cpu_dtype"),
+               decomp=_cast, eager=torch.ops.aten._autocast_to_reduced_precision,
+               doc="autocast's cast of float32 inputs to the autocast dtype (lower-precision ops)"))
+
 
 def _identity(call: OpCall) -> Expr:
     """identity (dropout in eval mode or with p = 0)"""

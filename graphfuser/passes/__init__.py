@@ -1,6 +1,8 @@
 """Graph passes, run in this order by the executor (``PIPELINE``).
 
 Before profiling (on the captured graph, so new nodes get profiled types):
+   insert_autocast  under torch.autocast only: autocast's casts become explicit nodes (before
+                  decompose, which splits ops whose autocast policy is their own)
    decompose      global average pools become means; opt-in: split every linear / conv bias add
    randomize      dropout in training, native_dropout, rand_like, bernoulli draw from Philox:
                   a philox_state node per op plus the op table's random row (passes/random.py)
@@ -32,6 +34,7 @@ After profiling:
 """
 from .batch_norm import batch_norm_training
 from .bias import split_biases
+from .autocast import insert_autocast
 from .dce import dce
 from .decompose import decompose
 from .functionalize import functionalize
@@ -41,9 +44,9 @@ from .random import randomize
 from .simplify import fold_constant_ifs
 from .sink_views import sink_views
 
-PRE_PROFILING = ("decompose", "randomize")
+PRE_PROFILING = ("insert_autocast", "decompose", "randomize")
 PIPELINE = ("fold_constant_ifs", "batch_norm_training", "split_biases", "functionalize", "sink_views", "partition",
             "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "batch_norm_training", "decompose", "fold_constant_ifs", "functionalize",
-           "sink_views", "split_biases", "partition", "insert_guards", "wrap_group", "dce", "randomize"]
+__all__ = ["PRE_PROFILING", "PIPELINE", "insert_autocast", "batch_norm_training", "decompose", "fold_constant_ifs",
+           "functionalize", "sink_views", "split_biases", "partition", "insert_guards", "wrap_group", "dce", "randomize"]

@@ -26,6 +26,9 @@ UNARY_X = {
     "clamp": "torch.clamp(x, -0.5, 0.5)", "clamp_min": "torch.clamp_min(x, 0.1)",
     "clamp_max": "torch.clamp_max(x, 0.1)", "threshold": f"{F}.threshold(x, 0.1, 2.0)",
     "nan_to_num": "torch.nan_to_num(x)", "to": "x.double().sin().to(x.dtype)", "dropout": f"{F}.dropout(x, 0.5, False)",
+    "autocast_to_full_precision": "torch.ops.aten._autocast_to_full_precision(x, True, True).sin()",
+    "autocast_to_reduced_precision": "torch.ops.aten._autocast_to_reduced_precision(x, True, True, "
+                                     "torch.float32, torch.float32).sin()",
 }
 UNARY_P = {
     "log": "torch.log(p)", "log2": "torch.log2(p)", "log10": "torch.log10(p)", "log1p": "torch.log1p(p)",
@@ -42,7 +45,8 @@ BINARY = {
 }
 EXTRA = ["torch.pow(x, 3.0)", "torch.pow(2.0, x)", "torch.div(x, p, rounding_mode='floor') + y",
          "torch.div(x, p, rounding_mode='trunc') * y", f"{F}.gelu(x, approximate='tanh')",
-         "torch.lerp(x, y, p)", "torch.clamp(x, min=-0.2)", "(x > y).float() * x + (x == y).float()"]
+         "torch.lerp(x, y, p)", "torch.clamp(x, min=-0.2)", "(x > y).float() * x + (x == y).float()",
+         f"{F}.dropout(x, 0.0, True) * y"]
 ALL = {**UNARY_X, **UNARY_P, **BINARY}
 GROUPS = [list(UNARY_X.values()), list(UNARY_P.values()), list(BINARY.values()) + EXTRA]
 

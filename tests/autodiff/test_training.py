@@ -142,6 +142,29 @@ def test_graph_for_shows_differentiable_graph():
     assert "backward:" in text[i:] and "prim::CpuFusionGroup_0[cache_id" in text[i:], text
 
 
+def test_differentiable_groups_are_freed_with_their_function():
+    """The printer's registry of differentiable groups holds no scripted function alive."""
+    import gc
+
+    import graphfuser.autodiff.function as adf
+
+    gc.collect()
+    before = len(adf.GROUPS)
+    for _ in range(3):
+        fn = make_function(["x", "y"], ["torch.sigmoid(x * y + 2.0) * torch.tanh(x - y)"])
+        sf = graphfuser.script(fn)
+        x = torch.randn(8, 8, requires_grad=True)
+        for _ in range(4):
+            sf(x, x)[0].sum().backward()
+        assert len(adf.GROUPS) > before
+        del sf, fn
+    other = graphfuser.script(make_function(["x"], ["x * 2.0"]))   # last_executed_optimized_graph moves on
+    for _ in range(3):
+        other(torch.randn(4))
+    gc.collect()
+    assert len(adf.GROUPS) <= before
+
+
 def test_not_fused_under_grad_is_logged(caplog, monkeypatch):
     monkeypatch.setenv("PYTORCH_JIT_LOG_LEVEL", ">partition")
     config.reload()

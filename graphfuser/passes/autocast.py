@@ -1,0 +1,86 @@
+"""Autocast as explicit casts, before profiling (TorchScript's autocast pass, for graphfuser).
+
+A scripted function called under ``torch.autocast`` gets its own specialization (the executor
+keys its optimized graphs by the autocast state, ``ops.autocast.autocast_state``), whose graph
+this pass rewrites once, before decompositions and profiling: every tensor input of an op that
+autocast casts (``ops/autocast.py``) goes through an explicit, device-conditional cast node, as
+eager would cast it::
+
+    %y = aten::exp(%x)          ->   %x1 = aten::_autocast_to_full_precision(%x, True, False)
+                                     %y = aten::exp(%x1)
+
+    %y = aten::linear(%h, ...)  ->   %h1 = aten::_autocast_to_reduced_precision(%h, True, False, 5, 15)
+                                     %y = aten::linear(%h1, ...)
+
+The casts are op-table rows (``cast`` kind), so they fuse: a fused group containing ``exp``
+computes it in float32 as eager does under autocast, and a LayerNorm group feeding a linear
+writes its output in bf16 instead of float32 (the linear's cast is fused into the producer).
+A lower-precision cast is inserted only where the argument comes from a fusible op (elsewhere
+autocast's own cast, still enabled while the host program runs, does the same work and keeps
+its cache of cast weights). Ops outside groups run under the live autocast state, for which
+the explicit casts are no-ops; the nodes cast nothing on devices autocast is not enabled for,
+so the graph stays right for every input its guards let through.
+"""
+from __future__ import annotations
+
+from ..executor.builtins import DTYPE_CODES, resolve_aten
+from ..ir.graph import Block, Graph, Node, Value
+from ..ir.types import TENSOR, Type
+from ..log import jit_log
+from ..ops import lookup
+from ..ops.autocast import AutocastState, describe, policy
+
+_FULL = "aten::_autocast_to_full_precision(Tensor(a) self, bool cuda_enabled, bool cpu_enabled) -> Tensor(a)"
+_REDUCED = ("aten::_autocast_to_reduced_precision(Tensor(a) self, bool cuda_enabled, bool cpu_enabled, "
+            "ScalarType cuda_dtype, ScalarType cpu_dtype) -> Tensor(a)")
+CAST_KINDS = ("aten::_autocast_to_full_precision", "aten::_autocast_to_reduced_precision")
+
+
+def _const(block: Block, before: Node, value, type_name: str) -> Value:
+    node = block.graph.create("prim::Constant", [], [Type(type_name)], {"value": value})
+    block.insert_before(before, node)
+    return node.output
+
+
+def _cast(block: Block, node: Node, v: Value, kind: str, enabled: dict[str, bool], dtypes: dict) -> Value:
+    args = [v, _const(block, node, enabled["cuda"], "bool"), _const(block, node, enabled["cpu"], "bool")]
+    schema = _FULL
+    if kind == "aten::_autocast_to_reduced_precision":
+        schema = _REDUCED
+        args += [_const(block, node, DTYPE_CODES[dtypes.get(dev, dtypes.get("cuda") or dtypes.get("cpu"))], "int")
+                 for dev in ("cuda", "cpu")]
+    cast = block.graph.create(kind, args, [TENSOR], source=node.source)
+    cast.schema = resolve_aten(kind, schema)
+    block.insert_before(node, cast)
+    return cast.output
+
+
+def _fusible_source(v: Value) -> bool:
+    return v.node is not None and lookup(v.node.kind) is not None
+
+
+def _rewrite_block(block: Block, dtypes: dict) -> int:
+    done = 0
+    for node in list(block.nodes):
+        for b in node.blocks:
+            done += _rewrite_block(b, dtypes)
+        per_dev = {dev: policy(node.kind, dev) if dev in dtypes else None for dev in ("cuda", "cpu")}
+        for which, kind in (("fp32", CAST_KINDS[0]), ("lower", CAST_KINDS[1])):
+            enabled = {dev: p == which for dev, p in per_dev.items()}
+            if not any(enabled.values()):
+                continue
+            for i, v in enumerate(list(node.inputs)):
+                if not v.type.is_tensor or (which == "lower" and not _fusible_source(v)):
+                    continue
+                node.replace_input(i, _cast(block, node, v, kind, enabled, dtypes))
+                done += 1
+    return done
+
+
+def insert_autocast(graph: Graph, state: AutocastState) -> int:
+    """Make ``state``'s casts explicit in ``graph`` (in place); returns how many were inserted."""
+    if not state:
+        return 0
+    done = _rewrite_block(graph.block, dict(state))
+    jit_log("graph_fuser", 1, f"{describe(state)}: {done} explicit cast(s) inserted")
+    return done

@@ -1,0 +1,231 @@
+"""Training through graphfuser on zoo models: a few SGD steps, eager and graphfuser side by side.
+
+    python tools/zoo.py --train --device cuda --models resnet50,timm:vit_small_patch16_224,timm:convnext_tiny
+    python tools/zoo.py --train --device cpu --models resnet18 --batch 4 --image-size 64 --steps 3
+    python tools/zoo.py --train --device cpu --models timm:vit_small_patch16_224 --timm-kwargs '{"depth": 2}'
+
+Per model: two copies from the same initial weights (``copy.deepcopy``), the same data (a fixed
+random batch and labels), the same optimizer (SGD with momentum); each step is ``zero_grad``,
+forward under ``torch.autocast`` (``--amp bf16``, the default on CUDA; ``--amp none`` runs fp32),
+cross entropy in fp32, backward, ``step``. Eager and ``graphfuser.script`` steps alternate, so both
+see the same device state. Reported per model: the losses of every step of both (they must agree
+within ``--tol``, relative), ms per step after the first ``--warmup`` steps (the median), and the
+fusion groups of graphfuser's forward and of its backward graphs. Writes
+``logs/zoo-train-<device>[-<gpu>].json`` and a markdown table beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import math
+import os
+import statistics
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class TrainResult:
+    model: str
+    status: str = "error"                     # ok | mismatch | error
+    amp: str = "none"
+    eager_losses: list = field(default_factory=list)
+    graphfuser_losses: list = field(default_factory=list)
+    max_loss_rel_diff: Optional[float] = None
+    eager_ms: Optional[float] = None          # median ms per step after warmup
+    graphfuser_ms: Optional[float] = None
+    forward_groups: int = 0
+    backward_groups: int = 0
+    error: Optional[str] = None
+    seconds: float = 0.0
+
+
+def _logits(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict):
+        return out["out"] if "out" in out else next(iter(out.values()))
+    return out[0]
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _amp(device: str, amp: str):
+    if amp == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[amp])
+
+
+def train_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, amp: str, lr: float,
+                script: bool) -> tuple[list[float], list[float], Any]:
+    """``steps`` SGD steps of ``model`` (in place) on one batch; (losses, ms per step, callable)."""
+    device = x.device.type
+    model.train()
+    fn: Callable = model
+    if script:
+        import graphfuser
+
+        fn = graphfuser.script(model)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses, times = [], []
+    for _ in range(steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with _amp(device, amp):
+            out = _logits(fn(x))
+        loss = F.cross_entropy(out.float(), y)
+        loss.backward()
+        opt.step()
+        _sync(device)
+        times.append(1e3 * (time.perf_counter() - t0))
+        losses.append(loss.item())
+    return losses, times, fn
+
+
+def fused_groups(sf: Any) -> tuple[int, int]:
+    """(fusion groups of the forward's optimized graph under the current autocast state, fusion
+    groups of the backward graphs of its differentiable groups)."""
+    from .autodiff.function import DifferentiableGroup
+
+    inner = sf._under_autocast() if getattr(sf, "_variants", None) is not None else sf
+    g = getattr(inner, "_optimized", None)
+    if g is None:
+        return 0, 0
+    fwd = [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
+    bwd = 0
+    for r in getattr(inner, "_runners", {}).values():
+        if isinstance(r, DifferentiableGroup) and r.backward._optimized is not None:
+            bwd += sum(1 for n in r.backward._optimized.all_nodes() if n.kind.endswith("FusionGroup"))
+    return len(fwd), bwd
+
+
+def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 4, amp: str = "none",
+            lr: float = 0.01, warmup: int = 2, tol: float = 1e-3, name: str = "model") -> TrainResult:
+    """Train two copies of ``model`` (eager and graphfuser) from the same weights on ``x, y``."""
+    res = TrainResult(name, amp=amp)
+    eager = copy.deepcopy(model)
+    fused = copy.deepcopy(model)
+    res.eager_losses, te, _ = train_steps(eager, x, y, steps, amp, lr, script=False)
+    res.graphfuser_losses, tg, sf = train_steps(fused, x, y, steps, amp, lr, script=True)
+    diffs = [abs(a - b) / max(abs(a), 1e-6) for a, b in zip(res.eager_losses, res.graphfuser_losses)]
+    res.max_loss_rel_diff = max(diffs) if diffs else None
+    finite = all(math.isfinite(v) for v in res.graphfuser_losses)
+    res.status = "ok" if finite and res.max_loss_rel_diff is not None and res.max_loss_rel_diff <= tol else "mismatch"
+    if len(te) > warmup:
+        res.eager_ms = statistics.median(te[warmup:])
+        res.graphfuser_ms = statistics.median(tg[warmup:])
+    with _amp(x.device.type, amp):
+        res.forward_groups, res.backward_groups = fused_groups(sf)
+    return res
+
+
+def _build(name: str, image_size: Optional[int], timm_kwargs: dict) -> tuple[torch.nn.Module, tuple, int]:
+    if name.startswith("timm:"):
+        import timm
+
+        kw = dict(timm_kwargs)
+        if image_size and "img_size" not in kw and any(h in name for h in ("vit", "deit")):
+            kw["img_size"] = image_size
+        m = timm.create_model(name[5:], pretrained=False, **kw)
+        cfg = getattr(m, "pretrained_cfg", None) or {}
+        size = tuple(cfg.get("input_size", (3, 224, 224)))
+        classes = getattr(m, "num_classes", 1000)
+    else:
+        from .zoo import build
+
+        m, size = build(name)
+        classes = 1000
+    if image_size:
+        size = (size[0], image_size, image_size)
+    return m, size, classes
+
+
+def run_model(name: str, device: str, batch: int, steps: int, amp: str, lr: float, tol: float,
+              image_size: Optional[int], timm_kwargs: dict, warmup: int) -> TrainResult:
+    t0 = time.perf_counter()
+    try:
+        torch.manual_seed(0)
+        model, size, classes = _build(name, image_size, timm_kwargs)
+        model = model.to(device)
+        x = torch.randn(batch, *size, device=device)
+        y = torch.randint(0, classes, (batch,), device=device)
+        res = compare(model, x, y, steps, amp, lr, warmup, tol, name)
+    except Exception as e:  # noqa: BLE001 - one model's failure is its row
+        res = TrainResult(name, amp=amp, error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        traceback.print_exc()
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _fmt(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def markdown(results: list[TrainResult], title: str) -> str:
+    lines = [f"# {title}", "", "| model | amp | status | eager ms/step | graphfuser ms/step | speedup | fwd groups | "
+             "bwd groups | max loss rel diff | losses (eager / graphfuser) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        speed = (r.eager_ms / r.graphfuser_ms) if r.eager_ms and r.graphfuser_ms else None
+        losses = " ".join(f"{a:.4f}/{b:.4f}" for a, b in zip(r.eager_losses, r.graphfuser_losses))
+        lines.append(f"| {r.model} | {r.amp} | {r.status} | {_fmt(r.eager_ms)} | {_fmt(r.graphfuser_ms)} | "
+                     f"{_fmt(speed)}x | {r.forward_groups} | {r.backward_groups} | "
+                     f"{'-' if r.max_loss_rel_diff is None else f'{r.max_loss_rel_diff:.2e}'} | "
+                     f"{losses or (r.error or '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="zoo --train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--train", action="store_true", help="(selects this tool in tools/zoo.py)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--models", default="resnet50,timm:vit_small_patch16_224,timm:convnext_tiny")
+    p.add_argument("--batch", type=int, default=None, help="default: 32 on CUDA, 4 on the CPU")
+    p.add_argument("--steps", type=int, default=None, help="default: 8 on CUDA, 3 on the CPU")
+    p.add_argument("--warmup", type=int, default=2, help="steps left out of the step time")
+    p.add_argument("--amp", choices=("bf16", "fp16", "none"), default=None,
+                   help="autocast dtype (default: bf16 on CUDA, none on the CPU)")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--tol", type=float, default=None, help="largest relative loss difference (default 2e-2 "
+                                                          "under autocast, 1e-3 in fp32)")
+    p.add_argument("--image-size", type=int, default=None, help="input resolution (default: the model's)")
+    p.add_argument("--timm-kwargs", default="{}", help="JSON kwargs for timm.create_model, e.g. '{\"depth\": 2}'")
+    p.add_argument("--out", default="logs")
+    p.add_argument("--tag", default=None)
+    args = p.parse_args(argv)
+    cuda = args.device == "cuda"
+    batch = args.batch or (32 if cuda else 4)
+    steps = args.steps or (8 if cuda else 3)
+    amp = args.amp or ("bf16" if cuda else "none")
+    tol = args.tol if args.tol is not None else (2e-2 if amp != "none" else 1e-3)
+    from .zoo import device_tag
+
+    os.makedirs(args.out, exist_ok=True)
+    tag = args.tag or device_tag(args.device)
+    path = os.path.join(args.out, f"zoo-train-{tag}")
+    results = []
+    for name in [s.strip() for s in args.models.split(",") if s.strip()]:
+        r = run_model(name, args.device, batch, steps, amp, args.lr, tol, args.image_size,
+                      json.loads(args.timm_kwargs), args.warmup)
+        results.append(r)
+        print(f"{r.model:36s} {r.status:9s} eager {_fmt(r.eager_ms)} ms graphfuser {_fmt(r.graphfuser_ms)} ms "
+              f"groups {r.forward_groups}/{r.backward_groups} loss diff {r.max_loss_rel_diff} {r.error or ''}",
+              flush=True)
+        with open(path + ".json", "w") as f:
+            json.dump({"device": args.device, "gpu": torch.cuda.get_device_name() if cuda else None,
+                       "torch": torch.__version__, "batch": batch, "steps": steps, "amp": amp,
+                       "models": [asdict(x) for x in results]}, f, indent=1)
+    with open(path + ".md", "w") as f:
+        f.write(markdown(results, f"graphfuser zoo training on {tag} (torch {torch.__version__}, batch {batch}, "
+                                  f"{steps} SGD steps)"))
+    return 0 if all(r.status == "ok" for r in results) else 1

@@ -1,0 +1,69 @@
+"""Kernels (fusion groups run) of the forward and backward of the training benchmark's cases on
+the CPU (group counts do not depend on the device): the pointwise cases take one kernel each way,
+and reductions' gradients stay narrow until a pointwise op broadcasts them (no full-size mask
+tensor from an explicit broadcast between two groups)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+import graphfuser
+from graphfuser.zoo_train import fused_groups
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+import bench_train as bt  # noqa: E402
+
+BF = torch.bfloat16
+
+
+def _r(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype).requires_grad_(True)
+
+
+CASES = {
+    # name: (fn, args, autocast, (forward groups, most backward groups))
+    "sig_tanh": (bt.sig_tanh, lambda: (_r(4096), _r(4096)), None, (1, 1)),
+    "bias_gelu": (bt.bias_gelu, lambda: (_r(64, 128, dtype=BF), _r(128, dtype=BF)), None, (1, 1)),
+    "swiglu": (bt.swiglu, lambda: (_r(64, 128, dtype=BF), _r(64, 128, dtype=BF)), None, (1, 1)),
+    # row part: the recomputed forward and the dot reduction, its scalar chain, the epilogue (the
+    # weight's column sum runs as one aten op); a single persistent kernel needs two reductions
+    # in one group, which the partition does not form yet
+    "rmsnorm": (lambda: bt.RMSNorm(128), lambda: (_r(64, 128, dtype=BF),), None, (1, 3)),
+    "mlp_autocast": (lambda: bt.MLPBlock(64, 256).eval(), lambda: (_r(32, 64),), BF, (3, 3)),
+}
+
+
+def _counts(name):
+    fn, make, ac, _ = CASES[name]
+    fn = fn() if name in ("rmsnorm", "mlp_autocast") else fn
+    args = make()
+    sf = graphfuser.script(fn)
+    ctx = torch.autocast("cpu", dtype=ac) if ac else torch.autocast("cpu", enabled=False)
+    for _ in range(5):
+        with ctx:
+            out = sf(*args)
+        out.float().sum().backward()
+    with ctx:
+        return fused_groups(sf), sf
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward_and_backward_group_counts(name):
+    (fwd, bwd), _ = _counts(name)
+    want_fwd, most_bwd = CASES[name][3]
+    assert fwd == want_fwd and 1 <= bwd <= most_bwd, (fwd, bwd)
+
+
+def test_reduction_gradient_is_not_broadcast_through_memory():
+    """RMSNorm's backward writes no bool mask (the old where(x == x, g, g) broadcast)."""
+    _, sf = _counts("rmsnorm")
+    from graphfuser.autodiff.function import DifferentiableGroup
+
+    for r in sf._runners.values():
+        if isinstance(r, DifferentiableGroup):
+            g = r.backward._optimized
+            outs = [o for n in g.all_nodes() if n.kind.endswith("FusionGroup") for o in n.subgraph.outputs]
+            assert not any(getattr(o.type, "dtype", None) == torch.bool for o in outs), str(g)
