@@ -125,6 +125,8 @@ class D:
         None where it cannot be told. Forward values and output gradients have their profiled
         pattern; pointwise nodes broadcast their inputs'; ``sum(keepdim=True)``, ``unsqueeze``
         and ``sum_to_size`` are followed; anything else is unknown."""
+        if not isinstance(v, Value):
+            return ()       # a Python number: a scalar
         if v in self.pats:
             return self.pats[v]
         if v in self.ftypes:

@@ -28,11 +28,15 @@ def _main(conn: Any, device: str, knobs: dict, env: dict) -> None:
         n += 1
         try:
             res = run_case(msg, device, workdir, f"{os.getpid()}_{n}")
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()    # an asynchronous kernel fault belongs to this case
         except BaseException as e:  # noqa: BLE001 - a defect of the fuzzer itself, reported as such
             res = {"findings": [{"category": "crash", "call": -1,
                                  "detail": f"oracle: {type(e).__name__}: {e}\n{traceback.format_exc()[-800:]}"}],
                    "deviations": [], "kernel_ran": False, "fused_ops": [], "eager_errors": 0}
         conn.send(res)
+        if any("CUDA error" in f["detail"] for f in res["findings"]):
+            return      # the context is lost (sticky error): the parent starts a fresh worker
 
 
 class Worker:
@@ -58,8 +62,11 @@ class Worker:
         self.conn.send(case)
         if self.conn.poll(self.timeout):
             try:
-                return self.conn.recv()
-            except EOFError:
+                res = self.conn.recv()
+                if any("CUDA error" in f["detail"] for f in res["findings"]):
+                    self.kill()     # the child's context is lost; the next case gets a fresh one
+                return res
+            except (EOFError, OSError):
                 pass
             self.kill()
             return _lost("crash", "worker process died (signal or abort)")

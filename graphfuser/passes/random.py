@@ -48,7 +48,9 @@ def _target(node: Node) -> Optional[tuple[str, list[Value]]]:
     """The random kind ``node`` becomes and its inputs before (seed, offset); None to keep it."""
     ins = node.inputs
     if node.kind in ("aten::dropout", "aten::native_dropout") and len(ins) == 3:
-        if _const(ins[2]) is True and _p(ins[1]) is not None:
+        # dropout with p = 0 returns its input itself in eager (an alias, no draw): kept as is
+        if _const(ins[2]) is True and _p(ins[1]) is not None and \
+                not (node.kind == "aten::dropout" and _p(ins[1]) == 0.0):
             return node.kind.replace("aten::", "graphfuser::"), [ins[0], ins[1]]
         return None
     if node.kind == "aten::rand_like" and _all_none(ins[1:]):

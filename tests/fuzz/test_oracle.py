@@ -27,7 +27,12 @@ X = {"name": "x0", "kind": "tensor", "dtype": "float32", "shape": ["B", 4], "lay
 
 
 def test_generator_covers_every_row():
-    assert set(gen.OPS) == set(ROWS)
+    from graphfuser.ops.random import RANDOM_ROWS
+
+    # not generated: random rows (eager cannot reproduce their numbers) and autocast's casts
+    # (made by passes/autocast.py under torch.autocast, not written by users)
+    assert set(gen.OPS) == set(ROWS) - set(RANDOM_ROWS) - {"autocast_to_full_precision",
+                                                           "autocast_to_reduced_precision"}
 
 
 def test_generation_is_deterministic_and_diverse():

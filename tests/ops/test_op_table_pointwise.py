@@ -631,7 +631,13 @@ def test_eager_errors_raise(family: str, dtype: torch.dtype) -> None:
 
 def test_every_pointwise_row_is_covered() -> None:
     covered = {e.row for entries in FAMILIES.values() for e in entries}
-    missing = sorted(r.name for r in ROWS.values() if r.kind in ("pointwise", "cast") and r.name not in covered)
+    from graphfuser.ops.random import RANDOM_ROWS
+
+    # random rows: eager cannot reproduce their numbers (tests/ops/test_random.py); autocast's
+    # device-conditional casts need an autocast state (tests/passes/test_autocast.py)
+    elsewhere = set(RANDOM_ROWS) | {"autocast_to_full_precision", "autocast_to_reduced_precision"}
+    missing = sorted(r.name for r in ROWS.values() if r.kind in ("pointwise", "cast") and r.name not in covered
+                     and r.name not in elsewhere)
     assert not missing, f"op-table rows without a per-op test entry: {missing}"
 
 
