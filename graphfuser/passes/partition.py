@@ -438,9 +438,13 @@ def _pointwise_misfit(nodes: set[Node]) -> Optional[str]:
 
 
 def _composite(node: Node) -> bool:
-    """Normalizations (softmax, layer_norm ...) are several kernels' worth of work on their own."""
+    """Normalizations (softmax, layer_norm ...) are several kernels' worth of work on their own;
+    a random row's unfused form draws its Philox numbers with a chain of torch ops (ops/philox.py),
+    so a lone dropout (e.g. dropout's backward) is one kernel instead of dozens."""
+    from ..ops.random import RANDOM_ROWS
+
     row = lookup(node.kind)
-    return row is not None and row.kind == "normalization"
+    return row is not None and (row.kind == "normalization" or row.name in RANDOM_ROWS)
 
 
 def _returned(block: Block, v: Value) -> bool:

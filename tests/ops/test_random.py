@@ -24,6 +24,14 @@ from tests.helpers import DEVICES, fallback_counter, fusion_groups, make_input
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
 
+@pytest.fixture(autouse=True)
+def _fused_rng():
+    """Random rows are opt-in (PYTORCH_NVFUSER_ENABLE=fused_rng): every test here turns them on."""
+    with config.override(enable=list(config.enable) + ["fused_rng"]):
+        yield
+
+
+
 def _scripted(fn, *args, seed: int = 0):
     """Script ``fn`` and run it past profiling; returns (scripted function, fallback counter)."""
     sf = graphfuser.script(fn)
