@@ -1,0 +1,256 @@
+"""Derivative formulas of the moment, product and normalization rows: the part of the op
+table's derivative column (``graphfuser.ops.derivatives``) whose backward graphs recompute
+statistics (mean, var) and sum over the reduced dims. Registered when ``derivatives`` loads."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .derivatives import _INT, DERIVATIVES, derivative
+
+
+# -- moments, prod and the normalizations ---------------------------------------------------------
+# The statistics are recomputed in the backward graph as ``aten::mean`` / ``aten::var`` with
+# keepdim over the forward's reduced dims, so the partition puts them in one reduction group with
+# the two sums each normalization backward needs (``sum(g')``, ``sum(g' * xhat)``), followed by the
+# pointwise ``dx``. A parameter broadcast along the channel dim (batch / instance / group norm)
+# gets its gradient summed to its own shape here (``EXACT``); one broadcast by right alignment
+# (layer_norm, rms_norm) comes back in the output's shape and the builder sums it.
+
+
+class Exact:
+    """A gradient already in its input's shape: the builder adds no ``sum_to_size``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _dims_of(dims: Any, rank: int) -> list[int]:
+    """A reduction's ``dim`` argument as a sorted list of non-negative dims (None / [] is all)."""
+    if dims is None or dims == []:
+        return list(range(rank))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return sorted(x % max(rank, 1) for x in dims)
+
+
+def _correction(a: dict) -> float:
+    if a.get("correction") is not None:
+        return float(a["correction"])
+    unbiased = a.get("unbiased")
+    return 1.0 if unbiased is None or unbiased else 0.0
+
+
+def _var_grad(d, a, g, x) -> Any:
+    """eager's ``var_backward``: ``g * 2 (x - mean) / (N - correction)``, N the reduced count."""
+    dims = _dims_of(a.get("dim"), d.rank(x))
+    gu = d.restore_dims(g, dims, bool(a.get("keepdim")), d.rank(x))
+    mean = d.op("aten::mean", x, dims, True)
+    # N, the reduced count, as a sum of ones over the same dims: it joins the reduction of the
+    # mean (a numel of x would be a shape read of a fused intermediate, outside the group)
+    n = d.op("aten::sum", d.expand_like(1.0, x), dims, True)
+    return d.div(d.mul(d.sub(x, mean), d.mul(gu, 2.0)), d.sub(n, _correction(a)))
+
+
+def _std_to_var(d, g, std):
+    """eager's ``std_backward``: ``g / (2 std)``, 0 where std is 0."""
+    return d.where(d.op("aten::eq", std, 0.0), 0.0, d.div(g, d.mul(std, 2.0)))
+
+
+def _mean_grad(d, a, g, x) -> Any:
+    dims = _dims_of(a.get("dim"), d.rank(x))
+    gu = d.restore_dims(g, dims, bool(a.get("keepdim")), d.rank(x))
+    n_in = d.op("aten::numel", x, out=_INT)
+    n_out = d.op("aten::numel", g, out=_INT)
+    return d.expand_like(d.div(d.mul(gu, n_out), n_in), x)
+
+
+@derivative("var")
+def _var_row(d, a, g, out):
+    return {"self": _var_grad(d, a, g, a["self"])}
+
+
+@derivative("std")
+def _std_row(d, a, g, out):
+    return {"self": _var_grad(d, a, _std_to_var(d, g, out), a["self"])}
+
+
+def _pair(first_to_var):
+    """var_mean / std_mean: (first, mean) outputs, either gradient may be missing."""
+    def formula(d, a, gs, outs):
+        x = a["self"]
+        parts = []
+        if gs[0] is not None:
+            gv = _std_to_var(d, gs[0], outs[0]) if first_to_var else gs[0]
+            parts.append(_var_grad(d, a, gv, x))
+        if gs[1] is not None:
+            parts.append(_mean_grad(d, a, gs[1], x))
+        r = parts[0]
+        for p in parts[1:]:
+            r = d.add(r, p)
+        return {"self": r}
+    formula.multi_output = True
+    return formula
+
+
+DERIVATIVES["var_mean"] = _pair(False)
+DERIVATIVES["std_mean"] = _pair(True)
+
+
+@derivative("prod")
+def _prod(d, a, g, out):
+    """eager's ``prod_backward``: ``g * prod / x`` where x != 0; at a zero, the product of the
+    others when it is the only zero of its slice, else 0."""
+    x = a["self"]
+    dims = _dims_of(a.get("dim"), d.rank(x))
+    keep = bool(a.get("keepdim"))
+    gu = d.restore_dims(g, dims, keep, d.rank(x))
+    ou = d.restore_dims(out, dims, keep, d.rank(x))
+    zero = d.op("aten::eq", x, 0.0)
+    count = d.op("aten::sum", zero, dims, True)
+    others = _prod_dims(d, d.where(zero, 1.0, x), dims)
+    at_zero = d.where(d.op("aten::eq", count, 1), d.mul(gu, others), 0.0)
+    return {"self": d.where(zero, at_zero, d.div(d.mul(gu, ou), x))}
+
+
+def _prod_dims(d, x, dims: list[int]):
+    """prod over several dims (``aten::prod`` takes one dim): one dim after another, keepdim."""
+    for dim in dims:
+        x = d.op("aten::prod", x, dim, True)
+    return x
+
+
+def _channel(d, v, rank: int):
+    """A per-channel [C] tensor viewed as [C, 1, ...] to broadcast along dim 1 of a rank-``rank`` input."""
+    for _ in range(rank - 2):
+        v = d.op("aten::unsqueeze", v, -1)
+    return v
+
+
+def _normalized_grad(d, g, x, w, dims: list[int], mean, rstd):
+    """dx of ``(x - mean) * rstd * w`` with mean and rstd the statistics of x over ``dims``:
+    ``rstd * (gw - mean(gw) - xhat * mean(gw * xhat))``; also returns xhat."""
+    xhat = d.mul(d.sub(x, mean), rstd)
+    gw = g if w is None else d.mul(g, w)
+    m1 = d.op("aten::mean", gw, dims, True)
+    m2 = d.op("aten::mean", d.mul(gw, xhat), dims, True)
+    return d.mul(rstd, d.sub(d.sub(gw, m1), d.mul(xhat, m2))), xhat
+
+
+def _stats(d, x, dims: list[int], eps: float):
+    mean = d.op("aten::mean", x, dims, True)
+    var = d.op("aten::var", x, dims, False, True)
+    return mean, d.op("aten::rsqrt", d.add(var, eps))
+
+
+def _tensor(d, a: dict, name: str):
+    """Argument ``name`` when it is a tensor (weight / bias may be None)."""
+    v = a.get(name)
+    return v if d.is_value(v) else None
+
+
+@derivative("layer_norm")
+def _layer_norm(d, a, g, out):
+    x = a["input"]
+    rank = d.rank(x)
+    k = _norm_len_of(a["normalized_shape"])
+    dims = list(range(rank - k, rank))
+    mean, rstd = _stats(d, x, dims, a["eps"])
+    w = _tensor(d, a, "weight")
+    dx, xhat = _normalized_grad(d, g, x, w, dims, mean, rstd)
+    return {"input": dx, "weight": d.mul(g, xhat), "bias": g}
+
+
+def _native_layer_norm(d, a, gs, outs):
+    if gs[1] is not None or gs[2] is not None:
+        return {}     # gradients through mean / rstd: left to eager (the partition log says so)
+    return _layer_norm(d, a, gs[0], outs[0])
+
+
+_native_layer_norm.multi_output = True
+DERIVATIVES["native_layer_norm"] = _native_layer_norm
+
+
+def _norm_len_of(ns: Any) -> int:
+    from .reduction import list_items
+
+    items = list_items(ns)
+    assert items is not None, "normalized_shape of unknown length"
+    return len(items)
+
+
+@derivative("rms_norm")
+def _rms_norm(d, a, g, out):
+    """y = x * r * w, r = rsqrt(mean(x^2) + eps): dx = r * (gw - x * r^2 * mean(gw * x))."""
+    x = a["input"]
+    rank = d.rank(x)
+    dims = list(range(rank - _norm_len_of(a["normalized_shape"]), rank))
+    eps = a.get("eps")
+    if eps is None:
+        eps = float(torch.finfo(d.ftypes[x].dtype).eps)
+    r = d.op("aten::rsqrt", d.add(d.op("aten::mean", d.mul(x, x), dims, True), eps))
+    w = _tensor(d, a, "weight")
+    gw = g if w is None else d.mul(g, w)
+    m = d.op("aten::mean", d.mul(gw, x), dims, True)
+    dx = d.mul(r, d.sub(gw, d.mul(d.mul(x, d.mul(r, r)), m)))
+    return {"input": dx, "weight": d.mul(g, d.mul(x, r))}
+
+
+def _channel_norm_grads(d, a, g, dims: list[int], mean, rstd) -> dict:
+    """Gradients of a per-channel affine normalization (batch / instance / group norm) of
+    ``input`` with statistics over ``dims``; weight and bias are [C] along dim 1."""
+    x = a["input"]
+    rank = d.rank(x)
+    w = _tensor(d, a, "weight")
+    wc = None if w is None else _channel(d, w, rank)
+    dx, xhat = _normalized_grad(d, g, x, wc, dims, mean, rstd)
+    param_dims = [0] + list(range(2, rank))
+    return {"input": dx,
+            "weight": Exact(d.op("aten::sum", d.mul(g, xhat), param_dims, False)),
+            "bias": Exact(d.op("aten::sum", g, param_dims, False))}
+
+
+def _running_stats_grads(d, a, g) -> dict:
+    """Normalization by given statistics: ``(x - rm) * rsqrt(rv + eps) * w + b`` (batch norm in
+    inference, instance norm without input stats)."""
+    x = a["input"]
+    rank = d.rank(x)
+    param_dims = [0] + list(range(2, rank))
+    rm, rv = _channel(d, a["running_mean"], rank), _channel(d, a["running_var"], rank)
+    rstd = d.op("aten::rsqrt", d.add(rv, a["eps"]))
+    w = _tensor(d, a, "weight")
+    gw = g if w is None else d.mul(g, _channel(d, w, rank))
+    xc = d.sub(x, rm)
+    return {"input": d.mul(gw, rstd),
+            "weight": Exact(d.op("aten::sum", d.mul(g, d.mul(xc, rstd)), param_dims, False)),
+            "bias": Exact(d.op("aten::sum", g, param_dims, False)),
+            "running_mean": Exact(d.neg(d.op("aten::sum", d.mul(gw, rstd), param_dims, False))),
+            "running_var": Exact(d.op("aten::sum", d.mul(d.mul(gw, xc), d.mul(d.op("aten::pow", rstd, 3), -0.5)),
+                                      param_dims, False))}
+
+
+@derivative("batch_norm")
+def _batch_norm(d, a, g, out):
+    if not a.get("training"):
+        return _running_stats_grads(d, a, g)
+    rank = d.rank(a["input"])
+    dims = [0] + list(range(2, rank))
+    mean, rstd = _stats(d, a["input"], dims, a["eps"])
+    return _channel_norm_grads(d, a, g, dims, mean, rstd)
+
+
+@derivative("instance_norm")
+def _instance_norm(d, a, g, out):
+    if not a.get("use_input_stats"):
+        return _running_stats_grads(d, a, g)
+    dims = list(range(2, d.rank(a["input"])))
+    mean, rstd = _stats(d, a["input"], dims, a["eps"])
+    return _channel_norm_grads(d, a, g, dims, mean, rstd)
+
+
+@derivative("group_norm")
+def _group_norm(d, a, g, out):
+    """num_groups == 1 (the only group count the partition fuses): statistics over every dim but N."""
+    dims = list(range(1, d.rank(a["input"])))
+    mean, rstd = _stats(d, a["input"], dims, a["eps"])
+    return _channel_norm_grads(d, a, g, dims, mean, rstd)
