@@ -259,8 +259,9 @@ def test_norm_grads_on_cuda(dtype):
     for case in ("layer_norm", "rms_norm", "var_mean", "std", "prod"):
         fn = make_function(["x", "y", "w", "b"], ROW_CASES[case])
         inputs = [t.detach().cuda().requires_grad_() for t in _inputs(dtype, "dense", 64, 257)]
-        if case == "prod":
-            inputs[0] = (inputs[0].detach() * 0.1 + 1.0).requires_grad_()
+        if case == "prod":   # factors near 1: a product of 257 others stays finite in half
+            inputs[0] = (inputs[0].detach() * 0.01 + 1.0).requires_grad_()
+            inputs[1] = (inputs[1].detach() * 0.01 + 1.0).requires_grad_()
         check_grads(fn, inputs, tol)
     for case in ("batch_norm_train_no_stats", "group_norm", "instance_norm", "batch_norm_eval"):
         fn = make_function(["x", "w", "b", "rm", "rv"], [CHANNEL_CASES[case]])
