@@ -269,4 +269,6 @@ def test_norm_grads_on_cuda(dtype):
             inputs = [t.detach().cuda() for t in _channel_inputs(dtype, layout, (8, 16, 9, 7))]
             for t in inputs[:3]:
                 t.requires_grad_()
-            check_grads(fn, inputs, tol)
+            # the weight / bias gradients are sums of 504 terms reaching |30|: in bfloat16 one
+            # rounding of such a sum is 0.125-0.25 (eager's own error against float64 is 0.21)
+            check_grads(fn, inputs, dict(rtol=0.1, atol=0.3) if dtype == torch.bfloat16 else tol)
