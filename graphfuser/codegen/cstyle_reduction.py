@@ -121,6 +121,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         self.prefetch = self._prefetched()
         self.stages = self._stages()
         self.grid_red = [k for k in inner if self.red[k] and leaves[k].ptype in dialect.grid_reduce]
+        self.grid_sync = False
         if self.grid_red:
             self._check_grid_split()
 
@@ -374,6 +375,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         for i in self.lane_leaves:
             self.open_leaf(em, i, self.d.simd_pragma if self.nest.leaves[i].ptype is ParallelType.Vectorize else "")
         leaders = [f"i{i} == 0" for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
+        if self.grid_sync:      # every block of the row holds the row values: one stores them
+            leaders.append(self.d.grid_reduce[self.nest.leaves[self.grid_red[0]].ptype]["leader"])
         conds = [f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds] + leaders
         if conds:
             em("if (" + " && ".join(conds) + ") {")
@@ -400,6 +403,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         bound_red = [i for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
         if bound_red:
             em(d.shared_decl)
+        if self.grid_sync:
+            em(d.grid_reduce[leaves[self.grid_red[0]].ptype]["sync_decl"])
         for i in range(self.first, len(leaves)):
             if self.bound[i]:
                 em(d.binds[leaves[i].ptype].format(T=self.T, i=f"i{i}"))
@@ -440,11 +445,13 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
     softmax's max and sum passes (for schedules that re-read memory every pass); ``scratch``:
     keep computed values for later passes in a per-row array (the dialect's ``row_scratch``).
     ``info`` (if given) receives ``shared_per_thread``: dynamic shared memory bytes the launch
-    gives per thread of the block (the prefetch stages)."""
+    gives per thread of the block (the prefetch stages), and ``grid_sync``: whether blocks wait
+    for each other (the launch must make every block resident at once)."""
     walk = _Walk(kernel, nest, dialect, opts or RenderOptions(), online, scratch)
     text = walk.render(fname, max_threads)
     if info is not None:
         info["shared_per_thread"] = walk.stage_bytes()
+        info["grid_sync"] = walk.grid_sync
     return text
 
 
