@@ -311,7 +311,12 @@ def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[in
         em("}")
         for p, _ in kernel.stores:
             t = kernel.tensors[p]
-            em(f"gf_store<{V}>({t.name} + {ix(offsets[p])}, b_{t.name});")
+            if t.dim_kinds and t.dim_kinds[-1] == "bcast":
+                # an output broadcast along the vectorized dim (smaller than the loop domain):
+                # every lane computed the same element; one scalar store, never a vector one
+                em(f"{t.name}[{ix(offsets[p])}] = b_{t.name}[0];")
+            else:
+                em(f"gf_store<{V}>({t.name} + {ix(offsets[p])}, b_{t.name});")
 
 
 def render_source(functions: list[str], dialect: Dialect) -> str:

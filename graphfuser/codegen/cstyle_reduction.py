@@ -366,7 +366,10 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             em("}")
             for q, _ in stores:
                 t = self.k.tensors[q]
-                em(f"gf_store<{V}>({t.name} + {self.ix(self.offsets[q])}, b_{t.name});")
+                off = self.ix(self.offsets[q])
+                # broadcast along the vectorized dim: the lanes hold one element (see cstyle._body)
+                em(f"{t.name}[{off}] = b_{t.name}[0];" if t.dim_kinds and t.dim_kinds[-1] == "bcast"
+                   else f"gf_store<{V}>({t.name} + {off}, b_{t.name});")
 
     def emit_row_stores(self, em: _Emitter) -> None:
         if not self.row_stores:

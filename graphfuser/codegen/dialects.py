@@ -277,7 +277,7 @@ struct gf_op_min {
   template <typename T> static GF_FN T id() { return gf_highest<T>(); }
 };
 template <typename Op, typename T> GF_FN T gf_warp_reduce(T v, int width) {
-  for (int o = width / 2; o > 0; o >>= 1) v = Op::f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = width / 2; o > 0; o >>= 1) v = Op::f(v, static_cast<T>(__shfl_xor_sync(0xffffffffu, v, o)));
   return v;
 }
 template <typename Op, typename T> GF_FN T gf_block_reduce_x(T v, double* raw) {

@@ -57,8 +57,8 @@ PRIMS: dict[str, tuple[int, str, str]] = {
     "atan2": (2, "gf_atan2({0}, {1})", "same"),
     "maximum": (2, "gf_maximum({0}, {1})", "same"),
     "minimum": (2, "gf_minimum({0}, {1})", "same"),
-    # clamp by a Python-number bound: a NaN bound propagates on the CPU, eager's CUDA kernel
-    # ignores it (GF_NAN_BOUND in the dialect's constants); tensor bounds use maximum/minimum
+    # aten::clamp by one Python-number bound: a NaN bound propagates on the CPU, eager's CUDA
+    # kernel ignores it (GF_NAN_BOUND in the dialect's constants); see ops/pointwise.py _clamp_with
     "clamp_lo_scalar": (2, "gf_clamp_lo_scalar({0}, {1})", "same"),
     "clamp_hi_scalar": (2, "gf_clamp_hi_scalar({0}, {1})", "same"),
     "fmax": (2, "gf_fmax({0}, {1})", "same"),        # NaN only where both are NaN

@@ -99,8 +99,10 @@ DERIVATIVES["std_mean"] = _pair(True)
 
 @derivative("prod")
 def _prod(d, a, g, out):
-    """eager's ``prod_backward``: ``g * prod / x`` where x != 0; at a zero, the product of the
-    others when it is the only zero of its slice, else 0."""
+    """eager's ``prod_backward``: ``g * prod / x`` in a slice without zeros; in a slice with a
+    zero, 0 where x != 0 (the others' product holds the zero; ``prod / x`` would be NaN when the
+    product overflowed before reaching the zero) and, at a zero, the product of the others when
+    it is the only zero of its slice, else 0."""
     x = a["self"]
     dims = _dims_of(a.get("dim"), d.rank(x))
     keep = bool(a.get("keepdim"))
@@ -110,7 +112,8 @@ def _prod(d, a, g, out):
     count = d.op("aten::sum", zero, dims, True)
     others = _prod_dims(d, d.where(zero, 1.0, x), dims)
     at_zero = d.where(d.op("aten::eq", count, 1), d.mul(gu, others), 0.0)
-    return {"self": d.where(zero, at_zero, d.div(d.mul(gu, ou), x))}
+    elsewhere = d.where(d.op("aten::gt", count, 0), 0.0, d.div(d.mul(gu, ou), x))
+    return {"self": d.where(zero, at_zero, elsewhere)}
 
 
 def _prod_dims(d, x, dims: list[int]):

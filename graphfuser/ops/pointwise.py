@@ -346,19 +346,33 @@ binary("min_other", prim="minimum", aten=("aten::min",), eager=torch.min, check=
 
 
 # -- clamps, selects --------------------------------------------------------------------------
-def _clamp(call: OpCall) -> Expr:
+def _clamp_with(call: OpCall, lone_bound_may_ignore_nan: bool) -> Expr:
     """minimum(maximum(self, min), max): NaN in self or in a tensor bound propagates, and max wins
-    when min > max, as in eager; a NaN number bound propagates on the CPU and is ignored on CUDA,
-    as eager's kernels do"""
+    when min > max, as in eager. A NaN number bound propagates, except in ``aten::clamp`` given
+    one number bound: eager's CPU kernel propagates it and its CUDA kernel ignores it (the
+    dialect constant GF_NAN_BOUND); with both bounds, and in clamp_min / clamp_max, eager checks
+    NaN bounds on the host and every device propagates them."""
     b, x = call.b, call.x("self")
+    given = [n for n in ("min", "max") if call.args.get(n) is not None]
     for name, tensor_prim, scalar_prim in (("min", "maximum", "clamp_lo_scalar"),
                                            ("max", "minimum", "clamp_hi_scalar")):
-        if call.args.get(name) is None:
+        if name not in given:
             continue
         part = call.participants.get(name)
         scalar = part is None or part.priority == "wrapped"   # a Python number, not a tensor
-        x = b.call(scalar_prim if scalar else tensor_prim, x, call.x(name))
+        lone = scalar and lone_bound_may_ignore_nan and len(given) == 1
+        x = b.call(scalar_prim if lone else tensor_prim, x, call.x(name))
     return x
+
+
+def _clamp(call: OpCall) -> Expr:
+    """aten::clamp / clip"""
+    return _clamp_with(call, True)
+
+
+def _clamp_one_side(call: OpCall) -> Expr:
+    """aten::clamp_min / clamp_max"""
+    return _clamp_with(call, False)
 
 
 def _clamp_check(consts, parts) -> Optional[str]:
@@ -371,9 +385,9 @@ register(OpRow("clamp", ("aten::clamp", "aten::clip"), "pointwise", ("self", "mi
                ("self", "min", "max"), decomp=_clamp, no_bool=True, check=_clamp_check,
                eager=lambda self, min=None, max=None: torch.clamp(self, min, max), doc="clamp(self, min, max)"))
 register(OpRow("clamp_min", ("aten::clamp_min",), "pointwise", ("self", "min"), "default", ("self", "min"),
-               decomp=_clamp, no_bool=True, eager=torch.clamp_min, doc="max(self, min)"))
+               decomp=_clamp_one_side, no_bool=True, eager=torch.clamp_min, doc="max(self, min)"))
 register(OpRow("clamp_max", ("aten::clamp_max",), "pointwise", ("self", "max"), "default", ("self", "max"),
-               decomp=_clamp, no_bool=True, eager=torch.clamp_max, doc="min(self, max)"))
+               decomp=_clamp_one_side, no_bool=True, eager=torch.clamp_max, doc="min(self, max)"))
 
 
 def _where(call: OpCall) -> Expr:

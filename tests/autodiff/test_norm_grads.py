@@ -259,8 +259,9 @@ def test_norm_grads_on_cuda(dtype):
     for case in ("layer_norm", "rms_norm", "var_mean", "std", "prod"):
         fn = make_function(["x", "y", "w", "b"], ROW_CASES[case])
         inputs = [t.detach().cuda().requires_grad_() for t in _inputs(dtype, "dense", 64, 257)]
-        if case == "prod":
-            inputs[0] = (inputs[0].detach() * 0.1 + 1.0).requires_grad_()
+        if case == "prod":   # factors near 1: a product of 257 others stays finite in half
+            inputs[0] = (inputs[0].detach() * 0.01 + 1.0).requires_grad_()
+            inputs[1] = (inputs[1].detach() * 0.01 + 1.0).requires_grad_()
         check_grads(fn, inputs, tol)
     for case in ("batch_norm_train_no_stats", "group_norm", "instance_norm", "batch_norm_eval"):
         fn = make_function(["x", "w", "b", "rm", "rv"], [CHANNEL_CASES[case]])
@@ -268,4 +269,6 @@ def test_norm_grads_on_cuda(dtype):
             inputs = [t.detach().cuda() for t in _channel_inputs(dtype, layout, (8, 16, 9, 7))]
             for t in inputs[:3]:
                 t.requires_grad_()
-            check_grads(fn, inputs, tol)
+            # the weight / bias gradients are sums of 504 terms reaching |30|: in bfloat16 one
+            # rounding of such a sum is 0.125-0.25 (eager's own error against float64 is 0.21)
+            check_grads(fn, inputs, dict(rtol=0.1, atol=0.3) if dtype == torch.bfloat16 else tol)

@@ -250,3 +250,34 @@ def test_fresh_process_with_warm_disk_cache_runs_no_compiler(tmp_path, monkeypat
     assert child["fused"], child
     assert child["compiles"] == 0, f"a warm disk cache must not run the compiler: {child}"
     assert child["disk_hits"] >= 1
+
+
+def small_output_next_to_a_big_one(x0, x1):
+    v0 = x1 * x0.size(-1)
+    return torch.where(v0 > 0, torch.where(x0 > 0, v0, 2.0), 2), v0
+
+
+def test_output_broadcast_along_the_vectorized_dim_is_stored_as_one_element():
+    """The [B, 1, 1] output of a [B, 33, 16] loop is written once per row by the vectorized CUDA
+    kernel (a vector store at its row offset faulted with a misaligned address); the CPU kernel
+    gives eager's values and the CUDA source compiles."""
+    import re
+
+    from graphfuser.ir import parse_graph, print_graph
+    from graphfuser.runtime import nvrtc
+
+    x0 = (torch.arange(16 * 33 * 16) % 5 - 2).to(torch.int8).view(16, 33, 16)
+    x1 = (torch.arange(16) % 3).to(torch.int8).view(16, 1, 1)
+    sf, out = run3(small_output_next_to_a_big_one, x0, x1)
+    for got, want in zip(out, small_output_next_to_a_big_one(x0, x1)):
+        assert torch.equal(got, want)
+    (g,) = fusion_groups(sf._optimized)
+    cg = compiled.CompiledGroup(parse_graph(print_graph(g.subgraph).replace("device=cpu", "device=cuda:0")),
+                                "cuda", torch.device("cuda", 0), "bcast_out")
+    small = [t.name for t in cg.kernel.tensors if t.dim_kinds and t.dim_kinds[-1] == "bcast"]
+    stored = set(re.findall(r"gf_store<\d+>\((\w+) \+", cg.source))
+    assert small and stored and not stored & set(small), cg.source
+    ok, _ = nvrtc.available()
+    if ok:
+        for name, *_ in cg.variants:
+            nvrtc.compile_cubin(cg.source, name, 90)

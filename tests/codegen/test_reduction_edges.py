@@ -304,3 +304,28 @@ def test_moment_sums_share_one_block_combine():
     assert persistent, cg.source
     for i, v in enumerate(cg.variants):
         nvrtc.compile_cubin(cg.variant_sources[i], v[0], 90)
+
+
+def min_max_sum_of_products(x):
+    v = x * x
+    return torch.amin(v, [0], keepdim=True), torch.amax(v, -1), v.sum(-1), v
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_narrow_integer_block_reductions(dtype, device):
+    """amin / amax / sum over 1- and 2-byte integers: the warp shuffle of a block reduction
+    promotes those to int, and the combine must take the element type back (NVRTC rejected
+    ``gf_op_min::f(unsigned char, int)``). Values match eager; the CUDA source compiles."""
+    _skip_no_gpu(device)
+    from test_reductions import nvrtc_compile
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 11, (37, 300), generator=g).to(dtype).to(device)
+    fn = min_max_sum_of_products
+    sf = _profile(fn, x)
+    with config.override(disable=["fallback"]):
+        for got, want in zip(sf(x), fn(x)):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+    if device == "cpu":
+        assert nvrtc_compile(sf) >= 1

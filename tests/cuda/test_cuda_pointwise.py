@@ -127,3 +127,23 @@ def test_scalar_args_and_int_scalar():
     sf = graphfuser.script(f)
     for k in range(4):
         torch.testing.assert_close(sf(x, k, 0.5 * k), f(x, k, 0.5 * k))
+
+
+def small_output_next_to_a_big_one(x0, x1):
+    v0 = x1 * x0.size(-1)
+    v1 = torch.where(x0 > 0, v0, 2.0)
+    return torch.where(v0 > 0, v1, 2), v0
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float32, torch.float16])
+def test_output_broadcast_along_the_vectorized_dim(dtype):
+    """An output smaller than the loop domain ([B, 1, 1] next to [B, 33, 16]) is stored as one
+    element per row in the vectorized kernel: a vector store there wrote past the row and faulted
+    with a misaligned address."""
+    x0 = (torch.arange(16 * 33 * 16, device="cuda") % 5 - 2).to(dtype).view(16, 33, 16)
+    x1 = (torch.arange(16, device="cuda") % 3).to(dtype).view(16, 1, 1)
+    out = _run(small_output_next_to_a_big_one, x0, x1)
+    torch.cuda.synchronize()
+    for got, want in zip(out, small_output_next_to_a_big_one(x0, x1)):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want)

@@ -53,6 +53,15 @@ def clamp_scalar_nan(x):
     return torch.clamp(x * 1.0, min=float("nan")), torch.clamp(x + 0.0, max=float("nan"))
 
 
+def clamp_scalar_nan_forms(x):
+    """eager's CUDA kernel ignores one NaN number bound of aten::clamp, but propagates NaN bounds
+    given together and those of clamp_min / clamp_max (checked on the host); the CPU propagates all"""
+    y = x * 1.0
+    y.clamp_(min=float("nan"))
+    return (y, torch.clamp(x + 0.0, -0.5, float("nan")), torch.clamp(x - 0.0, float("nan"), 1.0),
+            torch.clamp_min(x * 2.0, float("nan")), torch.clamp_max(x * 3.0, float("nan")))
+
+
 def clamp_inverted(x, hi):
     return torch.clamp(x * 1.0, min=hi + 1.0, max=hi)
 
@@ -71,6 +80,7 @@ def test_issue_repros(device, dtype):
     x, hi = _x(device, dtype), _hi(device, dtype)
     check(clamp_tensor_max, x, hi)
     check(clamp_scalar_nan, x)
+    check(clamp_scalar_nan_forms, x)
     check(clamp_inverted, x, hi)
     check(max_min_other, x, hi)
     check(fmax_fmin, x, hi)
