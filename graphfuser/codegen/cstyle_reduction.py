@@ -122,6 +122,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         self.stages = self._stages()
         self.grid_red = [k for k in inner if self.red[k] and leaves[k].ptype in dialect.grid_reduce]
         self.grid_sync = False
+        self.backwards = False
         if self.grid_red:
             self._check_grid_split()
 
@@ -171,7 +172,10 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             em(self.d.unroll_pragma.format(ext=d.extent.const))
         elif self.red[i] and d.extent.const is None and self.d.runtime_unroll:
             em(self.d.runtime_unroll)          # several loads in flight per thread
-        em(self.d.loops[d.ptype].format(T=T, i=var, ext=ext) + " {")
+        loop = self.d.loops[d.ptype]
+        if self.backwards and i in self.grid_red:
+            loop = self.d.grid_reduce[d.ptype]["reverse"]
+        em(loop.format(T=T, i=var, ext=ext) + " {")
         em.depth += 1
 
     def simd_pragma(self, reds: list[Reduce]) -> str:
@@ -250,6 +254,10 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         if p == 1 and self.stages:
             em(f"gf_cp_wait<{self.stages - 1}>();")      # this row's copies are done
         outer = em.depth
+        # a split kernel's passes alternate direction over the block's chunks: a pass starts
+        # with what the previous one read last, which is still in L2 (chunks of a grid barrier
+        # kernel; the L2 is a fraction of the tensor, so a pass in the same order would miss)
+        self.backwards = self.grid_sync and p % 2 == 0
         for i in self.loops:
             simd = self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and (reds or self.first == 0)
             self.open_leaf(em, i, self.simd_pragma(reds) if simd else None)

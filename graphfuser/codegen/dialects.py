@@ -479,8 +479,9 @@ class Dialect:
     # and "combine" reduces the row's partials ({op}); "last" leaves ({leave}) unless this block
     # is the row's last ({row}); multi-pass kernels instead meet at "sync" (a barrier of the
     # blocks sharing blockIdx.x; "sync_decl" declares its state) and store row outputs from the
-    # "leader" block. Kernels with such a leaf take two more pointers: gf_work (8-byte slots) and
-    # gf_sem (zeroed counters: one per row, or per blockIdx.x for the barrier).
+    # "leader" block; their even passes run the chunk loop "reverse". Kernels with such a leaf
+    # take two more pointers: gf_work (8-byte slots) and gf_sem (zeroed counters: one per row,
+    # or per blockIdx.x for the barrier).
     grid_reduce: dict = field(default_factory=dict)
     runtime_unroll: str = ""                            # before reduction loops of run-time extent
     # (op, dtype) -> accumulate statement ({a} {v}) that propagates NaN by itself: no NaN flag.
@@ -556,7 +557,10 @@ CUDA = Dialect(
         "last": "if (!gf_grid_last(gf_sem + {row}, gf_smem)) {leave};",
         "sync_decl": "unsigned int gf_gen = 0;",
         "sync": "gf_grid_sync(gf_sem + blockIdx.x, gf_gen);",
-        "leader": "blockIdx.y == 0"}},
+        "leader": "blockIdx.y == 0",
+        # the grid-stride loop backwards: from this block's last chunk down to blockIdx.y
+        "reverse": "for ({T} {i} = ({ext} - 1 - ({T})blockIdx.y) / ({T})gridDim.y * ({T})gridDim.y + ({T})blockIdx.y; "
+                   "{i} >= ({T})blockIdx.y && {i} < {ext}; {i} -= ({T})gridDim.y)"}},
     nan_combine={("max", torch.float32): "{a} = gf_fmax_nan({a}, {v});",
                  ("min", torch.float32): "{a} = gf_fmin_nan({a}, {v});"},
     thread_reduce={P.TIDx: "{acc} = gf_block_reduce_x<gf_op_{op}>({acc}, gf_smem);",
