@@ -114,26 +114,16 @@ def ensure_context(device_index: int, kernel: str = "<none>"):
 
 
 # The generated launch: unrolled slot writes, everything else bound as closure constants.
+# {extra}: cuLaunchKernel's ``extra`` argument (0); cuLaunchCooperativeKernel has none. Kernels
+# whose blocks wait for each other (grid barriers) need every block resident at once, which only
+# a cooperative launch guarantees (it refuses a grid that does not fit).
 _LAUNCH_TEMPLATE = '''
 def launch(grid, block, stream{params}, shared_mem=0):
     if _get_device() != _device:
         return _launch_elsewhere(grid, block, stream, ({args}), shared_mem)
     _pack(_buf, 0{args_tail})
     err = _cuLaunchKernel(_func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                          shared_mem, stream, _params, 0)[0]
-    if err:
-        _raise(err, grid, block, shared_mem)
-'''
-
-# Kernels whose blocks wait for each other (grid barriers): every block must be resident at
-# once, which only a cooperative launch guarantees (it refuses a grid that does not fit).
-_COOPERATIVE_TEMPLATE = '''
-def launch(grid, block, stream{params}, shared_mem=0):
-    if _get_device() != _device:
-        return _launch_elsewhere(grid, block, stream, ({args}), shared_mem)
-    _pack(_buf, 0{args_tail})
-    err = _cuLaunchKernel(_func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                          shared_mem, stream, _params)[0]
+                          shared_mem, stream, _params{extra})[0]
     if err:
         _raise(err, grid, block, shared_mem)
 '''
@@ -191,8 +181,8 @@ class CudaKernel:
         params = "".join(f", a{i}" for i in range(n))
         args = "".join(f"a{i}, " for i in range(n))
         args_tail = "".join(f", a{i}" for i in range(n))
-        template = _COOPERATIVE_TEMPLATE if self.cooperative else _LAUNCH_TEMPLATE
-        src = template.format(params=params, args=args, args_tail=args_tail)
+        src = _LAUNCH_TEMPLATE.format(params=params, args=args, args_tail=args_tail,
+                                      extra="" if self.cooperative else ", 0")
         namespace = {
             "_get_device": torch._C._cuda_getDevice,
             "_device": self.device_index,
