@@ -18,6 +18,10 @@ choice of variant from the run-time row size:
 - the grid is as many blocks as fit on the device at once (occupancy, with the prefetch
   stages' dynamic shared memory counted); rows beyond it grid-stride, so each block's next
   row is loading while it reduces this one.
+- split variants (few rows / column tiles, long reductions: statistics over N, H, W) spread
+  each row or tile over ``gridDim.y`` blocks, with a float64-slot workspace for the partials
+  and zeroed counters (both allocated per call); those with grid barriers (several passes)
+  launch cooperatively with a grid of at most the resident blocks.
 
 Measured on an H200 (``tools/sweep_reductions.py``, bf16 rows of 1024..16384): one prefetch
 stage and up to 32 elements per thread put layer norm, softmax and RMSNorm at 78-86% of copy

@@ -273,3 +273,18 @@ def test_knob_leaves_batch_norm_training_to_eager():
     for n in sf._optimized.all_nodes():
         if n.kind == "prim::CudaFusionGroup":
             assert "aten::batch_norm" not in str(n.subgraph), str(sf._optimized)
+
+
+def int_stats(x, m):
+    return x.sum([0, 2]), x.amax([0, 2]), x.amin(0), m.sum([0, 2]), (x * 3).sum(0, keepdim=True) - x
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64])
+@pytest.mark.parametrize("shape", [(300, 70, 5), (3, 5, 7)])
+def test_integer_and_bool_outer_reductions(dtype, shape, split_mode, capsys):
+    torch.manual_seed(0)
+    x = torch.randint(-3, 4, shape, device="cuda", dtype=dtype).transpose(1, 2).contiguous().transpose(1, 2)
+    m = torch.rand(shape, device="cuda").transpose(1, 2).contiguous().transpose(1, 2) > 0.7
+    run(int_stats, x, m, tol=dict(rtol=0, atol=0))
+    names = launched(capsys.readouterr().out)
+    assert names and all(("split" in n) == (split_mode == "split") for n in names if "outer" in n), names
