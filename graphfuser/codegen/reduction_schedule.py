@@ -26,6 +26,13 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
   second reduction) meet at a barrier of the tile's blocks after each reduction pass, then every
   block combines the partials in the same order (identical, deterministic values) and goes on.
   The barrier needs every block resident: those kernels are launched cooperatively.
+  Why one kernel with barriers rather than a statistics kernel and a pointwise epilogue kernel:
+  both read the input twice (a [64, 256, 56, 56] fp32 tensor is 205 MB, more than the GPU holds
+  on chip, so the epilogue re-reads it either way), but one kernel has no launch between the
+  passes, keeps the per-channel values (mean, rstd, the backward's sums) in registers instead of
+  a round trip through memory, and starts each pass with the chunks its blocks read last (passes
+  alternate direction), which are still in L2. Inner split kernels (NCHW: a channel's N * H * W
+  row across blocks) use the same barriers.
 - inner (CPU): kept -> BIDx (OpenMP over rows), reduced -> one simd loop per pass.
 - outer (CPU): kept -> ``split(W)`` -> ``[BIDx, Serial(reduced), Unroll(W)]``: W accumulators
   per thread across the contiguous kept dim (an unrolled loop the compiler vectorizes).
