@@ -242,9 +242,11 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
             # a kernel whose blocks meet at barriers splits rows that leave the device half
             # idle (its alternative re-reads whole rows in one block each); one that does not
             # splits only the fewest, longest rows
-            per_sm = SPLIT_SYNC_ROWS if cg.grid_sync[split] else SPLIT_ROWS
-            few = f"rows <= {per_sm} * _sms" if cg.grid_sync[split] else f"rows * {per_sm} <= _sms"
-            lines.append(f"    if {few} and nv >= {SPLIT_MIN_VECTORS}:")
+            if cg.grid_sync[split]:
+                few = f"rows <= {SPLIT_SYNC_ROWS} * _sms and nv >= {SPLIT_SYNC_MIN_VECTORS}"
+            else:
+                few = f"rows * {SPLIT_ROWS} <= _sms and nv >= {SPLIT_MIN_VECTORS}"
+            lines.append(f"    if {few}:")
             lines.append(f"        f, tx, sh, chunks = _fns[{split} + o] or _load({split} + o), "
                          f"{variants[split].block[0]}, 0, (nv + {variants[split].block[0] - 1}) // "
                          f"{variants[split].block[0]}")
@@ -334,7 +336,9 @@ WIDE_ROW_VECTORS = 512     # rows of this many vectors or more count as wide for
 
 SPLIT_ROWS = 2             # rows split across blocks when rows * SPLIT_ROWS <= SM count ...
 SPLIT_MIN_VECTORS = 8192   # ... and a row has at least this many vectors
-SPLIT_SYNC_ROWS = 2        # kernels with barriers: rows split when rows <= SPLIT_SYNC_ROWS * SM count
+SPLIT_SYNC_ROWS = 2        # kernels with barriers: rows split when rows <= SPLIT_SYNC_ROWS * SM count ...
+SPLIT_SYNC_MIN_VECTORS = 1024   # ... and a row has two blocks' worth of vectors (later passes re-read
+                                # from L2 when the tensor fits there; one block per row leaves SMs idle)
 OUTER_SPLIT_TILES = 2      # outer: columns split across blocks when tiles < OUTER_SPLIT_TILES * SM count ...
 OUTER_SPLIT_MIN_ROWS = 256  # ... and a column has at least this many elements
 

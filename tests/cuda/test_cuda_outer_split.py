@@ -86,6 +86,7 @@ def split_mode(request, monkeypatch):
         monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_MIN_ROWS", 1)
         monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_TILES", 10 ** 6)
         monkeypatch.setattr(compiled_reduction, "SPLIT_MIN_VECTORS", 1)
+        monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_MIN_VECTORS", 1)
         monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_ROWS", 10 ** 6)
         monkeypatch.setattr(compiled_reduction, "SPLIT_ROWS", 0)
     else:
@@ -120,7 +121,7 @@ def test_grids_smaller_than_the_work(resident, layout, monkeypatch):
     a barrier per tile and pass; gridDim.y = 1 included."""
     monkeypatch.setattr(cuda_driver.CudaKernel, "resident_blocks", lambda self, threads, shared_mem=0: resident)
     monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_MIN_ROWS", 1)
-    monkeypatch.setattr(compiled_reduction, "SPLIT_MIN_VECTORS", 1)
+    monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_MIN_VECTORS", 1)
     monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_ROWS", 10 ** 6)
     x = x_of((8, 100, 9, 11), layout=layout)
     run(stats, x, tol=dict(rtol=1e-4, atol=1e-3))
