@@ -394,11 +394,12 @@ template <typename Op, typename T> GF_FN T gf_grid_combine(const double* work, d
 }
 /* The same for a column per threadIdx.x (outer reductions): the threads along y split the
    column's partials, then combine across y. Columns past the end read nothing. */
-template <typename Op, typename T> GF_FN T gf_grid_combine_y(const double* work, bool valid, double* raw) {
+template <typename Op, typename T, typename I>
+GF_FN T gf_grid_combine_y(const double* work, I stride, bool valid, double* raw) {
   T v = Op::template id<T>();
   if (valid)
     for (unsigned int k = threadIdx.y; k < gridDim.y; k += blockDim.y)
-      v = Op::f(v, *reinterpret_cast<const volatile T*>(work + k));
+      v = Op::f(v, *reinterpret_cast<const volatile T*>(work + (long long)k * stride));
   return gf_block_reduce_y<Op>(v, raw);
 }
 /* A barrier of the gridDim.y blocks that share blockIdx.x (a column tile or a row split across
@@ -475,9 +476,9 @@ class Dialect:
     # gf_cp_commit / gf_cp_wait in the reduction prelude); empty: prefetch into registers.
     async_copy: str = ""
     # Reductions split across blocks, per grid axis: per thread axis that reduces, "put" writes
-    # a block's partial ({acc}, {ct}, {slot}: the reduction-and-row index, {valid}: a real row)
-    # and "combine" reduces the row's partials ({op}); "last" leaves ({leave}) unless this block
-    # is the row's last ({row}); multi-pass kernels instead meet at "sync" (a barrier of the
+    # a block's partial ({acc}, {ct}; {slot}: the reduction-and-row index, or {n}: the reduction
+    # and {row} of {rows}; {valid}: a real row) and "combine" reduces the row's partials ({op});
+    # "last" leaves ({leave}) unless this block is the row's last ({row}); multi-pass kernels instead meet at "sync" (a barrier of the
     # blocks sharing blockIdx.x; "sync_decl" declares its state) and store row outputs from the
     # "leader" block; their even passes run the chunk loop "reverse". Kernels with such a leaf
     # take two more pointers: gf_work (8-byte slots) and gf_sem (zeroed counters: one per row,
@@ -551,9 +552,11 @@ CUDA = Dialect(
     grid_reduce={P.BIDy: {
         P.TIDx: {"put": "if (threadIdx.x == 0) *reinterpret_cast<{ct}*>(gf_work + {slot} * gridDim.y + blockIdx.y) = {acc};",
                  "combine": "{acc} = gf_grid_combine<gf_op_{op}, {ct}>(gf_work + {slot} * gridDim.y, gf_smem);"},
+        # a column per threadIdx.x: slots [reduction][block][column], so a warp's accesses are consecutive
         P.TIDy: {"put": "if (threadIdx.y == 0 && {valid}) "
-                        "*reinterpret_cast<{ct}*>(gf_work + {slot} * gridDim.y + blockIdx.y) = {acc};",
-                 "combine": "{acc} = gf_grid_combine_y<gf_op_{op}, {ct}>(gf_work + {slot} * gridDim.y, {valid}, gf_smem);"},
+                        "*reinterpret_cast<{ct}*>(gf_work + ({n} * gridDim.y + blockIdx.y) * {rows} + {row}) = {acc};",
+                 "combine": "{acc} = gf_grid_combine_y<gf_op_{op}, {ct}>(gf_work + {n} * gridDim.y * {rows} + {row}, "
+                            "{rows}, {valid}, gf_smem);"},
         "last": "if (!gf_grid_last(gf_sem + {row}, gf_smem)) {leave};",
         "sync_decl": "unsigned int gf_gen = 0;",
         "sync": "gf_grid_sync(gf_sem + blockIdx.x, gf_gen);",

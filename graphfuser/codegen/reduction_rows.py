@@ -77,17 +77,18 @@ class RowPipeline:
         g = self.d.grid_reduce[self.nest.leaves[self.grid_red[0]].ptype]
         t = g[self.grid_thread]
         row, rows, valid = self._grid_row()
-        slots = {id(r): f"({self.reduces.index(r)} * {rows} + {row})" for r in reds}
+        index = {id(q): j for j, q in enumerate(self.reduces)}     # a slot per reduction of the kernel
+        where = {id(r): dict(slot=f"({index[id(r)]} * {rows} + {row})", n=index[id(r)], rows=rows, row=row,
+                             valid=valid) for r in reds}
         for r in reds:
-            em(t["put"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], slot=slots[id(r)], valid=valid))
+            em(t["put"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], **where[id(r)]))
         if self.grid_sync:
             em(g["sync"])
         else:
             leaf_row = "i0" if self.first else "0"
             em(g["last"].format(row=leaf_row, leave="continue" if self.first else "return"))
         for r in reds:
-            em(t["combine"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], op=r.op, slot=slots[id(r)],
-                                   valid=valid))
+            em(t["combine"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], op=r.op, **where[id(r)]))
 
     def _stages(self) -> int:
         """Shared-memory stages of the prefetch (0: the register array). With ``S`` stages,
