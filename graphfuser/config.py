@@ -24,7 +24,7 @@ import yaml
 
 DISABLE_OPTIONS = (
     "fallback", "fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng", "compile_cache",
-    "bias_decomposition",
+    "bias_decomposition", "batch_norm_training",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts", "fused_rng")
 DUMP_OPTIONS = (

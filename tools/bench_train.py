@@ -139,6 +139,8 @@ def cases(device: str) -> list[TrainCase]:
                   lambda d: (_r(16384, 8192, dtype=bf, device=d), _r(16384, 8192, dtype=bf, device=d))),
         TrainCase("BN(train)+ReLU f32 CL [64,256,56,56]", BnRelu(256),
                   lambda d: (_r(64, 256, 56, 56, device=d, channels_last=True),)),
+        TrainCase("BN(train)+ReLU f32 NCHW [64,256,56,56]", BnRelu(256),
+                  lambda d: (_r(64, 256, 56, 56, device=d),)),
         TrainCase("MLP block bf16 autocast [8192,1024]", MLPBlock(1024, 4096),
                   lambda d: (_r(8192, 1024, device=d),), exact=False, autocast=bf),
         TrainCase("ResNet bottleneck bf16 autocast CL [32,256,56,56]", Bottleneck(256, 64),

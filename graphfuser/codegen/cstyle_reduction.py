@@ -121,6 +121,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         self.prefetch = self._prefetched()
         self.stages = self._stages()
         self.grid_red = [k for k in inner if self.red[k] and leaves[k].ptype in dialect.grid_reduce]
+        self.grid_sync = False
+        self.backwards = False
         if self.grid_red:
             self._check_grid_split()
 
@@ -170,7 +172,10 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             em(self.d.unroll_pragma.format(ext=d.extent.const))
         elif self.red[i] and d.extent.const is None and self.d.runtime_unroll:
             em(self.d.runtime_unroll)          # several loads in flight per thread
-        em(self.d.loops[d.ptype].format(T=T, i=var, ext=ext) + " {")
+        loop = self.d.loops[d.ptype]
+        if self.backwards and i in self.grid_red:
+            loop = self.d.grid_reduce[d.ptype]["reverse"]
+        em(loop.format(T=T, i=var, ext=ext) + " {")
         em.depth += 1
 
     def simd_pragma(self, reds: list[Reduce]) -> str:
@@ -249,6 +254,10 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         if p == 1 and self.stages:
             em(f"gf_cp_wait<{self.stages - 1}>();")      # this row's copies are done
         outer = em.depth
+        # a split kernel's passes alternate direction over the block's chunks: a pass starts
+        # with what the previous one read last, which is still in L2 (chunks of a grid barrier
+        # kernel; the L2 is a fraction of the tensor, so a pass in the same order would miss)
+        self.backwards = self.grid_sync and p % 2 == 0
         for i in self.loops:
             simd = self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and (reds or self.first == 0)
             self.open_leaf(em, i, self.simd_pragma(reds) if simd else None)
@@ -377,6 +386,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         for i in self.lane_leaves:
             self.open_leaf(em, i, self.d.simd_pragma if self.nest.leaves[i].ptype is ParallelType.Vectorize else "")
         leaders = [f"i{i} == 0" for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
+        if self.grid_sync:      # every block of the row holds the row values: one stores them
+            leaders.append(self.d.grid_reduce[self.nest.leaves[self.grid_red[0]].ptype]["leader"])
         conds = [f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds] + leaders
         if conds:
             em("if (" + " && ".join(conds) + ") {")
@@ -403,6 +414,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         bound_red = [i for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
         if bound_red:
             em(d.shared_decl)
+        if self.grid_sync:
+            em(d.grid_reduce[leaves[self.grid_red[0]].ptype]["sync_decl"])
         for i in range(self.first, len(leaves)):
             if self.bound[i]:
                 em(d.binds[leaves[i].ptype].format(T=self.T, i=f"i{i}"))
@@ -443,11 +456,13 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
     softmax's max and sum passes (for schedules that re-read memory every pass); ``scratch``:
     keep computed values for later passes in a per-row array (the dialect's ``row_scratch``).
     ``info`` (if given) receives ``shared_per_thread``: dynamic shared memory bytes the launch
-    gives per thread of the block (the prefetch stages)."""
+    gives per thread of the block (the prefetch stages), and ``grid_sync``: whether blocks wait
+    for each other (the launch must make every block resident at once)."""
     walk = _Walk(kernel, nest, dialect, opts or RenderOptions(), online, scratch)
     text = walk.render(fname, max_threads)
     if info is not None:
         info["shared_per_thread"] = walk.stage_bytes()
+        info["grid_sync"] = walk.grid_sync
     return text
 
 

@@ -367,13 +367,13 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
   for (unsigned y = 1; y < blockDim.y; ++y) r = Op::f(r, smem[y * blockDim.x + threadIdx.x]);
   return r;
 }
-/* A row split across gridDim.y blocks: each block's thread 0 wrote its partials; the block
-   that brings the row's counter to gridDim.y is the last, resets the counter for the next
-   launch and, after a fence, reads every partial (threadFenceReduction). */
+/* A row split across gridDim.y blocks: each block wrote its partials; the block that brings
+   the row's counter to gridDim.y is the last, resets the counter for the next launch and,
+   after a fence, reads every partial (threadFenceReduction). */
 GF_FN bool gf_grid_last(unsigned int* sem, double* raw) {
   int* flag = reinterpret_cast<int*>(raw);
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
     __threadfence();
     const unsigned int prev = atomicAdd(sem, 1u);
     const int last = prev == gridDim.y - 1;
@@ -391,6 +391,37 @@ template <typename Op, typename T> GF_FN T gf_grid_combine(const double* work, d
   for (unsigned int k = threadIdx.x; k < gridDim.y; k += blockDim.x)
     v = Op::f(v, *reinterpret_cast<const volatile T*>(work + k));
   return gf_block_reduce_x<Op>(v, raw);
+}
+/* The same for a column per threadIdx.x (outer reductions): the threads along y split the
+   column's partials, then combine across y. Columns past the end read nothing. */
+template <typename Op, typename T, typename I>
+GF_FN T gf_grid_combine_y(const double* work, I stride, bool valid, double* raw) {
+  T v = Op::template id<T>();
+  if (valid)
+    for (unsigned int k = threadIdx.y; k < gridDim.y; k += blockDim.y)
+      v = Op::f(v, *reinterpret_cast<const volatile T*>(work + (long long)k * stride));
+  return gf_block_reduce_y<Op>(v, raw);
+}
+/* A barrier of the gridDim.y blocks that share blockIdx.x (a column tile or a row split across
+   blocks), for kernels whose passes go on after a split reduction. The counter only grows:
+   each barrier waits for gen += gridDim.y arrivals, so it needs no reset within a launch (the
+   launcher passes zeroed counters). Every block must be resident at once: cooperative launch.
+   Each block's writes before the barrier are visible to every block after it (fences around
+   the arrival, as cooperative groups' grid sync does); partials are read through volatile. */
+GF_FN void gf_grid_sync(unsigned int* sem, unsigned int& gen) {
+  gen += gridDim.y;
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    __threadfence();
+    atomicAdd(sem, 1u);
+    while (*reinterpret_cast<volatile unsigned int*>(sem) < gen) {
+#if __CUDA_ARCH__ >= 700
+      __nanosleep(64);
+#endif
+    }
+    __threadfence();
+  }
+  __syncthreads();
 }
 """
 
@@ -444,10 +475,14 @@ class Dialect:
     # Declaration of the dynamic shared memory the prefetch stages use (gf_cp_async /
     # gf_cp_commit / gf_cp_wait in the reduction prelude); empty: prefetch into registers.
     async_copy: str = ""
-    # Reductions split across blocks, per grid axis: "put" writes a block's partial ({acc},
-    # {ct}, {slot}: the reduction-and-row index), "last" leaves ({leave}) unless this block is
-    # the row's last ({row}), "combine" reduces the row's partials ({op}). Kernels with such a
-    # leaf take two more pointers: gf_work (8-byte slots) and gf_sem (a zeroed counter per row).
+    # Reductions split across blocks, per grid axis: per thread axis that reduces, "put" writes
+    # a block's partial ({acc}, {ct}; {slot}: the reduction-and-row index, or {n}: the reduction
+    # and {row} of {rows}; {valid}: a real row) and "combine" reduces the row's partials ({op});
+    # "last" leaves ({leave}) unless this block is the row's last ({row}); multi-pass kernels instead meet at "sync" (a barrier of the
+    # blocks sharing blockIdx.x; "sync_decl" declares its state) and store row outputs from the
+    # "leader" block; their even passes run the chunk loop "reverse". Kernels with such a leaf
+    # take two more pointers: gf_work (8-byte slots) and gf_sem (zeroed counters: one per row,
+    # or per blockIdx.x for the barrier).
     grid_reduce: dict = field(default_factory=dict)
     runtime_unroll: str = ""                            # before reduction loops of run-time extent
     # (op, dtype) -> accumulate statement ({a} {v}) that propagates NaN by itself: no NaN flag.
@@ -515,9 +550,20 @@ CUDA = Dialect(
     async_copy="extern __shared__ __align__(16) unsigned char gf_stage[];",
     runtime_unroll="#pragma unroll 4",
     grid_reduce={P.BIDy: {
-        "put": "if (threadIdx.x == 0) *reinterpret_cast<{ct}*>(gf_work + {slot} * gridDim.y + blockIdx.y) = {acc};",
+        P.TIDx: {"put": "if (threadIdx.x == 0) *reinterpret_cast<{ct}*>(gf_work + {slot} * gridDim.y + blockIdx.y) = {acc};",
+                 "combine": "{acc} = gf_grid_combine<gf_op_{op}, {ct}>(gf_work + {slot} * gridDim.y, gf_smem);"},
+        # a column per threadIdx.x: slots [reduction][block][column], so a warp's accesses are consecutive
+        P.TIDy: {"put": "if (threadIdx.y == 0 && {valid}) "
+                        "*reinterpret_cast<{ct}*>(gf_work + ({n} * gridDim.y + blockIdx.y) * {rows} + {row}) = {acc};",
+                 "combine": "{acc} = gf_grid_combine_y<gf_op_{op}, {ct}>(gf_work + {n} * gridDim.y * {rows} + {row}, "
+                            "{rows}, {valid}, gf_smem);"},
         "last": "if (!gf_grid_last(gf_sem + {row}, gf_smem)) {leave};",
-        "combine": "{acc} = gf_grid_combine<gf_op_{op}, {ct}>(gf_work + {slot} * gridDim.y, gf_smem);"}},
+        "sync_decl": "unsigned int gf_gen = 0;",
+        "sync": "gf_grid_sync(gf_sem + blockIdx.x, gf_gen);",
+        "leader": "blockIdx.y == 0",
+        # the grid-stride loop backwards: from this block's last chunk down to blockIdx.y
+        "reverse": "for ({T} {i} = ({ext} - 1 - ({T})blockIdx.y) / ({T})gridDim.y * ({T})gridDim.y + ({T})blockIdx.y; "
+                   "{i} >= ({T})blockIdx.y && {i} < {ext}; {i} -= ({T})gridDim.y)"}},
     nan_combine={("max", torch.float32): "{a} = gf_fmax_nan({a}, {v});",
                  ("min", torch.float32): "{a} = gf_fmin_nan({a}, {v});"},
     thread_reduce={P.TIDx: "{acc} = gf_block_reduce_x<gf_op_{op}>({acc}, gf_smem);",

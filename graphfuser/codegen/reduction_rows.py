@@ -15,7 +15,7 @@ from __future__ import annotations
 from .cstyle import _Emitter
 from .dialects import COMPUTE_TYPES
 from .kir import Load, Reduce
-from .schedule import ParallelType, ScheduleError
+from .schedule import ParallelType, ScheduleError, iop, ivar
 
 
 class RowPipeline:
@@ -37,26 +37,58 @@ class RowPipeline:
         return out
 
     def _check_grid_split(self) -> None:
-        """A reduced leaf on a grid axis (a row split across blocks) needs one pass, no
-        full-size stores, no pairs: each block combines its part, the last block of the row
-        (a counter per row) combines the parts and stores the row's outputs."""
-        if len(self.grid_red) > 1 or self.n_passes != 1 or self.pass_stores or self.pairs or self.L != 1 \
-                or self.first > 1:
-            raise ScheduleError("a reduction split across blocks needs a single-pass kernel with row outputs only")
+        """A reduced leaf on a grid axis (a row split across blocks): each block combines its
+        part across its threads and writes it to the workspace. A single-pass kernel with row
+        outputs only lets the row's last block (a counter per row) combine the parts and store;
+        any other (several passes, full-size stores) needs ``grid_sync``: after each reduction
+        pass the blocks of the row meet at a barrier, then each combines every part itself."""
+        leaves = self.nest.leaves
+        self.grid_sync = self.n_passes != 1 or bool(self.pass_stores)
+        ptype = leaves[self.grid_red[0]].ptype
+        templates = self.d.grid_reduce[ptype]
+        threads = [leaves[i].ptype for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
+        if len(self.grid_red) > 1 or self.pairs or self.L != 1 or len(threads) != 1 or threads[0] not in templates \
+                or any(not self.bound[i] for i in range(1, self.first)) or (self.grid_sync and "sync" not in templates):
+            raise ScheduleError("a reduction split across blocks needs one thread axis that reduces, kept rows on "
+                                "the first leaf, no pairs, and (several passes or full-size stores) a grid barrier")
+        self.grid_thread = threads[0]
+
+    def _grid_row(self) -> tuple[str, str, str]:
+        """(slot row, rows, condition of a real row) of the workspace: the kept linear index
+        when kept leaves are thread-bound (outer schedules: a column per thread), else the row
+        leaf ``i0``."""
+        kept = [r for r in range(len(self.nest.roots)) if r not in self.k.red_roots]
+        if self.first > 1:
+            row = rows = None
+            for r in kept:
+                row = self.root_idx[r] if row is None else iop("+", iop("*", row, ivar(f"n{r}")), self.root_idx[r])
+                rows = ivar(f"n{r}") if rows is None else iop("*", rows, ivar(f"n{r}"))
+            valid = " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds) or "true"
+            return self.ix(row), self.ix(rows), valid
+        if self.first:
+            return "i0", self.ix(self.nest.leaves[0].extent), "true"
+        return "0", "1", "true"
 
     def emit_grid_combine(self, em: _Emitter, reds: list[Reduce]) -> None:
-        """Every block writes its partial accumulators; the row's last block reads them all back
-        and goes on to the row outputs, the others go to their next row."""
-        rows = self.ix(self.nest.leaves[0].extent) if self.first else "1"
-        row = "i0" if self.first else "0"
-        ptype = self.nest.leaves[self.grid_red[0]].ptype
-        for n, r in enumerate(reds):
-            em(self.d.grid_reduce[ptype]["put"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype],
-                                                       slot=f"({n} * {rows} + {row})"))
-        em(self.d.grid_reduce[ptype]["last"].format(row=row, leave="continue" if self.first else "return"))
-        for n, r in enumerate(reds):
-            em(self.d.grid_reduce[ptype]["combine"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], op=r.op,
-                                                           slot=f"({n} * {rows} + {row})"))
+        """Every block writes its partial accumulators (a slot per reduction and row); then
+        either the row's last block reads them all back and goes on to the row outputs (the
+        others to their next row), or (``grid_sync``) every block waits for the others and
+        combines them, in one order for all."""
+        g = self.d.grid_reduce[self.nest.leaves[self.grid_red[0]].ptype]
+        t = g[self.grid_thread]
+        row, rows, valid = self._grid_row()
+        index = {id(q): j for j, q in enumerate(self.reduces)}     # a slot per reduction of the kernel
+        where = {id(r): dict(slot=f"({index[id(r)]} * {rows} + {row})", n=index[id(r)], rows=rows, row=row,
+                             valid=valid) for r in reds}
+        for r in reds:
+            em(t["put"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], **where[id(r)]))
+        if self.grid_sync:
+            em(g["sync"])
+        else:
+            leaf_row = "i0" if self.first else "0"
+            em(g["last"].format(row=leaf_row, leave="continue" if self.first else "return"))
+        for r in reds:
+            em(t["combine"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], op=r.op, **where[id(r)]))
 
     def _stages(self) -> int:
         """Shared-memory stages of the prefetch (0: the register array). With ``S`` stages,

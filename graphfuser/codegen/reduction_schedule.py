@@ -18,6 +18,21 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
   row's blocks combine through a workspace, the last one stores the row outputs.
 - outer (GPU): kept -> ``[BIDx, TIDx(32)]`` (coalesced along the contiguous kept dim), reduced ->
   ``[Serial, TIDy(16)]``, combined across TIDy at the end of each pass.
+- outer, split (GPU, few kept columns, long columns: batch norm's statistics over N, H, W of a
+  channels-last tensor, ``x.sum(0)``): the same with the reduced chunks on ``BIDy`` (a grid-stride
+  loop over chunks of 16 reduced indices), so ``ceilDiv(C, 32) * gridDim.y`` blocks fill the
+  device. The blocks of a column tile combine through a workspace: single-pass kernels let the
+  tile's last block store the outputs; multi-pass ones (a normalization's epilogue, a backward's
+  second reduction) meet at a barrier of the tile's blocks after each reduction pass, then every
+  block combines the partials in the same order (identical, deterministic values) and goes on.
+  The barrier needs every block resident: those kernels are launched cooperatively.
+  Why one kernel with barriers rather than a statistics kernel and a pointwise epilogue kernel:
+  both read the input twice (a [64, 256, 56, 56] fp32 tensor is 205 MB, more than the GPU holds
+  on chip, so the epilogue re-reads it either way), but one kernel has no launch between the
+  passes, keeps the per-channel values (mean, rstd, the backward's sums) in registers instead of
+  a round trip through memory, and starts each pass with the chunks its blocks read last (passes
+  alternate direction), which are still in L2. Inner split kernels (NCHW: a channel's N * H * W
+  row across blocks) use the same barriers.
 - inner (CPU): kept -> BIDx (OpenMP over rows), reduced -> one simd loop per pass.
 - outer (CPU): kept -> ``split(W)`` -> ``[BIDx, Serial(reduced), Unroll(W)]``: W accumulators
   per thread across the contiguous kept dim (an unrolled loop the compiler vectorizes).
@@ -52,7 +67,7 @@ class ReductionParams:
     max_threads: int = MAX_THREADS
     lanes: int = 1              # CPU outer: kept elements per thread
     online: bool = False        # softmax's max and sum in one pass (multi-pass GPU schedule)
-    split: bool = False         # multi-pass GPU schedule whose row is split across gridDim.y blocks
+    split: bool = False         # GPU: the reduced extent is split across gridDim.y blocks
     scratch: bool = False       # CPU: computed values for later passes in a per-row array
     unroll: int = 1             # "none": vectors per thread per grid-stride step
 
@@ -61,7 +76,7 @@ class ReductionParams:
         if self.target == "cpu":
             return f"{self.kind}_scratch" if self.scratch else self.kind
         if self.kind != "inner":
-            return f"{self.kind}_v{self.vector}"
+            return f"{self.kind}_{'split_' if self.split else ''}v{self.vector}"
         if self.split:
             return f"split_v{self.vector}"
         return f"p{self.persistent}_v{self.vector}" if self.persistent else f"mp_v{self.vector}"
@@ -84,7 +99,9 @@ def reduction_variants(kernel: ReductionKernel, target: str,
         # rows up to SCRATCH_ROWS elements keep exp(x - max) & co. on the stack (launcher picks)
         return [ReductionParams("cpu", "inner", scratch=True), ReductionParams("cpu", "inner")]
     if kernel.kind == "outer":
-        return [ReductionParams("cuda", "outer", block=OUTER_BLOCK, max_threads=OUTER_BLOCK[0] * OUTER_BLOCK[1])]
+        threads = OUTER_BLOCK[0] * OUTER_BLOCK[1]
+        return [ReductionParams("cuda", "outer", block=OUTER_BLOCK, max_threads=threads),
+                ReductionParams("cuda", "outer", block=OUTER_BLOCK, max_threads=threads, split=True)]
     out = []
     widths = [1]
     v = vector_width(kernel)
@@ -128,6 +145,8 @@ def schedule_reduction(kernel: ReductionKernel, params: ReductionParams) -> Loop
         nest.parallelize(1, P.TIDx)
         nest.split(2, ty)
         nest.parallelize(3, P.TIDy)
+        if params.split:
+            nest.parallelize(2, P.BIDy)        # grid-stride over the chunks of ty reduced indices
         return _rows(nest, n_kept)
     if params.vector > 1:
         nest.split(r, params.vector)

@@ -18,6 +18,10 @@ choice of variant from the run-time row size:
 - the grid is as many blocks as fit on the device at once (occupancy, with the prefetch
   stages' dynamic shared memory counted); rows beyond it grid-stride, so each block's next
   row is loading while it reduces this one.
+- split variants (few rows / column tiles, long reductions: statistics over N, H, W) spread
+  each row or tile over ``gridDim.y`` blocks, with a float64-slot workspace for the partials
+  and zeroed counters (both allocated per call); those with grid barriers (several passes)
+  launch cooperatively with a grid of at most the resident blocks.
 
 Measured on an H200 (``tools/sweep_reductions.py``, bf16 rows of 1024..16384): one prefetch
 stage and up to 32 elements per thread put layer norm, softmax and RMSNorm at 78-86% of copy
@@ -63,6 +67,7 @@ class ReductionGroup:
         self.sub, self.target, self.device, self.name = sub, target, device, name
         self.kernel, self.plan = lower_reduction_group(sub, name)
         self.variants: list[tuple[str, Any, ReductionParams, str, list[str], int]] = []
+        self.grid_sync: list[bool] = []     # per variant: blocks wait for each other (cooperative launch)
         dialect = CUDA if target == "cuda" else CPP
         fns: list[str] = []
         self.stages, self.min_threads = auto_knobs(self.kernel)
@@ -85,6 +90,7 @@ class ReductionGroup:
                                                 params.online, params.scratch, info))
                 self.variants.append((fname, nest, params, itype, info.get("divisors", []),
                                       info.get("shared_per_thread", 0)))
+                self.grid_sync.append(bool(info.get("grid_sync")))
         render = render_source if self.kernel.kind == "none" else render_reduction_source
         self.functions = fns
         self.source = render(fns, dialect)          # every variant: dumps, repros, NVRTC checks
@@ -222,13 +228,7 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         lines.append(f"block = ({variants[scalar].block[0]}, 1, 1)")
         return lines
     if k.kind == "outer":
-        tx, ty = variants[0].block
-        lines.append("f = _fns[o] or _load(o)")
-        lines.append(f"block = ({tx}, {ty}, 1)")
-        lines.append(f"grid = (rows + {tx - 1}) // {tx}")
-        lines.append(f"cap = {_grid_cap(tx * ty)}")
-        lines.append("grid = (grid if grid < cap else cap, 1, 1)")
-        return lines
+        return lines + _outer_choice(cg, variants)
     for w, cond in ((V, "if vec:"), (1, "else:")):
         if w == 1 and V == 1:
             cond = "if True:"
@@ -239,7 +239,14 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         split = next((i for i, p in enumerate(variants) if p.vector == w and p.split), None)
         branch = "if"
         if split is not None:
-            lines.append(f"    if rows * {SPLIT_ROWS} <= _sms and nv >= {SPLIT_MIN_VECTORS}:")
+            # a kernel whose blocks meet at barriers splits rows that leave the device half
+            # idle (its alternative re-reads whole rows in one block each); one that does not
+            # splits only the fewest, longest rows
+            if cg.grid_sync[split]:
+                few = f"rows <= {SPLIT_SYNC_ROWS} * _sms and nv >= {SPLIT_SYNC_MIN_VECTORS}"
+            else:
+                few = f"rows * {SPLIT_ROWS} <= _sms and nv >= {SPLIT_MIN_VECTORS}"
+            lines.append(f"    if {few}:")
             lines.append(f"        f, tx, sh, chunks = _fns[{split} + o] or _load({split} + o), "
                          f"{variants[split].block[0]}, 0, (nv + {variants[split].block[0] - 1}) // "
                          f"{variants[split].block[0]}")
@@ -260,20 +267,50 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         lines.append(f"        f, tx, sh = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}, 0")
     lines.append("block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)")
     lines.append("sh = sh * block[0]")
-    lines.append(f"cap = {_grid_cap('block[0]', 'sh')}")
     if any(p.split for p in variants):
         n_red = len(k.reductions())
         lines.append("if chunks:")
-        lines.append("    gy = cap // rows")
+        lines.append("    cap = f.resident_blocks(block[0], sh)     # every block resident: the barriers need it")
+        lines.append("    gx = rows if rows < cap else cap")
+        lines.append("    gy = cap // gx")
         lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
-        lines.append("    grid = (rows, gy, 1)")
+        lines.append("    grid = (gx, gy, 1)")
         lines.append(f"    ws, sem = _workspace({n_red} * rows * gy), _counters(rows)   # alive until launched")
         lines.append("    a = a + (ws.data_ptr(), sem.data_ptr())")
         lines.append("else:")
+        lines.append(f"    cap = {_grid_cap('block[0]', 'sh')}")
         lines.append("    grid = (rows if rows < cap else cap, 1, 1)")
         lines.insert(2, "chunks = 0")
     else:
+        lines.append(f"cap = {_grid_cap('block[0]', 'sh')}")
         lines.append("grid = (rows if rows < cap else cap, 1, 1)")
+    return lines
+
+
+def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[str]:
+    """Outer reductions: ``ceilDiv(rows, TIDx)`` column tiles of one block each, or (few tiles,
+    long columns) the split variant, ``gridDim.y`` blocks per tile, as many as are resident at
+    once (its barriers need every block resident; rows beyond the grid grid-stride)."""
+    k = cg.kernel
+    tx, ty = variants[0].block
+    lines = [f"block = ({tx}, {ty}, 1)", f"tiles = (rows + {tx - 1}) // {tx}"]
+    split = next((i for i, p in enumerate(variants) if p.split), None)
+    branch = "if True:"
+    if split is not None:
+        lines.append(f"if tiles < {OUTER_SPLIT_TILES} * _sms and nr >= {OUTER_SPLIT_MIN_ROWS}:")
+        lines.append(f"    f = _fns[{split} + o] or _load({split} + o)")
+        lines.append(f"    cap = f.resident_blocks({tx * ty}, 0)")
+        lines.append("    gx = tiles if tiles < cap else cap")
+        lines.append(f"    gy, chunks = cap // gx, (nr + {ty - 1}) // {ty}")
+        lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
+        lines.append("    grid = (gx, gy, 1)")
+        lines.append(f"    ws, sem = _workspace({len(k.reductions())} * rows * gy), _counters(tiles)   # alive until launched")
+        lines.append("    a = a + (ws.data_ptr(), sem.data_ptr())")
+        branch = "else:"
+    lines.append(branch)
+    lines.append("    f = _fns[o] or _load(o)")
+    lines.append(f"    cap = {_grid_cap(tx * ty)}")
+    lines.append("    grid = (tiles if tiles < cap else cap, 1, 1)")
     return lines
 
 
@@ -299,6 +336,11 @@ WIDE_ROW_VECTORS = 512     # rows of this many vectors or more count as wide for
 
 SPLIT_ROWS = 2             # rows split across blocks when rows * SPLIT_ROWS <= SM count ...
 SPLIT_MIN_VECTORS = 8192   # ... and a row has at least this many vectors
+SPLIT_SYNC_ROWS = 2        # kernels with barriers: rows split when rows <= SPLIT_SYNC_ROWS * SM count ...
+SPLIT_SYNC_MIN_VECTORS = 1024   # ... and a row has two blocks' worth of vectors (later passes re-read
+                                # from L2 when the tensor fits there; one block per row leaves SMs idle)
+OUTER_SPLIT_TILES = 2      # outer: columns split across blocks when tiles < OUTER_SPLIT_TILES * SM count ...
+OUTER_SPLIT_MIN_ROWS = 256  # ... and a column has at least this many elements
 
 
 def _splittable(kernel, nest, dialect) -> bool:
@@ -367,7 +409,8 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
             fname, _, params, itype, divs, _ = cg.variants[i]
             vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds \
                 + ["u32", "u32"] * len(divs) + ["ptr", "ptr"] * params.split
-            f = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx, vk)
+            f = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx, vk,
+                                       cooperative=cg.grid_sync[i])
             shared = cg.variants[i][5] * MAX_THREADS
             if shared > 48 * 1024:
                 f.set_max_dynamic_shared(shared)

@@ -180,11 +180,12 @@ def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
     if training is None:
         return "batch_norm with a run-time training flag is not fused"
     if training:
-        x = args.get("input")
-        if isinstance(x, Value) and getattr(x.type, "device", None) is not None and x.type.device.type == "cuda":
-            from ..passes.batch_norm import CUDA_TRAINING_REASON
+        from ..config import config
 
-            return CUDA_TRAINING_REASON
+        if config.is_disabled("batch_norm_training"):
+            from ..passes.batch_norm import DISABLED_REASON
+
+            return DISABLED_REASON
         if any(isinstance(args.get(n), Value) for n in ("running_mean", "running_var")):
             return ("batch_norm in training mode updates its running stats in place; not fused (the "
                     "batch_norm_training pass splits the update off where the flag is known True and the "

@@ -14,8 +14,9 @@ effect off as eager does it (``batch_norm_cpu_update_stats_template`` and its CU
     %m1 = aten::detach(%m)  ...                             # the update carries no gradient
     %rm1 = aten::add(aten::mul(%m1, %mom), aten::mul(%rm, 1 - mom))      (same for %rv)
     ...
-    aten::copy_(%rm, aten::detach(%rm1))                    # after the consumers of %y
-    aten::copy_(%rv, aten::detach(%rv1))
+    prim::If(aten::gt(aten::numel(%x), 0))                  # after the consumers of %y
+      aten::copy_(%rm, aten::detach(%rm1))                  # (an empty batch updates nothing)
+      aten::copy_(%rv, aten::detach(%rv1))
 
 The partition puts the mean / var / update arithmetic in the group of ``%y`` (one reduction over
 N, H, W per channel, read once) and the ReLU / residual add after it; the group writes the new
@@ -39,6 +40,7 @@ from typing import Optional
 
 import torch
 
+from ..config import config
 from ..executor.builtins import resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type, layout_of
@@ -55,13 +57,15 @@ _SCHEMAS = {
     "aten::add": "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
     "aten::copy_": "aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)",
     "aten::sub": "aten::sub.float(float a, float b) -> float",
+    "aten::numel": "aten::numel(Tensor self) -> int",
+    "aten::gt": "aten::gt.int(int a, int b) -> bool",
 }
 
 
-# The batch statistics reduce over N and the spatial dims per channel: the reduction scheduler
-# has no competitive CUDA schedule for that shape yet (BN(train)+ReLU f32 channels-last
-# [64,256,56,56] on an H100: 16.9 ms fused against cuDNN's 0.94 ms), so CUDA keeps eager's kernel.
-CUDA_TRAINING_REASON = "batch_norm in training on CUDA runs cuDNN (no competitive schedule for batch statistics)"
+# PYTORCH_NVFUSER_DISABLE=batch_norm_training leaves batch norm in training to eager (cuDNN on
+# CUDA). Fused, its statistics reduce over N and the spatial dims per channel: on CUDA the outer
+# and split reduction schedules (codegen/reduction_schedule.py) spread that over the whole grid.
+DISABLED_REASON = "batch_norm in training runs eager's kernel (PYTORCH_NVFUSER_DISABLE=batch_norm_training)"
 
 
 def _flag(v: Value) -> Optional[bool]:
@@ -118,8 +122,8 @@ def _eligible(node: Node) -> Optional[str]:
         return "running stats that may be None, or types that were not profiled"
     if x.type.rank is None or x.type.rank < 2 or rm.type.rank != 1 or rv.type.rank != 1:
         return "unexpected ranks"
-    if x.type.device is not None and x.type.device.type == "cuda":
-        return CUDA_TRAINING_REASON
+    if config.is_disabled("batch_norm_training"):
+        return DISABLED_REASON
     return None
 
 
@@ -156,11 +160,20 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
     return y, [(rm, _update(e, x, mean, rm, momentum, one)), (rv, _update(e, x, var, rv, momentum, one))]
 
 
-def _write_back(e: _Builder, updates: list[tuple[Value, Value]]) -> None:
-    # every detach before the first copy_ (a barrier): the detaches join the update's group
+def _write_back(e: _Builder, x: Value, updates: list[tuple[Value, Value]]) -> None:
+    """The ``copy_`` of each new running stat, under ``prim::If(x.numel() > 0)``: eager leaves
+    the running stats alone for an empty batch (whose statistics are NaN)."""
+    # every detach before the copies (a barrier): the detaches join the update's group
     detached = [(running, e.op("aten::detach", [new], new.type)) for running, new in updates]
+    n = e.op("aten::numel", [x], Type("int"))
+    nonempty = e.op("aten::gt", [n, e.const(0, "int")], Type("bool"))
+    g = e.graph
+    ifn = e._put(g.create("prim::If", [nonempty], [], source=e.source))
+    copies, skip = ifn.add_block(), ifn.add_block()
+    copies.returns, skip.returns = [], []
+    inner = _Builder(copies, e.source)
     for running, d in detached:
-        e.op("aten::copy_", [running, d, e.const(False, "bool")], running.type)
+        inner.op("aten::copy_", [running, d, inner.const(False, "bool")], running.type)
 
 
 def _update_site(block: Block, after: Node, running: list[Value]) -> Optional[Node]:
@@ -187,7 +200,7 @@ def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
         block.replace_return_everywhere(y_old, y)
         block.remove(node)
         site = _update_site(block, updates[-1][1].node, [rm, rv])
-        _write_back(_Builder(block, node.source, anchor=site), updates)
+        _write_back(_Builder(block, node.source, anchor=site), x, updates)
         return
     # a run-time flag: If(training) { rewritten } else { the original node }
     g = block.graph
@@ -196,7 +209,7 @@ def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
     taken, other = ifn.add_block(), ifn.add_block()
     e = _Builder(taken, node.source)
     y, updates = _training_nodes(e, node)
-    _write_back(e, updates)
+    _write_back(e, x, updates)
     taken.returns = [y]
     for user, i in list(y_old.uses):
         user.replace_input(i, ifn.output)

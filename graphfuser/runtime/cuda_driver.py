@@ -114,13 +114,16 @@ def ensure_context(device_index: int, kernel: str = "<none>"):
 
 
 # The generated launch: unrolled slot writes, everything else bound as closure constants.
+# {extra}: cuLaunchKernel's ``extra`` argument (0); cuLaunchCooperativeKernel has none. Kernels
+# whose blocks wait for each other (grid barriers) need every block resident at once, which only
+# a cooperative launch guarantees (it refuses a grid that does not fit).
 _LAUNCH_TEMPLATE = '''
 def launch(grid, block, stream{params}, shared_mem=0):
     if _get_device() != _device:
         return _launch_elsewhere(grid, block, stream, ({args}), shared_mem)
     _pack(_buf, 0{args_tail})
     err = _cuLaunchKernel(_func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                          shared_mem, stream, _params, 0)[0]
+                          shared_mem, stream, _params{extra})[0]
     if err:
         _raise(err, grid, block, shared_mem)
 '''
@@ -132,15 +135,18 @@ class CudaKernel:
     ``arg_kinds`` lists the kernel's parameters in order: ``"ptr"`` (device pointer as int),
     ``"i32"``, ``"i64"``, ``"f32"``, ``"f64"``. ``launch(grid, block, stream, *args,
     shared_mem=0)`` returns nothing and raises :class:`LaunchError` when the launch is refused.
+    ``cooperative``: launch with ``cuLaunchCooperativeKernel`` (kernels with grid barriers).
     """
 
-    def __init__(self, cubin: bytes, name: str, device_index: int, arg_kinds: Sequence[str]) -> None:
+    def __init__(self, cubin: bytes, name: str, device_index: int, arg_kinds: Sequence[str],
+                 cooperative: bool = False) -> None:
         for kind in arg_kinds:
             if kind not in ARG_CTYPES:
                 raise ValueError(f"kernel {name}: unknown arg kind {kind!r}; valid kinds are: "
                                  f"{', '.join(ARG_CTYPES)}")
         drv = _driver()
         self.name = name
+        self.cooperative = bool(cooperative)
         self.device_index = int(device_index)
         self.arg_kinds = tuple(arg_kinds)
         with torch.cuda.device(self.device_index):
@@ -175,14 +181,15 @@ class CudaKernel:
         params = "".join(f", a{i}" for i in range(n))
         args = "".join(f"a{i}, " for i in range(n))
         args_tail = "".join(f", a{i}" for i in range(n))
-        src = _LAUNCH_TEMPLATE.format(params=params, args=args, args_tail=args_tail)
+        src = _LAUNCH_TEMPLATE.format(params=params, args=args, args_tail=args_tail,
+                                      extra="" if self.cooperative else ", 0")
         namespace = {
             "_get_device": torch._C._cuda_getDevice,
             "_device": self.device_index,
             "_launch_elsewhere": self._launch_elsewhere,
             "_buf": self.slots,
             "_pack": self._struct.pack_into,
-            "_cuLaunchKernel": _driver().cuLaunchKernel,
+            "_cuLaunchKernel": _driver().cuLaunchCooperativeKernel if self.cooperative else _driver().cuLaunchKernel,
             "_func": self.func,
             "_params": self.params_address,
             "_raise": self._raise,
@@ -197,7 +204,7 @@ class CudaKernel:
 
     def _raise(self, err, grid, block, shared_mem) -> None:
         raise LaunchError(
-            f"cuLaunchKernel failed for kernel {self.name} on cuda:{self.device_index} "
+            f"{'cuLaunchCooperativeKernel' if self.cooperative else 'cuLaunchKernel'} failed for kernel {self.name} on cuda:{self.device_index} "
             f"(grid={tuple(grid)}, block={tuple(block)}, shared_mem={shared_mem}): "
             f"{error_string(err)}"
         )

@@ -238,3 +238,12 @@ def test_training_on_cuda(dtype):
                 torch.testing.assert_close(rv_f, rv_e, **_TOL[dt])
         groups = [n for n in sf._optimized.all_nodes() if n.kind == "prim::CudaFusionGroup"]
         assert len(groups) == 1, str(sf._optimized)
+
+
+@pytest.mark.parametrize("shape", [(0, 6, 5, 3), (3, 6, 0, 3)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_empty_batch_keeps_running_stats(shape, channels_last):
+    """An empty batch: eager returns an empty output and leaves the running stats alone (the
+    fused statistics would be NaN); the gradients of weight and bias are zeros."""
+    sf = _function_run(bn_relu, torch.float32, shape, channels_last, steps=3)
+    assert fallback_counter(sf)["fallback"] == 0

@@ -170,3 +170,20 @@ def test_launch_from_other_current_device_and_cuda1():
     with torch.cuda.device(1):
         _add_one(k0, y, out0)
     torch.testing.assert_close(out0, y + 1)
+
+
+def test_cooperative_launch_runs_and_refuses_grids_that_do_not_fit():
+    """Kernels with grid barriers launch cooperatively: every block resident, or an error (never
+    a hang)."""
+    from graphfuser.runtime import cuda_driver, nvrtc
+
+    cubin = nvrtc.compile_cubin(ADD_ONE, "add_one", cuda_driver.device_arch(0))
+    k = cuda_driver.CudaKernel(cubin, "add_one", 0, ["ptr", "ptr", "i64"], cooperative=True)
+    fit = k.resident_blocks(BLOCK)
+    n = fit * BLOCK
+    x = torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    k.launch((fit, 1, 1), (BLOCK, 1, 1), cuda_driver.raw_stream(0), x.data_ptr(), out.data_ptr(), n)
+    torch.testing.assert_close(out, x + 1)
+    with pytest.raises(LaunchError, match="cuLaunchCooperativeKernel"):
+        k.launch((fit * 2 + 1, 1, 1), (BLOCK, 1, 1), cuda_driver.raw_stream(0), x.data_ptr(), out.data_ptr(), n)

@@ -1,0 +1,89 @@
+"""The split reduction schedules in CUDA source (no GPU needed): batch norm in training's forward
+and backward (reductions over N, H, W with a full-size epilogue) render a split variant whose
+blocks meet at grid barriers and launch cooperatively, for channels-last (outer: a column tile
+per blockIdx.x) and contiguous NCHW (inner: a channel's row split across blockIdx.y); a single-pass
+outer reduction lets the tile's last block finish instead. NVRTC compiles every split variant and
+the generated launchers are valid Python. GPU runs: tests/cuda/test_cuda_outer_split.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.autodiff.function import DifferentiableGroup
+from graphfuser.config import config
+from graphfuser.executor.compiled_reduction import ReductionGroup, launcher_source
+from graphfuser.runtime import nvrtc
+
+from helpers import fusion_groups
+
+
+def bn_relu(x, w, b, rm, rv):
+    return F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5).relu()
+
+
+def channel_sums(x):
+    return x.sum([0, 2, 3]), x.amax([0, 2, 3])
+
+
+def _groups(fn, *args, backward: bool = False) -> list[ReductionGroup]:
+    sf = graphfuser.script(fn)
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            y = sf(*args)
+            if backward:
+                y.backward(torch.ones_like(y))
+    graphs = [sf._optimized]
+    if backward:
+        graphs += [r.backward._optimized for r in sf._runners.values() if isinstance(r, DifferentiableGroup)]
+    return [ReductionGroup(g.subgraph, "cuda", torch.device("cuda", 0), f"k{i}")
+            for i, g in enumerate(n for graph in graphs for n in fusion_groups(graph))]
+
+
+def _compile(cg: ReductionGroup, names: list[str]) -> None:
+    ok, why = nvrtc.available()
+    if not ok:
+        pytest.skip(f"NVRTC unavailable: {why}")
+    for i, (fname, *_rest) in enumerate(cg.variants):
+        if fname in names:
+            nvrtc.compile_cubin(cg.variant_sources[i], fname, 90)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_batch_norm_training_split_with_grid_barriers(dtype, channels_last):
+    x = torch.randn(4, 6, 5, 3, dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_()
+    w, b = (torch.rand(6) + 0.5).to(dtype).requires_grad_(), torch.randn(6).to(dtype).requires_grad_()
+    rm, rv = torch.zeros(6, dtype=dtype), torch.ones(6, dtype=dtype)
+    groups = _groups(bn_relu, x, w, b, rm, rv, backward=True)
+    assert len(groups) == 2                          # forward, backward
+    for cg in groups:
+        assert cg.kernel.kind == ("outer" if channels_last else "inner")
+        split = [v[0] for v, sync in zip(cg.variants, cg.grid_sync) if v[2].split]
+        assert split and all(sync for v, sync in zip(cg.variants, cg.grid_sync) if v[2].split), cg.variants
+        assert not any(sync for v, sync in zip(cg.variants, cg.grid_sync) if not v[2].split)
+        src = cg.variant_sources[[v[0] for v in cg.variants].index(split[0])]
+        phases = cg.kernel.reduction_phases()
+        assert src.count("gf_grid_sync(gf_sem + blockIdx.x, gf_gen);") == phases    # one barrier per reduction pass
+        assert "blockIdx.y == 0" in src                                           # one block stores row outputs
+        _compile(cg, split)
+        launcher = launcher_source(cg)
+        compile(launcher, "<launcher>", "exec")
+        assert "_workspace(" in launcher and "_counters(" in launcher
+
+
+def test_single_pass_outer_split_lets_the_last_block_finish():
+    x = torch.randn(8, 6, 5, 3).contiguous(memory_format=torch.channels_last)
+    (cg,) = _groups(channel_sums, x)
+    assert cg.kernel.kind == "outer"
+    names = [v[0] for v in cg.variants]
+    assert "k0_outer_split_v1_i32" in names and not any(cg.grid_sync)
+    src = cg.variant_sources[names.index("k0_outer_split_v1_i32")]
+    assert "gf_grid_last(gf_sem + i0, gf_smem)" in src and "gf_grid_sync(" not in src.split("k0_outer_split")[1]
+    assert "gf_grid_combine_y<gf_op_max, float>" in src
+    _compile(cg, ["k0_outer_split_v1_i32", "k0_outer_split_v1_i64"])
+    compile(launcher_source(cg), "<launcher>", "exec")
