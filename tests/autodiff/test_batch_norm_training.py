@@ -209,7 +209,7 @@ def test_training_on_cuda(dtype):
         sf = graphfuser.script(mf)
         x = _x(shape, dtype, True).detach().cuda().requires_grad_()
         r = torch.randn(shape, dtype=dtype, device="cuda")
-        with config.override(disable=["fallback"]):
+        with config.override(disable=["fallback"], enable=["cuda_batch_norm_training"]):
             for _ in range(5):
                 gy = torch.randn(shape, dtype=dtype, device="cuda")
                 ye, yf = me(x, r), sf(x, r)

@@ -19,6 +19,13 @@ from graphfuser.executor import compiled_reduction
 from graphfuser.runtime import cuda_driver
 from helpers import fallback_counter
 
+
+@pytest.fixture(autouse=True)
+def _fused_batch_norm_training():
+    """Batch norm in training fuses on CUDA only when asked (cuDNN is the default there)."""
+    with config.override(enable=["cuda_batch_norm_training"]):
+        yield
+
 pytestmark = pytest.mark.cuda
 
 HALF = [torch.float16, torch.bfloat16]
@@ -81,7 +88,11 @@ def run(fn, *args, tol, n=4):
 @pytest.fixture(params=["split", "plain"])
 def split_mode(request, monkeypatch):
     """Force the split schedules (every size splits) or refuse them (the one-block-per-tile and
-    one-block-per-row schedules)."""
+    one-block-per-row schedules). The thresholds are written into launchers when they are built:
+    launchers built under the other mode are dropped from the in-memory cache first."""
+    from graphfuser.executor import compiled
+
+    monkeypatch.setattr(compiled, "_MEMORY", {})
     if request.param == "split":
         monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_MIN_ROWS", 1)
         monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_TILES", 10 ** 6)
