@@ -329,6 +329,13 @@ def _where(d, a, g, out):
     return {"self": d.where(c, g, 0.0), "other": d.where(c, 0.0, g)}
 
 
+@derivative("masked_fill")
+def _masked_fill(d, a, g, out):
+    # a tensor value (0-dim) gets the gradient of every filled element, summed by the builder
+    m = a["mask"]
+    return {"self": d.where(m, 0.0, g), "value": d.where(m, g, 0.0)}
+
+
 @derivative("threshold")
 def _threshold(d, a, g, out):
     return {"self": d.where(d.op("aten::gt", a["self"], a["threshold"]), g, 0.0)}
