@@ -225,6 +225,9 @@ class _BlockPartition:
                 self.members[gid] = [node]
                 self.device[gid] = dev
             jit_log("partition", 2, f"{node.where()} -> group {gid}")
+        from .reduction_split import split_reduction_chains
+
+        split_reduction_chains(self, next_id)
         if config.horizontal_mode:
             self._horizontal()
         groups = []

@@ -28,10 +28,12 @@ CASES = {
     "sig_tanh": (bt.sig_tanh, lambda: (_r(4096), _r(4096)), None, (1, 1)),
     "bias_gelu": (bt.bias_gelu, lambda: (_r(64, 128, dtype=BF), _r(128, dtype=BF)), None, (1, 1)),
     "swiglu": (bt.swiglu, lambda: (_r(64, 128, dtype=BF), _r(64, 128, dtype=BF)), None, (1, 1)),
-    # row part: the recomputed forward and the dot reduction, its scalar chain, the epilogue (the
-    # weight's column sum runs as one aten op); a single persistent kernel needs two reductions
-    # in one group, which the partition does not form yet
-    "rmsnorm": (lambda: bt.RMSNorm(128), lambda: (_r(64, 128, dtype=BF),), None, (1, 3)),
+    # the row kernel (recomputed forward, the dot reduction, dx; it writes rstd, one value per
+    # row) and the weight's column sum, which recomputes grad * y from x, grad and rstd
+    "rmsnorm": (lambda: bt.RMSNorm(128), lambda: (_r(64, 128, dtype=BF),), None, (1, 2)),
+    # dropout inside the softmax kernel; the backward regenerates the mask in its one kernel
+    "softmax_mask_dropout": (bt.softmax_mask_dropout,
+                             lambda: (_r(4, 16, 33, dtype=BF), torch.rand(16, 33) > 0.9), None, (1, 1)),
     "mlp_autocast": (lambda: bt.MLPBlock(64, 256).eval(), lambda: (_r(32, 64),), BF, (3, 3)),
 }
 
@@ -55,6 +57,21 @@ def test_forward_and_backward_group_counts(name):
     (fwd, bwd), _ = _counts(name)
     want_fwd, most_bwd = CASES[name][3]
     assert fwd == want_fwd and 1 <= bwd <= most_bwd, (fwd, bwd)
+
+
+def test_rmsnorm_backward_writes_no_full_size_intermediate():
+    """The row kernel writes dx and rstd only: grad * y, the weight gradient's summand, is
+    recomputed by the column kernel instead of going through memory."""
+    _, sf = _counts("rmsnorm")
+    from graphfuser.autodiff.function import DifferentiableGroup
+
+    for r in sf._runners.values():
+        if isinstance(r, DifferentiableGroup):
+            g = r.backward._optimized
+            groups = [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
+            full = [o for n in groups for o in n.subgraph.outputs if tuple(o.type.sizes) == (64, 128)]
+            assert len(full) == 1 and full[0].type.dtype == BF, str(g)
+            assert not [n for n in g.all_nodes() if n.kind == "aten::sum_to_size"], str(g)
 
 
 def test_reduction_gradient_is_not_broadcast_through_memory():

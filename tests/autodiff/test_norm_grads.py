@@ -36,6 +36,12 @@ ROW_CASES = {
     "layer_norm_no_affine": [f"{F}.layer_norm(x + y, [x.size(-1)]) * y"],
     "layer_norm_2d": [f"{F}.layer_norm(x * y, [x.size(-2), x.size(-1)], x * 0.0 + 1.5, y * 0.5)"],
     "native_layer_norm": ["torch.native_layer_norm(x * y, [x.size(-1)], w, b, 1e-5)[0]"],
+    # mean and rstd do not require grad in eager (nothing flows back through them), and using
+    # them no longer keeps the group from fusing under grad
+    "native_layer_norm_stats": ["torch.native_layer_norm(x * y, [x.size(-1)], w, b, 1e-5)[0] * "
+                                "torch.native_layer_norm(x * y, [x.size(-1)], w, b, 1e-5)[2]",
+                                "torch.native_layer_norm(x + y, [x.size(-1)], None, None, 1e-5)[1] * y"],
+    "native_layer_norm_rstd_only": ["torch.native_layer_norm(x * y, [x.size(-1)], w, b, 1e-3)[2] * y * y"],
     "rms_norm": [f"{F}.rms_norm(x + 1.0, [x.size(-1)], w).relu()"],
     "rms_norm_eps": [f"{F}.rms_norm(x * y, [x.size(-1)], None, 1e-3)"],
 }
@@ -68,14 +74,14 @@ def test_row_grads(case, dtype):
     check_grads(fn, _inputs(dtype, "dense"), GRAD_TOL[dtype])
 
 
-@pytest.mark.parametrize("case", ["var", "std_mean", "prod", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("case", ["var", "std_mean", "prod", "layer_norm", "rms_norm", "native_layer_norm_stats"])
 @pytest.mark.parametrize("layout", ["transposed", "sliced"])
 def test_row_grads_layouts(case, layout):
     fn = make_function(["x", "y", "w", "b"], ROW_CASES[case])
     check_grads(fn, _inputs(torch.float32, layout), GRAD_TOL[torch.float32])
 
 
-@pytest.mark.parametrize("case", ["var", "std", "layer_norm", "rms_norm", "var_mean"])
+@pytest.mark.parametrize("case", ["var", "std", "layer_norm", "rms_norm", "var_mean", "native_layer_norm_stats"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_row_grads_half(case, dtype):
     fn = make_function(["x", "y", "w", "b"], ROW_CASES[case])
