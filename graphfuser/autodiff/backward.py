@@ -305,8 +305,8 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
         else:
             res = formula(d, args, widen(grads[n.output], n.output), vmap[n.output])
         for name, inp in bound.items():
-            if not isinstance(inp, Value) or inp not in diff:
-                continue
+            if not isinstance(inp, Value) or inp not in diff or name in row.ignored:
+                continue            # (type_as's / to's ``other`` only names a dtype: no gradient)
             if name not in res:
                 return f"{row.name} has no derivative with respect to {name}"
             r = res[name]
