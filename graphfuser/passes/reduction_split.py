@@ -12,7 +12,9 @@ its narrow ones (``rstd``, which the first group now writes instead: one value p
 The choice is by bytes, as AOTAutograd's min-cut partitioner chooses what to save: the
 recomputing group reads each full-size leaf once more (a leaf computed in the first group that
 is not already one of its outputs costs its write too), against the write and the read of the
-value; leaves narrower than the value count as free. Pointwise nodes of the chain are copied,
+value (a tie recomputes: the first group writes one tensor less, and the new group may merge
+with a sibling reading the same leaves, as the bias gradient's sum); leaves narrower than the
+value and expanded (stride-0) dims count as free. Pointwise nodes of the chain are copied,
 so the first group keeps them where it needs them itself; those it no longer needs are dropped.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from ..ir.graph import Node, Value
-from ..ir.types import TensorType
+from ..ir.types import TensorType, Type
 from ..log import jit_log
 from ..ops import lookup
 from ..ops.axes import analyze, is_reduction_node
@@ -28,12 +30,18 @@ from ..ops.axes import analyze, is_reduction_node
 if TYPE_CHECKING:
     from .partition import _BlockPartition
 
+_TO_DTYPE = ("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+             "MemoryFormat? memory_format=None) -> Tensor(a)")
 _ITEM = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}
 
 
 def _bytes(t: TensorType) -> int:
+    """Bytes a kernel reads of a value of type ``t``: expanded (stride-0) dims are read once."""
+    strides = getattr(t, "strides", None)
     n = 1
-    for s in t.sizes:
+    for d, s in enumerate(t.sizes):
+        if strides is not None and d < len(strides) and strides[d] == 0:
+            continue
         n *= max(s, 1) if s != -1 else 1024      # symbolic dims count alike on both sides
     return n * _ITEM.get(str(t.dtype).replace("torch.", ""), 1)
 
@@ -41,6 +49,39 @@ def _bytes(t: TensorType) -> int:
 def _full(v: Value, like: TensorType) -> bool:
     t = v.type
     return isinstance(t, TensorType) and t.complete and t.sizes == like.sizes
+
+
+def _data_inputs(n: Node) -> list[Value]:
+    """``n``'s inputs but those its row reads only for a dtype (type_as's / to's ``other``)."""
+    row = lookup(n.kind)
+    names = list(getattr(row, "arg_names", ()))
+    return [v for k, v in enumerate(n.inputs) if k >= len(names) or names[k] not in row.ignored]
+
+
+def _copy(part: "_BlockPartition", n: Node, vmap: dict[Value, Value]) -> Node:
+    """A copy of chain node ``n`` reading ``vmap``'s copies; a cast whose dtype comes from a
+    computed value (``type_as(a, y)``) becomes a cast to that dtype, so that value need not leave
+    its group."""
+    g = part.block.graph
+    data = _data_inputs(n)
+    if len(data) < len(n.inputs) and any(v.type.is_tensor and v.node is not None for v in n.inputs if v not in data):
+        from ..executor.builtins import resolve_aten
+        from ..ops.reduction import scalar_type_code
+
+        code = scalar_type_code(n.outputs[0].type.dtype)
+        consts = []
+        for value, tname in ((code, "int"), (False, "bool"), (False, "bool"), (None, "NoneType")):
+            c = g.create("prim::Constant", [], [Type(tname)], {} if value is None else {"value": value})
+            part.block.insert_before(n, c)      # moved before the copy's place below
+            consts.append(c)
+        c = g.create("aten::to", [vmap.get(data[0], data[0])] + [k.output for k in consts],
+                     [n.outputs[0].type], {}, n.source, [f"{n.outputs[0].name}_r"])
+        c.schema = resolve_aten("aten::to", _TO_DTYPE)
+        return c
+    c = g.create(n.kind, [vmap.get(i, i) for i in n.inputs], [o.type for o in n.outputs],
+                 dict(n.attrs), n.source, [f"{o.name}_r" for o in n.outputs])
+    c.schema = n.schema
+    return c
 
 
 def _chain(part: "_BlockPartition", v: Value, members: set[Node]) -> Optional[tuple[list[Node], int]]:
@@ -60,7 +101,7 @@ def _chain(part: "_BlockPartition", v: Value, members: set[Node]) -> Optional[tu
         if p in members and row is not None and row.kind in ("pointwise", "cast") and len(p.outputs) == 1 \
                 and _full(u, like):
             nodes.add(p)
-            stack += [i for i in p.inputs if isinstance(i.type, TensorType)]
+            stack += [i for i in _data_inputs(p) if isinstance(i.type, TensorType)]
             continue
         if u is v:
             return None
@@ -92,16 +133,14 @@ def split_reduction_chains(part: "_BlockPartition", next_id: int) -> None:
         if found is None:
             continue
         chain, cost = found
-        if cost >= 2 * _bytes(v.type):
-            continue
+        if cost > 2 * _bytes(v.type):
+            continue                        # (a tie recomputes: one write and one kernel fewer)
         if members & part._closure({r}, part.succ):
             continue                        # the group reads the reduction's result: a cycle
         vmap: dict[Value, Value] = {}
         copies = []
         for n in chain:
-            c = part.block.graph.create(n.kind, [vmap.get(i, i) for i in n.inputs], [o.type for o in n.outputs],
-                                        dict(n.attrs), n.source, [f"{o.name}_r" for o in n.outputs])
-            c.schema = n.schema
+            c = _copy(part, n, vmap)
             for o, co in zip(n.outputs, c.outputs):
                 vmap[o] = co
                 co.profiled = o.profiled

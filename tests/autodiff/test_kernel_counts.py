@@ -84,3 +84,30 @@ def test_reduction_gradient_is_not_broadcast_through_memory():
             g = r.backward._optimized
             outs = [o for n in g.all_nodes() if n.kind.endswith("FusionGroup") for o in n.subgraph.outputs]
             assert not any(getattr(o.type, "dtype", None) == torch.bool for o in outs), str(g)
+
+
+def test_layer_norm_backward_writes_only_dx_full_size():
+    """LayerNorm's backward: the row kernel writes dx (and mean, rstd: one value per row); the
+    weight and bias gradients' column sums recompute grad * xhat from x, grad, mean and rstd in
+    one kernel (passes/reduction_split.py) instead of reading full-size products."""
+    from graphfuser.autodiff.function import DifferentiableGroup
+
+    ln = torch.nn.LayerNorm(128)
+    x = _r(64, 128, dtype=torch.float32)
+    sf = graphfuser.script(ln)
+    gout = torch.randn(64, 128)
+    for _ in range(5):
+        ln.zero_grad()
+        x.grad = None
+        sf(x).backward(gout)
+    got = [x.grad.clone(), ln.weight.grad.clone(), ln.bias.grad.clone()]
+    x.grad = None
+    ln.zero_grad()
+    ln(x).backward(gout)
+    for g, r in zip(got, [x.grad, ln.weight.grad, ln.bias.grad]):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+    (dg,) = [r for r in sf._runners.values() if isinstance(r, DifferentiableGroup)]
+    g = dg.backward._optimized
+    groups = [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
+    full = [o for n in groups for o in n.subgraph.outputs if tuple(o.type.sizes) == (64, 128)]
+    assert len(groups) == 2 and len(full) == 1, str(g)
