@@ -118,11 +118,7 @@ def _global_pool(block: Block, node: Node, dims: int) -> bool:
     lst = e.add(block.graph.create("prim::ListConstruct", items, [Type("int[]")])).output
     out = e.aten("aten::mean", _MEAN, [node.inputs[0], lst, e.const(True, "bool"), e.const(None, "NoneType")],
                  node.source)
-    for user, i in list(node.output.uses):
-        user.replace_input(i, out)
-    block.replace_return_everywhere(node.output, out)
-    block.remove(node)
-    return True
+    return _replace(block, node, out)
 
 
 def _group_norm(block: Block, node: Node) -> bool:
@@ -150,6 +146,11 @@ def _group_norm(block: Block, node: Node) -> bool:
     flat = e.aten("aten::flatten", _FLATTEN, [y, one, e.const(2, "int")], node.source)
     out = e.aten("aten::type_as", _TYPE_AS, [e.aten("aten::reshape_as", _RESHAPE_AS, [flat, x], node.source), x],
                  node.source)
+    return _replace(block, node, out)
+
+
+def _replace(block: Block, node: Node, out: Value) -> bool:
+    """Make ``out`` stand for ``node``'s output everywhere and drop ``node``."""
     for user, i in list(node.output.uses):
         user.replace_input(i, out)
     block.replace_return_everywhere(node.output, out)
