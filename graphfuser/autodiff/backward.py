@@ -235,6 +235,12 @@ def _fit(d: D, r: Value, inp: Value, out: Value, vmap: dict) -> Value:
         return r
     if any(x and not y for x, y in zip(ar, ai)):       # wider in some dims, narrower in others
         r = d.broadcast(r, vmap[out])
+    pr = d.pattern(r)
+    if pr is not None and len(pr) == len(pi):
+        # same rank: a keepdim sum over the dims ``inp`` has as 1, whose dims are constants; a
+        # size list read from ``inp`` would tie the sum to the group computing ``inp`` (RMSNorm's
+        # per-row sum of its rstd's gradient could not join the row kernel: a cycle)
+        return d.op("aten::sum", r, [j for j in range(n) if pi[j] and not pr[j]], True)
     return d.op("aten::sum_to_size", r, d.op("aten::size", vmap[inp], out=Type("int[]")))
 
 
@@ -248,8 +254,10 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
         row = lookup(n.kind)
         if row is not None and row.name in NON_DIFFERENTIABLE:
             continue
+        # outputs eager marks non-differentiable (native_layer_norm's mean and rstd) carry none
+        only = getattr(DERIVATIVES.get(row.name) if row is not None else None, "differentiable_outputs", None)
         if any(i in diff for i in n.inputs):
-            diff.update(o for o in n.outputs if _is_float_tensor(o))
+            diff.update(o for k, o in enumerate(n.outputs) if _is_float_tensor(o) and (only is None or k in only))
     g = Graph()
     vmap: dict[Value, Value] = {}
     for v in sub.inputs:
@@ -297,8 +305,8 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
         else:
             res = formula(d, args, widen(grads[n.output], n.output), vmap[n.output])
         for name, inp in bound.items():
-            if not isinstance(inp, Value) or inp not in diff:
-                continue
+            if not isinstance(inp, Value) or inp not in diff or name in row.ignored:
+                continue            # (type_as's / to's ``other`` only names a dtype: no gradient)
             if name not in res:
                 return f"{row.name} has no derivative with respect to {name}"
             r = res[name]

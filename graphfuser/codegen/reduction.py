@@ -26,8 +26,8 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import bind, lookup
 from ..ops.axes import Axes, analyze, is_reduction_node
-from .kir import (Call, Cast, Expr, ExprBuilder, Kernel, Load, Reduce, ScalarParam, TensorParam, compute_dtype,
-                  topo_exprs)
+from .kir import (Call, Cast, Expr, ExprBuilder, Kernel, LinearIndex, Load, Reduce, ScalarParam, TensorParam,
+                  compute_dtype, topo_exprs)
 from .lower import LoweringError, TensorPlan, lower_node, returned_inputs
 
 
@@ -170,14 +170,20 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
         pos = t.stride_order.index(m[a])
         return pos + 1 < len(t.stride_order) and t.stride_order[pos + 1] == m[b] and t.contiguity[pos]
 
+    # random rows key their numbers on the row-major linear index of their output: a root may
+    # only cover axes consecutive in that order (``_random_linear``)
+    rank = _random_ranks(nodes, axes_of, domain)
     roots: list[list[int]] = []
     for cls in (kept, red):
         start = len(roots)
         for a in cls:
-            if len(roots) > start and all(contiguous_pair(t, ax, roots[-1][-1], a) for t, ax in io_types):
+            if len(roots) > start and all(contiguous_pair(t, ax, roots[-1][-1], a) for t, ax in io_types) \
+                    and (rank is None or rank[a] == rank[roots[-1][-1]] + 1):
                 roots[-1].append(a)
             else:
                 roots.append([a])
+    linear = None if rank is None else \
+        [tuple(q for q, rq in enumerate(roots) if rq and r and rank[rq[0]] > rank[r[-1]]) for r in roots]
     if not roots:
         roots = [[]]        # 0-dim / all-size-1 groups: one root of extent 1 (every tensor broadcasts)
     red_roots = tuple(r for r, g in enumerate(roots) if g and g[0] in axes.reduced)
@@ -256,7 +262,8 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
         kind = "inner" if ref_param is not None or len(red_roots) == len(roots) else "outer"
     elif red_roots:
         raise LoweringError("reduced loop axes without a reduction")
-    kernel = ReductionKernel(name, params, scalars, len(roots), stores, red_roots=red_roots, kind=kind)
+    kernel = ReductionKernel(name, params, scalars, len(roots), stores, red_roots=red_roots, kind=kind,
+                             linear=linear)
     kernel.stores = _multiply_by_row_reciprocals(kernel, b)
     plan = ReductionPlan(roots, source, tplans, outputs, scalar_inputs, red_roots, aliases,
                          tuple(sorted({e.op for e in reduces})))
@@ -264,6 +271,24 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
                       if a is not None and source[a] != (i, d)]
     plan.size_checks = _size_checks(nodes, sub, axes_of)
     return kernel, plan
+
+
+def _random_ranks(nodes: list[Node], axes_of, domain: set[int]) -> Optional[dict[int, int]]:
+    """Axis -> its dim in the output of the group's random rows (row-major rank), or None
+    without random rows. Every random row's output must walk every loop axis, in one order: the
+    partition only forms such groups (``ops.axes.random_misfit``)."""
+    from ..ops.random import RANDOM_ROWS
+
+    rank: Optional[dict[int, int]] = None
+    for n in nodes:
+        row = lookup(n.kind)
+        if row is None or row.name not in RANDOM_ROWS:
+            continue
+        mine = [a for a in axes_of(n.outputs[0]) if a is not None]
+        if set(mine) != domain or (rank is not None and mine != sorted(rank, key=rank.__getitem__)):
+            raise LoweringError(f"{n.where()}: random numbers need the op's output to span the loop axes")
+        rank = {a: k for k, a in enumerate(mine)}
+    return rank
 
 
 def _size_checks(nodes: list[Node], sub: Graph, axes_of) -> list[tuple[Optional[int], Any]]:
@@ -299,6 +324,9 @@ def _multiply_by_row_reciprocals(kernel: ReductionKernel, b: ExprBuilder) -> lis
         nargs = [new[id(a)] for a in args]
         if isinstance(e, Load):
             full[id(e)], new[id(e)] = not kernel.is_row(e.tensor), e
+            continue
+        if isinstance(e, LinearIndex):
+            full[id(e)], new[id(e)] = True, e
             continue
         full[id(e)] = not isinstance(e, Reduce) and any(full[id(a)] for a in args)
         if isinstance(e, Reduce):

@@ -104,6 +104,21 @@ class IndexPlan:
         text = " + ".join(reversed(terms)) or "0"
         return f"[{text}]" if bracket else text
 
+    def linear_index(self) -> str:
+        """Row-major linear index of the current element in the random rows' output (the vector
+        lane ``v`` included), as the pointwise walk computes it (``cstyle._linear_index``)."""
+        nest, leaves = self.nest, self.nest.leaves
+        idx = self.idx
+        if self.vec:
+            idx = nest.domain_indices({**{d.id: ivar(f"i{k}") for k, d in enumerate(leaves)}, leaves[-1].id: ivar("v")})
+        lin = iconst(0)
+        for r, others in enumerate(self.k.linear or ()):
+            st = iconst(1)
+            for q in others:
+                st = iop("*", st, ivar(f"n{q}"))
+            lin = iop("+", lin, iop("*", idx[nest.roots[r].id], st))
+        return self.ix(lin)
+
     def cache_size(self) -> str:
         if self.scratch:
             return self.ix(self.nest.leaves[self.loops[0]].extent)

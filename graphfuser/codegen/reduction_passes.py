@@ -11,7 +11,7 @@ scratch ones (CPU) keep the computed ones in a per-row array.
 """
 from __future__ import annotations
 
-from .kir import Call, Cast, Const, Expr, Load, Reduce
+from .kir import Call, Cast, Const, Expr, LinearIndex, Load, Reduce
 from .reduction_pairs import Pair, find_pairs
 
 
@@ -45,8 +45,8 @@ class PassPlan:
                 self.full[id(e)] = False
             else:
                 self.depth[id(e)] = dep
-                self.full[id(e)] = (not k.is_row(e.tensor)) if isinstance(e, Load) else any(
-                    self.full[id(a)] for a in args)
+                self.full[id(e)] = (not k.is_row(e.tensor)) if isinstance(e, Load) else \
+                    isinstance(e, LinearIndex) or any(self.full[id(a)] for a in args)
         self.reduces = [e for e in self.exprs if isinstance(e, Reduce)]
         self.n_phases = max(self.phase[id(r)] for r in self.reduces)
         self.row_stores = [(p, e) for p, e in k.stores if k.is_row(p)]

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config import config
+
 from .pointwise import PointwiseParams, schedule_pointwise, vector_width
 from .reduction import ReductionKernel
 from .schedule import LoopNest, ParallelType
@@ -86,10 +88,13 @@ def reduction_variants(kernel: ReductionKernel, target: str,
                        register_elements: int = REGISTER_ELEMENTS) -> list[ReductionParams]:
     """Every variant the kernel source holds, in the order the launcher tests them.
     ``register_elements``: the most elements of a row a persistent thread keeps per cached value."""
+    # PYTORCH_NVFUSER_DISABLE=unroll_with_rng: kernels drawing random numbers get no vectors
+    # (as pointwise ones; the numbers stay the same)
+    no_vector = kernel.has_random() and config.is_disabled("unroll_with_rng")
     if kernel.kind == "none":
         if target == "cpu":
             return [ReductionParams("cpu", "none")]
-        v = vector_width(kernel)
+        v = 1 if no_vector else vector_width(kernel)
         tx, unroll = NONE_BLOCK
         return [ReductionParams("cuda", "none", vector=w, block=(tx, 1), max_threads=tx, unroll=unroll)
                 for w in sorted({1, v})]
@@ -104,7 +109,7 @@ def reduction_variants(kernel: ReductionKernel, target: str,
                 ReductionParams("cuda", "outer", block=OUTER_BLOCK, max_threads=threads, split=True)]
     out = []
     widths = [1]
-    v = vector_width(kernel)
+    v = 1 if no_vector else vector_width(kernel)
     if v > 1:
         widths.append(v)
     for w in widths:

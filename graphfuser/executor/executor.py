@@ -151,9 +151,7 @@ class ScriptedFunction:
         self._work: Graph = clone_graph(self.graph)
         insert_autocast(self._work, self._autocast)
         decompose(self._work)
-        if config.is_enabled("fused_rng"):
-            # opt-in: on the H100 the softmax + mask + dropout training case still runs part of
-            # its Philox draws through the torch-op reference (52.9 ms against eager's 1.3 ms)
+        if not config.is_disabled("fused_rng"):
             randomize(self._work)
         self._record: Optional[ProfileRecord] = None
         self._profiling: Optional[HostProgram] = None

@@ -131,9 +131,11 @@ def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
             raw[v] = tuple(dims)
         return raw[v]
 
+    from . import lookup as _lookup
+
     for node in nodes:
-        if not node.kind.startswith("aten::"):
-            continue
+        if not node.kind.startswith("aten::") and _lookup(node.kind) is None:
+            continue            # constants and other prim:: nodes; graphfuser:: rows take part
         plan = dim_plan(node)
         if isinstance(plan, str):
             return plan
@@ -191,6 +193,28 @@ def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
 def needs_axes(nodes: Sequence[Node]) -> bool:
     """True when a group holds a reduction or normalization (and so needs ``analyze``)."""
     return any(is_reduction_node(n) for n in nodes)
+
+
+def random_misfit(nodes: Sequence[Node], axes: Axes) -> Optional[str]:
+    """Why random rows cannot share a reduction kernel with ``nodes``: their numbers are keyed on
+    the row-major linear index of their output, so each one's output must walk every loop axis,
+    all in one order (``codegen/reduction.py``)."""
+    from . import lookup
+    from .random import RANDOM_ROWS
+
+    order: Optional[list[int]] = None
+    domain = axes.all | set(axes.reduced)
+    for n in nodes:
+        row = lookup(n.kind)
+        if row is None or row.name not in RANDOM_ROWS:
+            continue
+        mine = [a for a in axes.of.get(n.outputs[0], ()) if a is not None]
+        if set(mine) != domain or len(mine) != len(set(mine)):
+            return f"{n.kind}'s output does not walk every loop axis of the reduction kernel"
+        if order is not None and mine != order:
+            return "two random ops walk the loop axes in different orders"
+        order = mine
+    return None
 
 
 def dtype_only(nodes: Sequence[Node]) -> set[Value]:

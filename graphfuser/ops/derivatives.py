@@ -329,6 +329,13 @@ def _where(d, a, g, out):
     return {"self": d.where(c, g, 0.0), "other": d.where(c, 0.0, g)}
 
 
+@derivative("masked_fill")
+def _masked_fill(d, a, g, out):
+    # a tensor value (0-dim) gets the gradient of every filled element, summed by the builder
+    m = a["mask"]
+    return {"self": d.where(m, 0.0, g), "value": d.where(m, g, 0.0)}
+
+
 @derivative("threshold")
 def _threshold(d, a, g, out):
     return {"self": d.where(d.op("aten::gt", a["self"], a["threshold"]), g, 0.0)}
@@ -381,6 +388,14 @@ def _dropout(d, a, g, out):
 # what consumes it.
 
 
+def reduced_count(d, x, dim) -> Any:
+    """The number of elements a reduction of ``x`` over ``dim`` combines, as a keepdim sum of
+    ones over the same dims: it joins the group of the reduction it scales. (A ``numel`` of a
+    fused intermediate would be a shape read outside the group, which keeps the group from
+    taking what follows: RMSNorm's backward split in three.)"""
+    return d.op("aten::sum", d.expand_like(1.0, x), dim if dim not in (None, []) else None, True)
+
+
 def _reduced(d, a, g):
     x = a["self"]
     return x, d.restore_dims(g, a.get("dim"), bool(a.get("keepdim")), d.rank(x))
@@ -395,9 +410,7 @@ def _sum(d, a, g, out):
 @derivative("mean")
 def _mean(d, a, g, out):
     x, gu = _reduced(d, a, g)
-    n_out = d.op("aten::numel", out, out=_INT)
-    n_in = d.op("aten::numel", x, out=_INT)
-    return {"self": d.expand_like(d.div(d.mul(gu, n_out), n_in), x)}
+    return {"self": d.expand_like(d.div(gu, reduced_count(d, x, a.get("dim"))), x)}
 
 
 @derivative("amax", "amin")
@@ -424,15 +437,6 @@ def _softmax(d, a, g, out):
 def _log_softmax(d, a, g, out):
     s = d.op("aten::sum", g, [a["dim"]], True)
     return {"self": d.sub(g, d.mul(d.op("aten::exp", out), s))}
-
-
-def _int_type():
-    from ..ir.types import Type
-
-    return Type("int")
-
-
-_INT = _int_type()
 
 
 # -- random rows (ops/random.py) -----------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .derivatives import _INT, DERIVATIVES, derivative
+from .derivatives import DERIVATIVES, derivative, reduced_count
 
 
 # -- moments, prod and the normalizations ---------------------------------------------------------
@@ -48,7 +48,7 @@ def _var_grad(d, a, g, x) -> Any:
     mean = d.op("aten::mean", x, dims, True)
     # N, the reduced count, as a sum of ones over the same dims: it joins the reduction of the
     # mean (a numel of x would be a shape read of a fused intermediate, outside the group)
-    n = d.op("aten::sum", d.expand_like(1.0, x), dims, True)
+    n = reduced_count(d, x, dims)
     return d.div(d.mul(d.sub(x, mean), d.mul(gu, 2.0)), d.sub(n, _correction(a)))
 
 
@@ -60,9 +60,7 @@ def _std_to_var(d, g, std):
 def _mean_grad(d, a, g, x) -> Any:
     dims = _dims_of(a.get("dim"), d.rank(x))
     gu = d.restore_dims(g, dims, bool(a.get("keepdim")), d.rank(x))
-    n_in = d.op("aten::numel", x, out=_INT)
-    n_out = d.op("aten::numel", g, out=_INT)
-    return d.expand_like(d.div(d.mul(gu, n_out), n_in), x)
+    return d.expand_like(d.div(gu, reduced_count(d, x, dims)), x)
 
 
 @derivative("var")
@@ -165,12 +163,13 @@ def _layer_norm(d, a, g, out):
 
 
 def _native_layer_norm(d, a, gs, outs):
-    if gs[1] is not None or gs[2] is not None:
-        return {}     # gradients through mean / rstd: left to eager (the partition log says so)
+    """(y, mean, rstd): only y is differentiable, as in eager (``output_differentiability``:
+    mean and rstd do not require grad, so nothing flows back through them)."""
     return _layer_norm(d, a, gs[0], outs[0])
 
 
 _native_layer_norm.multi_output = True
+_native_layer_norm.differentiable_outputs = (0,)
 DERIVATIVES["native_layer_norm"] = _native_layer_norm
 
 

@@ -3,9 +3,11 @@
 Before profiling (on the captured graph, so new nodes get profiled types):
    insert_autocast  under torch.autocast only: autocast's casts become explicit nodes (before
                   decompose, which splits ops whose autocast policy is their own)
-   decompose      global average pools become means; opt-in: split every linear / conv bias add
+   decompose      global average pools become means; group_norm with num_groups > 1 an instance
+                  norm of the grouped view; opt-in: split every linear / conv bias add
    randomize      dropout in training, native_dropout, rand_like, bernoulli draw from Philox:
-                  a philox_state node per op plus the op table's random row (passes/random.py)
+                  a philox_state node per op plus the op table's random row (passes/random.py;
+                  off with PYTORCH_NVFUSER_DISABLE=fused_rng)
 
 After profiling:
 
@@ -25,8 +27,10 @@ After profiling:
 1b. sink_views   permute / transpose / unsqueeze of a single-use pointwise result move onto its
                   inputs, so views between fusible ops stop splitting groups (after functionalize,
                   whose alias sets see the original views; before partition)
-2. partition      the graph fuser: shape reads move to their source value, dead nodes go (dce),
-                  then fusion groups from the op table's verdicts and the knobs; functionalized
+2. partition      the graph fuser: shape reads move to their source value (philox_state's count
+                  too), dead nodes go (dce), then fusion groups from the op table's verdicts and
+                  the knobs; a lone reduction recomputes the pointwise chain it reads from another
+                  group where that moves fewer bytes (passes/reduction_split.py); functionalized
                   ops no group took become in-place again
 3. insert_guards  guard + If(group | fallback) around every group (needs the groups' types); a
                   reduction's profiled scalar arguments become group constants the guard checks

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..ir.graph import Block, Graph
+from ..ops import lookup
 from .partition import _mutates
 
 
@@ -29,7 +30,9 @@ def _dce_block(block: Block, returned: set) -> int:
             continue
         if any(o.uses or o in returned for o in node.outputs):
             continue
-        if node.kind.startswith("aten::") or node.kind in ("prim::Constant", "prim::GetAttr", "prim::ListConstruct",
+        # op-table rows are pure (a random row's draws are a function of its seed and offset
+        # inputs; the generator advance is philox_state's, which has no row and stays)
+        if node.kind.startswith("aten::") or lookup(node.kind) is not None or node.kind in ("prim::Constant", "prim::GetAttr", "prim::ListConstruct",
                                                             "prim::TupleConstruct", "prim::If", "prim::Loop"):
             block.remove(node)
             removed += 1

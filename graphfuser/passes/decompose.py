@@ -6,6 +6,19 @@ before and after it (squeeze-excite gates, BN + ReLU tails):
 
     %y = aten::adaptive_avg_pool2d(%x, [1, 1])   ->   %y = aten::mean(%x, [-1, -2], True, None)
 
+Always: ``group_norm`` with a constant ``num_groups`` > 1 is an instance norm of the input viewed
+with its channels split into (groups, channels per group) and its spatial dims flattened, then
+the per-channel affine in that view (a loop axis is a whole tensor dim, so the view gives the
+groups their own axis; the views cost nothing, the normalization and its affine are one kernel
+each way, their gradients the instance norm's and the pointwise rows'; ``type_as`` keeps the
+input's dtype when the weight's differs, as eager's mixed-type kernel does):
+
+    %y = aten::group_norm(%x, G, %w, %b, eps, cudnn)
+      ->  %xg = aten::unflatten(aten::flatten(aten::unsqueeze(%x, -1), 2, -1), 1, [G, -1])
+          %yg = aten::instance_norm(%xg, None, None, None, None, True, 0.0, eps, cudnn)  [N, G, C/G, S]
+          %wg = aten::unsqueeze(aten::unflatten(%w, 0, [G, -1]), -1)               [G, C/G, 1]; %bg alike
+          %y  = aten::type_as(aten::reshape_as(aten::flatten(%yg * %wg + %bg, 1, 2), %x), %x)
+
 Opt-in (``PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition``, as nvFuser had): the
 bias add of every linear / conv whose bias is typed ``Tensor`` is split off before profiling and
 stays split. Without the knobs, ``passes/bias.py`` splits the biases whose add would fuse with the
@@ -34,6 +47,13 @@ _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 _MEAN = "aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"
 _POOLS = {"aten::adaptive_avg_pool1d": 1, "aten::adaptive_avg_pool2d": 2, "aten::adaptive_avg_pool3d": 3}
 _UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
+_MUL = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
+_UNFLATTEN = "aten::unflatten.int(Tensor(a) self, int dim, int[] sizes) -> Tensor(a)"
+_FLATTEN = "aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)"
+_INSTANCE_NORM = ("aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
+                  "Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor")
+_RESHAPE_AS = "aten::reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)"
+_TYPE_AS = "aten::type_as(Tensor self, Tensor other) -> Tensor"
 # conv kind -> spatial dims of its output (the bias is broadcast over them)
 _CONVS = {"aten::conv1d": 1, "aten::conv2d": 2, "aten::conv3d": 3}
 
@@ -98,6 +118,39 @@ def _global_pool(block: Block, node: Node, dims: int) -> bool:
     lst = e.add(block.graph.create("prim::ListConstruct", items, [Type("int[]")])).output
     out = e.aten("aten::mean", _MEAN, [node.inputs[0], lst, e.const(True, "bool"), e.const(None, "NoneType")],
                  node.source)
+    return _replace(block, node, out)
+
+
+def _group_norm(block: Block, node: Node) -> bool:
+    """``group_norm`` with constant num_groups > 1 as an instance norm of a view (module docstring)."""
+    x, groups, w, b, eps, cudnn = node.inputs
+    if not groups.is_constant or not isinstance(groups.constant(), int) or isinstance(groups.constant(), bool) \
+            or groups.constant() <= 1:
+        return False
+    e = _Emitter(block, node)
+    none = e.const(None, "NoneType")
+    one, minus_one = e.const(1, "int"), e.const(-1, "int")
+    split = e.add(block.graph.create("prim::ListConstruct", [groups, minus_one], [Type("int[]")])).output
+    # [N, C, *S] -> [N, C, S, 1] -> [N, C, S'] -> [N, G, C/G, S']: one rank whatever the input's
+    xs = e.aten("aten::flatten", _FLATTEN, [e.aten("aten::unsqueeze", _UNSQUEEZE, [x, minus_one], node.source),
+                                            e.const(2, "int"), minus_one], node.source)
+    xg = e.aten("aten::unflatten", _UNFLATTEN, [xs, one, split], node.source)
+    y = e.aten("aten::instance_norm", _INSTANCE_NORM,
+               [xg, none, none, none, none, e.const(True, "bool"), e.const(0.0, "float"), eps, cudnn], node.source)
+    for param, kind, schema in ((w, "aten::mul", _MUL), (b, "aten::add", _ADD)):
+        if not param.type.is_tensor:
+            continue
+        p = e.aten("aten::unflatten", _UNFLATTEN, [param, e.const(0, "int"), split], node.source)
+        p = e.aten("aten::unsqueeze", _UNSQUEEZE, [p, minus_one], node.source)       # [G, C/G, 1]
+        y = e.aten(kind, schema, [y, p] + ([one] if kind == "aten::add" else []), node.source)
+    flat = e.aten("aten::flatten", _FLATTEN, [y, one, e.const(2, "int")], node.source)
+    out = e.aten("aten::type_as", _TYPE_AS, [e.aten("aten::reshape_as", _RESHAPE_AS, [flat, x], node.source), x],
+                 node.source)
+    return _replace(block, node, out)
+
+
+def _replace(block: Block, node: Node, out: Value) -> bool:
+    """Make ``out`` stand for ``node``'s output everywhere and drop ``node``."""
     for user, i in list(node.output.uses):
         user.replace_input(i, out)
     block.replace_return_everywhere(node.output, out)
@@ -114,6 +167,11 @@ def _decompose_block(block: Block, linear: bool, conv: bool) -> int:
             if _global_pool(block, node, _POOLS[node.kind]):
                 done += 1
                 jit_log("graph_fuser", 1, f"global average pool {node.where()} is a mean")
+            continue
+        if node.kind == "aten::group_norm" and len(node.inputs) == 6:
+            if _group_norm(block, node):
+                done += 1
+                jit_log("graph_fuser", 1, f"group_norm {node.where()} is an instance norm over its groups")
             continue
         if not (linear and node.kind == "aten::linear" and len(node.inputs) == 3
                 or conv and node.kind in _CONVS and len(node.inputs) == 7):

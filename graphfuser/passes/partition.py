@@ -32,7 +32,7 @@ from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import fusible, lookup
-from ..ops.axes import analyze, dtype_only, needs_axes
+from ..ops.axes import analyze, dtype_only, needs_axes, random_misfit
 from .aliasing import AliasSets, may_alias_input
 from .functionalize import mark_clone, restore_unfused
 
@@ -174,11 +174,10 @@ class _BlockPartition:
         union = a | b
         if not needs_axes(union):
             return _pointwise_misfit(union)
-        if any(n.kind.startswith("graphfuser::") for n in union):
-            # random numbers are keyed on the pointwise kernel's linear index (codegen/lower.py)
-            return "random ops fuse into pointwise kernels only, not with reductions or normalizations"
         axes = analyze(sorted(union, key=self.index.__getitem__))
-        return axes if isinstance(axes, str) else None
+        if isinstance(axes, str):
+            return axes
+        return random_misfit(union, axes)
 
     def merge_groups(self, keep: int, drop: int) -> None:
         for n in self.members.pop(drop):
@@ -226,6 +225,9 @@ class _BlockPartition:
                 self.members[gid] = [node]
                 self.device[gid] = dev
             jit_log("partition", 2, f"{node.where()} -> group {gid}")
+        from .reduction_split import split_reduction_chains
+
+        split_reduction_chains(self, next_id)
         if config.horizontal_mode:
             self._horizontal()
         groups = []
@@ -434,6 +436,16 @@ def _pointwise_misfit(nodes: set[Node]) -> Optional[str]:
                 return (f"%{v.name} dim {d} (size {'*' if s == -1 else s}) and %{seen[od][1]} share a loop axis "
                         "but their profiled sizes differ")
             seen.setdefault(od, (s, v.name))
+    from ..ops.random import RANDOM_ROWS
+
+    for n in nodes:
+        row = lookup(n.kind)
+        if row is None or row.name not in RANDOM_ROWS or not isinstance(n.outputs[0].type, TensorType):
+            continue
+        t = n.outputs[0].type
+        if t.sizes is None or t.rank != rank or any(t.sizes[od] == 1 for od in seen):
+            # its numbers are keyed on its own output's linear index (codegen/lower.py)
+            return f"{n.kind}'s output does not span the kernel's iteration space"
     return None
 
 
@@ -500,12 +512,13 @@ def read_shapes_from_sources(graph: Graph) -> int:
 
 def _count_source(v: Value) -> Value:
     """For ``graphfuser::philox_state``, which reads only a tensor's device and element count: the
-    earliest value of ``v``'s profiled sizes reached back through pointwise ops, so the random op
-    and what produces its input can share a group. The count sizes the generator's advance only
-    (streams of different calls are disjoint by offset whatever the count)."""
+    earliest value of ``v``'s profiled sizes reached back through op-table rows (pointwise ops,
+    casts, and normalizations such as softmax, whose output has its input's sizes), so the random
+    op and what produces its input can share a group. The count sizes the generator's advance
+    only (streams of different calls are disjoint by offset whatever the count)."""
     while v.node is not None and isinstance(v.type, TensorType) and v.type.complete:
         row = lookup(v.node.kind)
-        if row is None or row.kind not in ("pointwise", "cast"):
+        if row is None:
             break
         same = [i for i in v.node.inputs if isinstance(i.type, TensorType) and i.type.complete
                 and i.type.sizes == v.type.sizes and i.type.device == v.type.device]

@@ -28,10 +28,12 @@ CASES = {
     "sig_tanh": (bt.sig_tanh, lambda: (_r(4096), _r(4096)), None, (1, 1)),
     "bias_gelu": (bt.bias_gelu, lambda: (_r(64, 128, dtype=BF), _r(128, dtype=BF)), None, (1, 1)),
     "swiglu": (bt.swiglu, lambda: (_r(64, 128, dtype=BF), _r(64, 128, dtype=BF)), None, (1, 1)),
-    # row part: the recomputed forward and the dot reduction, its scalar chain, the epilogue (the
-    # weight's column sum runs as one aten op); a single persistent kernel needs two reductions
-    # in one group, which the partition does not form yet
-    "rmsnorm": (lambda: bt.RMSNorm(128), lambda: (_r(64, 128, dtype=BF),), None, (1, 3)),
+    # the row kernel (recomputed forward, the dot reduction, dx; it writes rstd, one value per
+    # row) and the weight's column sum, which recomputes grad * y from x, grad and rstd
+    "rmsnorm": (lambda: bt.RMSNorm(128), lambda: (_r(64, 128, dtype=BF),), None, (1, 2)),
+    # dropout inside the softmax kernel; the backward regenerates the mask in its one kernel
+    "softmax_mask_dropout": (bt.softmax_mask_dropout,
+                             lambda: (_r(4, 16, 33, dtype=BF), torch.rand(16, 33) > 0.9), None, (1, 1)),
     "mlp_autocast": (lambda: bt.MLPBlock(64, 256).eval(), lambda: (_r(32, 64),), BF, (3, 3)),
 }
 
@@ -57,6 +59,21 @@ def test_forward_and_backward_group_counts(name):
     assert fwd == want_fwd and 1 <= bwd <= most_bwd, (fwd, bwd)
 
 
+def test_rmsnorm_backward_writes_no_full_size_intermediate():
+    """The row kernel writes dx and rstd only: grad * y, the weight gradient's summand, is
+    recomputed by the column kernel instead of going through memory."""
+    _, sf = _counts("rmsnorm")
+    from graphfuser.autodiff.function import DifferentiableGroup
+
+    for r in sf._runners.values():
+        if isinstance(r, DifferentiableGroup):
+            g = r.backward._optimized
+            groups = [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
+            full = [o for n in groups for o in n.subgraph.outputs if tuple(o.type.sizes) == (64, 128)]
+            assert len(full) == 1 and full[0].type.dtype == BF, str(g)
+            assert not [n for n in g.all_nodes() if n.kind == "aten::sum_to_size"], str(g)
+
+
 def test_reduction_gradient_is_not_broadcast_through_memory():
     """RMSNorm's backward writes no bool mask (the old where(x == x, g, g) broadcast)."""
     _, sf = _counts("rmsnorm")
@@ -67,3 +84,30 @@ def test_reduction_gradient_is_not_broadcast_through_memory():
             g = r.backward._optimized
             outs = [o for n in g.all_nodes() if n.kind.endswith("FusionGroup") for o in n.subgraph.outputs]
             assert not any(getattr(o.type, "dtype", None) == torch.bool for o in outs), str(g)
+
+
+def test_layer_norm_backward_writes_only_dx_full_size():
+    """LayerNorm's backward: the row kernel writes dx (and mean, rstd: one value per row); the
+    weight and bias gradients' column sums recompute grad * xhat from x, grad, mean and rstd in
+    one kernel (passes/reduction_split.py) instead of reading full-size products."""
+    from graphfuser.autodiff.function import DifferentiableGroup
+
+    ln = torch.nn.LayerNorm(128)
+    x = _r(64, 128, dtype=torch.float32)
+    sf = graphfuser.script(ln)
+    gout = torch.randn(64, 128)
+    for _ in range(5):
+        ln.zero_grad()
+        x.grad = None
+        sf(x).backward(gout)
+    got = [x.grad.clone(), ln.weight.grad.clone(), ln.bias.grad.clone()]
+    x.grad = None
+    ln.zero_grad()
+    ln(x).backward(gout)
+    for g, r in zip(got, [x.grad, ln.weight.grad, ln.bias.grad]):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+    (dg,) = [r for r in sf._runners.values() if isinstance(r, DifferentiableGroup)]
+    g = dg.backward._optimized
+    groups = [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
+    full = [o for n in groups for o in n.subgraph.outputs if tuple(o.type.sizes) == (64, 128)]
+    assert len(groups) == 2 and len(full) == 1, str(g)

@@ -41,7 +41,7 @@ BINARY = {
     "minimum": "torch.minimum(x, y)", "where": "torch.where(x > y, x, y * 2.0)",
     "pow": "torch.pow(p, q)", "fmod": "torch.fmod(x, p)", "remainder": "torch.remainder(x, p)",
     "lerp": "torch.lerp(x, y, 0.3)", "addcmul": "torch.addcmul(x, y, p, value=0.5)",
-    "addcdiv": "torch.addcdiv(x, y, p, value=0.5)",
+    "addcdiv": "torch.addcdiv(x, y, p, value=0.5)", "masked_fill": "x.masked_fill(x > y, -1.5)",
 }
 EXTRA = ["torch.pow(x, 3.0)", "torch.pow(2.0, x)", "torch.div(x, p, rounding_mode='floor') + y",
          "torch.div(x, p, rounding_mode='trunc') * y", f"{F}.gelu(x, approximate='tanh')",
@@ -83,3 +83,15 @@ def test_grads_dtypes(group, dtype):
     fn = make_function(["x", "y", "p", "q"], GROUPS[group])
     torch.manual_seed(group)
     check_grads(fn, _inputs((5, 8), dtype, "dense"), GRAD_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_masked_fill_tensor_value_grad(dtype):
+    """A 0-dim tensor value gets the gradient of every filled element (summed), self the rest;
+    the mask broadcasts (attention masks)."""
+    fn = make_function(["x", "m", "v"], ["x.masked_fill(m > 0.3, v) * 2.0"])
+    torch.manual_seed(3)
+    x = make_input(4, 6, 10, dtype=dtype).requires_grad_(True)
+    m = torch.rand(6, 10, dtype=dtype)
+    v = torch.tensor(0.7, dtype=dtype, requires_grad=True)
+    check_grads(fn, [x, m, v], GRAD_TOL[dtype])

@@ -4,7 +4,8 @@ consumer: scripted == eager on the CPU, and NVRTC compiles the CUDA source of ev
 
 Covered: ``aten::instance_norm`` with input statistics (spatial dims reduced per (N, C)) and
 with running statistics (a per-channel affine, no reduction); ``aten::group_norm`` with
-``num_groups=1`` (every dim but N reduced). Other group counts stay unfused with a logged
+``num_groups=1`` (every dim but N reduced); other constant group counts are an instance norm of
+a grouped view (``passes/decompose.py``). Other cases stay unfused with a logged
 reason, and the tests check that they still give eager's answer, also after C changes.
 """
 from __future__ import annotations
@@ -223,23 +224,42 @@ def _unfused(fn, *inputs) -> graphfuser.ScriptedFunction:
     return sf
 
 
-def test_other_group_counts_and_stat_updates_stay_eager(caplog):
+def test_stat_updates_stay_eager(caplog):
     caplog.set_level(logging.INFO, logger="graphfuser")
     x = make(2, 6, 7, 5)
     with config.override(log_level=">partition"):
-        _unfused(gnorm3, x, *_params(torch.float32, 6))
-        _unfused(gnorm4, make(2, 4, 3, 5), *_params(torch.float32, 4))
         _unfused(inorm_updates_stats, x, make(6), make(6, low=0.5))
-    log = caplog.text
-    assert "group_norm with num_groups=3 is not fused (only num_groups=1)" in log
-    assert "group_norm with num_groups == C == 4 is not fused" in log
-    assert "instance_norm with input stats updates the running stats in place; not fused" in log
+    assert "instance_norm with input stats updates the running stats in place; not fused" in caplog.text
+
+
+def _grouped(fn, *inputs) -> graphfuser.ScriptedFunction:
+    """Script ``fn`` (a group_norm with num_groups > 1), run it past profiling with the fallback
+    raising, compare with eager: it runs as an instance norm of the grouped view, fused."""
+    sf = graphfuser.script(fn)
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            torch.testing.assert_close(sf(*inputs), fn(*inputs), **TOL[inputs[0].dtype])
+    assert _norm_kinds(sf) == ["aten::instance_norm"], str(sf._optimized)
+    return sf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["dense", "channels_last"])
+def test_other_group_counts_fuse_as_grouped_instance_norm(dtype, layout):
+    """num_groups > 1 decomposes (passes/decompose.py): x viewed [N, G, C/G, H*W], an instance norm
+    and the affine in that view, in one kernel; the output keeps x's dtype and shape."""
+    x = _input(dtype, (2, 6, 7, 5), layout)
+    sf = _grouped(gnorm3, x, *_params(dtype, 6))
+    out = sf(x, *_params(dtype, 6))
+    assert out.dtype == dtype and out.shape == x.shape
+    assert nvrtc_compile(sf) >= 1
 
 
 def test_num_groups_equal_to_c_stays_right_when_c_changes():
-    """Scripted with C == num_groups, then called with C = 2 * num_groups: the guards do not check
-    sizes, so a kernel that computed instance norm would be wrong here; eager's answer it is."""
-    sf = _unfused(gnorm4, make(2, 4, 3, 5), *_params(torch.float32, 4))
+    """Scripted with C == num_groups, then called with C = 2 * num_groups: the grouped view splits
+    whatever C is, so the fused kernel stays right (a kernel that computed instance norm over C
+    would not be)."""
+    sf = _grouped(gnorm4, make(2, 4, 3, 5), *_params(torch.float32, 4))
     x, (w, b) = make(2, 8, 3, 5), _params(torch.float32, 8)
     with config.override(disable=["fallback"]):
         got = sf(x, w, b)
