@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import graphfuser
+from graphfuser.config import config
 from graphfuser.ops import ROWS
 from graphfuser.ops.derivatives import DERIVATIVES
 from graphfuser.runtime import nvrtc
