@@ -26,7 +26,8 @@ DISABLE_OPTIONS = (
     "fallback", "fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng", "compile_cache",
     "bias_decomposition",
 )
-ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts", "fused_rng")
+ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts", "fused_rng",
+                  "lineinfo")
 DUMP_OPTIONS = (
     "fusion_ir", "kernel_ir", "cuda_kernel", "cpp_kernel", "launch_param", "kernel_args",
     "python_definition", "scheduler_params", "dump_eff_bandwidth",
