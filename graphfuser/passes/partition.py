@@ -24,7 +24,7 @@ Per block (nested ``If``/``Loop`` blocks are partitioned on their own):
 from __future__ import annotations
 
 import heapq
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..config import config
 from ..ir.clone import clone_node
@@ -151,6 +151,29 @@ class _BlockPartition:
         up_a = self._closure(a, self.pred)
         return not ((self._closure(b, self.succ, up_a | union) & up_a) - union)
 
+    def can_absorb(self, node: Node, members: Sequence[Node]) -> bool:
+        """``can_merge({node}, members)`` for a node that comes after every grouped node (how
+        ``run`` grows groups, in block order). No path can lead from ``node`` back to a group, so
+        the only cycle is one leaving ``members`` and entering ``node`` from outside; every node
+        on it lies before ``node``, so the search stops at ``node``'s position."""
+        limit = self.index[node]
+        union = set(members)
+        union.add(node)
+        seen: set[Node] = set()
+        stack = list(members)
+        while stack:
+            n = stack.pop()
+            for m in self.succ[n]:
+                if m in seen or self.index[m] >= limit:
+                    continue
+                seen.add(m)
+                stack.append(m)
+                for k in self.members.get(self.group.get(m, -1), ()):
+                    if k not in seen:
+                        seen.add(k)
+                        stack.append(k)
+        return not any(p in seen and p not in union for p in self.pred[node])
+
     # -- grouping ----------------------------------------------------------------------------
     def reason(self, node: Node) -> Optional[str]:
         if node.kind in config.skip_node_kinds:
@@ -216,7 +239,9 @@ class _BlockPartition:
                 if misfit:
                     jit_log("partition", 1, f"{node.where()} not merged with group {pg}: {misfit}")
                     continue
-                if self.can_merge(current, set(self.members[pg])):
+                ok = self.can_absorb(node, self.members[pg]) if gid is None else \
+                    self.can_merge(current, set(self.members[pg]))
+                if ok:
                     if gid is None:
                         self.group[node] = pg
                         self.members[pg].append(node)
