@@ -179,7 +179,7 @@ class Block:
         node.owner = None
 
     def replace_return(self, old: Value, new: Value) -> None:
-        if any(r is old for r in self.returns):
+        if old in self.returns:     # Values compare by identity
             self.returns = [new if r is old else r for r in self.returns]
 
     def replace_return_everywhere(self, old: Value, new: Value) -> None:

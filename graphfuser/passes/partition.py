@@ -121,16 +121,19 @@ class _BlockPartition:
 
     # -- reachability ------------------------------------------------------------------------
     def _closure(self, start: set[Node], edges: dict[Node, set[Node]],
-                 within: Optional[set[Node]] = None) -> set[Node]:
+                 within: Optional[set[Node]] = None, limit: Optional[int] = None) -> set[Node]:
         """Nodes reachable from ``start`` along ``edges``, with every existing group contracted to
         one unit: reaching one member reaches them all. Node-level reachability alone misses a
         cycle through a third group (a -> c1, c2 -> b with c1, c2 in one group C). With
-        ``within``, only nodes of that set are visited."""
+        ``within``, only nodes of that set are visited; with ``limit``, only nodes at or before
+        that position of the block."""
         seen, stack = set(), list(start)
+        index = self.index
         while stack:
             n = stack.pop()
             for m in edges[n]:
-                if m in seen or (within is not None and m not in within):
+                if m in seen or (within is not None and m not in within) or \
+                        (limit is not None and index[m] > limit):
                     continue
                 seen.add(m)
                 stack.append(m)
@@ -140,16 +143,18 @@ class _BlockPartition:
                         stack.append(k)
         return seen
 
-    def can_merge(self, a: set[Node], b: set[Node]) -> bool:
+    def can_merge(self, a: set[Node], b: set[Node], limit: Optional[int] = None) -> bool:
         """False when a path from ``a`` to ``b`` (or back) leaves ``a | b``: merging would make a
         cycle. Every node on such a path reaches its end, so the forward search only visits the
-        end's ancestors (and the two sets themselves): two full searches per check, not four."""
+        end's ancestors (and the two sets themselves): two full searches per check, not four.
+        ``limit``: the position of the last grouped node of the block (while ``run`` grows
+        groups in block order): no node after it leads back to a group, so none is visited."""
         union = a | b
-        up_b = self._closure(b, self.pred)
-        if (self._closure(a, self.succ, up_b | union) & up_b) - union:
+        up_b = self._closure(b, self.pred, limit=limit)
+        if (self._closure(a, self.succ, up_b | union, limit) & up_b) - union:
             return False
-        up_a = self._closure(a, self.pred)
-        return not ((self._closure(b, self.succ, up_a | union) & up_a) - union)
+        up_a = self._closure(a, self.pred, limit=limit)
+        return not ((self._closure(b, self.succ, up_a | union, limit) & up_a) - union)
 
     def can_absorb(self, node: Node, members: Sequence[Node]) -> bool:
         """``can_merge({node}, members)`` for a node that comes after every grouped node (how
@@ -240,7 +245,7 @@ class _BlockPartition:
                     jit_log("partition", 1, f"{node.where()} not merged with group {pg}: {misfit}")
                     continue
                 ok = self.can_absorb(node, self.members[pg]) if gid is None else \
-                    self.can_merge(current, set(self.members[pg]))
+                    self.can_merge(current, set(self.members[pg]), self.index[node])
                 if ok:
                     if gid is None:
                         self.group[node] = pg
