@@ -161,23 +161,34 @@ class _BlockPartition:
         ``run`` grows groups, in block order). No path can lead from ``node`` back to a group, so
         the only cycle is one leaving ``members`` and entering ``node`` from outside; every node
         on it lies before ``node``, so the search stops at ``node``'s position."""
-        limit = self.index[node]
-        union = set(members)
-        union.add(node)
-        seen: set[Node] = set()
-        stack = list(members)
-        while stack:
-            n = stack.pop()
-            for m in self.succ[n]:
-                if m in seen or self.index[m] >= limit:
-                    continue
-                seen.add(m)
-                stack.append(m)
-                for k in self.members.get(self.group.get(m, -1), ()):
-                    if k not in seen:
-                        seen.add(k)
-                        stack.append(k)
-        return not any(p in seen and p not in union for p in self.pred[node])
+        return self.can_join([node], members, self.index[node])
+
+    def can_join(self, a: Sequence[Node], b: Sequence[Node], limit: int) -> bool:
+        """``can_merge`` for two convex units (groups, or a node not yet grouped) when no grouped
+        node lies after position ``limit``: a node after it cannot lead back to a group, so the
+        searches stop there. A path leaving ``a`` and entering ``b`` enters it from outside both
+        (a re-entry into ``a`` would make ``a`` non-convex), so the check is: does the search
+        from ``a`` reach a predecessor of ``b`` outside ``a | b`` (and the same the other way)."""
+        union = set(a)
+        union.update(b)
+        index, succ = self.index, self.succ
+        for src, dst in ((a, b), (b, a)):
+            seen: set[Node] = set()
+            stack = list(src)
+            while stack:
+                n = stack.pop()
+                for m in succ[n]:
+                    if m in seen or index[m] > limit:
+                        continue
+                    seen.add(m)
+                    stack.append(m)
+                    for k in self.members.get(self.group.get(m, -1), ()):
+                        if k not in seen:
+                            seen.add(k)
+                            stack.append(k)
+            if any(p in seen and p not in union for d in dst for p in self.pred[d]):
+                return False
+        return True
 
     # -- grouping ----------------------------------------------------------------------------
     def reason(self, node: Node) -> Optional[str]:
@@ -245,7 +256,7 @@ class _BlockPartition:
                     jit_log("partition", 1, f"{node.where()} not merged with group {pg}: {misfit}")
                     continue
                 ok = self.can_absorb(node, self.members[pg]) if gid is None else \
-                    self.can_merge(current, set(self.members[pg]), self.index[node])
+                    self.can_join(self.members[gid], self.members[pg], self.index[node])
                 if ok:
                     if gid is None:
                         self.group[node] = pg
@@ -272,6 +283,8 @@ class _BlockPartition:
         return groups
 
     def _horizontal(self) -> None:
+        # merging groups moves no node into one: the last grouped position stays where it is
+        self._last_grouped = max((self.index[n] for n in self.group), default=-1)
         # Siblings share a tensor input; a shared constant (None, alpha=1 ...) relates nothing.
         for n in self.nodes:
             for o in n.outputs:
@@ -301,7 +314,7 @@ class _BlockPartition:
             a, b = sibs[0], sibs[1]
             if a in self.members and b in self.members and self.device[a] == self.device[b] \
                     and _same_shape(self.members[a] + self.members[b]) \
-                    and self.can_merge(set(self.members[a]), set(self.members[b])) \
+                    and self.can_join(self.members[a], self.members[b], self._last_grouped) \
                     and not self.misfit(set(self.members[a]), set(self.members[b])):
                 jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
                 self.merge_groups(a, b)
