@@ -80,12 +80,7 @@ def test_submodules_are_inlined():
         def forward(self, x):
             return self.inner(self.lin(x)) + x
 
-    m = Outer().eval()
-    sm = graphfuser.script(m)
-    x = torch.randn(4, 8)
-    with torch.no_grad():
-        for _ in range(3):
-            torch.testing.assert_close(sm(x), m(x))
+    sm, x = _warm(Outer().eval(), calls=3)
     assert "prim::CallMethod" not in str(sm.graph)
 
 
@@ -99,15 +94,23 @@ class _Block(torch.nn.Module):
         return (self.body(x) + self.shift).sigmoid()
 
 
+def _warm(m: torch.nn.Module, calls: int = 4) -> tuple:
+    """``m`` scripted and called ``calls`` times (matching eager) on a [4, 8] input; the scripted
+    module and the input."""
+    s = graphfuser.script(m)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        for _ in range(calls):
+            torch.testing.assert_close(s(x), m(x))
+    return s, x
+
+
 def test_module_attributes_are_read_from_their_dicts():
     """The host program reads submodules, parameters and buffers from the dict that holds them
     (not through nn.Module.__getattr__), and still sees every later change to them."""
     m = _Block().eval()
-    s = graphfuser.script(m)
-    x = torch.randn(4, 8)
+    s, x = _warm(m)
     with torch.no_grad():
-        for _ in range(4):
-            torch.testing.assert_close(s(x), m(x))
         assert "._modules['body']" in s.code and "._buffers['shift']" in s.code
         m.shift.fill_(3.0)                                        # in place
         torch.testing.assert_close(s(x), m(x))
@@ -123,11 +126,8 @@ def test_module_attribute_that_moves_out_of_its_dict_still_runs():
     """A parameter deleted and set again as a plain tensor attribute lives in the instance dict:
     the program that read it from ``_parameters`` raises KeyError, and the call recovers."""
     m = _Block().eval()
-    s = graphfuser.script(m)
-    x = torch.randn(4, 8)
+    s, x = _warm(m)
     with torch.no_grad():
-        for _ in range(4):
-            s(x)
         lin = m.body[0]
         w = lin.weight.detach().clone() * 2
         del lin.weight
