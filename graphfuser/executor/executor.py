@@ -199,7 +199,7 @@ class ScriptedFunction:
             return out
         if not config.enabled:
             if self._plain is None:
-                self._plain = build_program(self.graph, name="unfused")
+                self._plain = build_program(self.graph, name="unfused", module=self._module)
             self._check_args(args)
             return self._plain.fn(*args)
         with self._lock:
@@ -220,9 +220,9 @@ class ScriptedFunction:
         if self._program is not None and not self._reprofiled:
             # the optimized program assumed what profiling saw of the module (a bias that was a
             # tensor); if the unoptimized graph runs this call, those assumptions no longer hold:
-            # profile again, once
-            if self._plain is None:
-                self._plain = build_program(self.graph, name="unfused")
+            # profile again, once. The unfused program is built anew: the module's attributes
+            # may have moved since a program read them from their dicts (hostgen's GetAttr)
+            self._plain = build_program(self.graph, name="unfused", module=self._module)
             try:
                 out = self._plain.fn(*self._bind(args, kwargs))
             except Exception:
@@ -292,7 +292,7 @@ class ScriptedFunction:
         if self._profiling is None:
             self._record = ProfileRecord([])
             self._profiling = build_program(self._work, name="profiling", profiler=self._record_slot,
-                                            scalars=profiled_args)
+                                            scalars=profiled_args, module=self._module)
             self._record.slots = self._profiling.slots
             self._record.types = [None] * len(self._record.slots)
             self._record.seen = [False] * len(self._record.slots)
@@ -368,7 +368,8 @@ class ScriptedFunction:
         return None
 
     def _rebuild(self) -> None:
-        self._program = build_program(self._optimized, name="forward", special=self._special)
+        self._program = build_program(self._optimized, name="forward", special=self._special,
+                                      module=self._module)
         fn = self._program.fn
         self._fast = functools.partial(fn, self._module) if self._module is not None else fn
 

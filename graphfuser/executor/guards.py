@@ -10,8 +10,8 @@ tensors as arguments ``y0, y1 ...`` and must equal their profiled values; they a
 Example (a contiguous 2-D float input)::
 
     def guard(x0):
-        return (x0.dtype is _dt0 and x0.is_cpu and x0.dim() == 2 and x0.is_contiguous()
-                and (s0 := x0.shape)[0] != 1 and s0[1] != 1 and not (_g and x0.requires_grad))
+        return (x0.dtype is _dt0 and x0.is_cpu and len(s0 := x0.shape) == 2 and 1 not in s0
+                and x0.is_contiguous() and not (_g and x0.requires_grad))
 """
 from __future__ import annotations
 
@@ -81,13 +81,15 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
             conds.append(f"x{i}.is_cpu")
         else:
             conds.append(f"x{i}.is_cuda and x{i}.get_device() == {t.device.index or 0}")
-        conds.append(f"x{i}.dim() == {t.rank}")
-        conds.append(f"((s{i} := x{i}.shape) or True)")
+        conds.append(f"len(s{i} := x{i}.shape) == {t.rank}")     # the rank, and the sizes bound once
         needs_strides = any(c.startswith("st") for c in _layout_checks(i, t))
         if needs_strides:
             conds.append(f"((st{i} := x{i}.stride()) or True)")
-        for d, s in enumerate(t.sizes):
-            conds.append(f"s{i}[{d}] == 1" if s == 1 else f"s{i}[{d}] != 1")
+        # which dims are size 1 (broadcast): those named, and no other (one C-level scan)
+        ones = [d for d, s in enumerate(t.sizes) if s == 1]
+        conds += [f"s{i}[{d}] == 1" for d in ones]
+        if len(ones) < t.rank:
+            conds.append(f"s{i}.count(1) == {len(ones)}" if ones else f"1 not in s{i}")
         conds += _layout_checks(i, t)
         # a group specialized for inputs requiring grad runs as an autograd node (graphfuser.autodiff)
         # (requires_grad under the grad mode, as profiled: see TensorType.of). A group made

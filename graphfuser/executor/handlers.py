@@ -70,9 +70,35 @@ def _constant(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     gen.emit(indent, f"{gen.outs(node)} = {gen.literal(node.attrs.get('value'))}")
 
 
+_MODULE_DICTS = ("_modules", "_parameters", "_buffers")
+
+
+def module_dict(obj: Any, name: str) -> Optional[str]:
+    """Which of ``obj``'s dicts (``_modules``, ``_parameters``, ``_buffers``) ``getattr(obj,
+    name)`` reads through ``nn.Module.__getattr__``; None when ``obj`` is not a module or normal
+    attribute lookup finds ``name`` first (instance dict, class attribute, property)."""
+    if not isinstance(obj, torch.nn.Module) or name in obj.__dict__ or hasattr(type(obj), name):
+        return None
+    for d in _MODULE_DICTS:
+        if name in obj.__dict__.get(d, ()):
+            return d
+    return None
+
+
 def _get_attr(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
-    # getattr, never ``a.name``: attribute names need not be identifiers (nn.Sequential's "0")
-    gen.emit(indent, f"{gen.outs(node)} = getattr({a[0]}, {node.attrs['name']!r})")
+    # getattr, never ``a.name``: attribute names need not be identifiers (nn.Sequential's "0").
+    # On a live module, read the dict that holds the attribute: the same object as getattr
+    # (nn.Module.__setattr__ keeps each name in one place) at a tenth of the cost. An attribute
+    # that later moves raises KeyError, and the executor rebuilds the program (see _recover).
+    name = node.attrs["name"]
+    obj = gen.live.get(node.inputs[0])
+    where = module_dict(obj, name) if obj is not None else None
+    if where is None:
+        gen.emit(indent, f"{gen.outs(node)} = getattr({a[0]}, {name!r})")
+        return
+    gen.emit(indent, f"{gen.outs(node)} = {a[0]}.{where}[{name!r}]")
+    if where == "_modules":
+        gen.live[node.outputs[0]] = obj.__dict__["_modules"][name]
 
 
 def _set_attr(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
@@ -178,7 +204,8 @@ def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     if call.template is not None:
         expr = gen.fill(call.template, a)
     else:
-        op = gen.bind(call.op, "op")
+        # an OpOverload's __call__ is one Python frame around its C++ ``_op``: call that directly
+        op = gen.bind(call.op._op if isinstance(call.op, torch._ops.OpOverload) else call.op, "op")
         pos, kw = [], []
         for i, s in enumerate(a):
             name = call.kwarg_names[i] if i < len(call.kwarg_names) else None

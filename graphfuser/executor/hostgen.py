@@ -56,6 +56,9 @@ class _Gen:
         self.scalar_slots: dict[Value, int] = {}
         self.slots: list[Value] = []
         self.counter = 0
+        # the live nn.Module behind a value (the root module and its GetAttr chains): tells the
+        # GetAttr handler which of the module's dicts holds an attribute
+        self.live: dict[Value, Any] = {}
 
     def var(self, v: Value) -> str:
         if v not in self.names:
@@ -151,14 +154,19 @@ class _Gen:
 def build_program(graph: Graph, name: str = "forward",
                   special: Callable[[Node], Optional[Callable]] = lambda n: None,
                   profiler: Optional[Callable[[int, Any], None]] = None, tuple_return: bool = False,
-                  scalars: Optional[Callable[[Node], Sequence[Value]]] = None) -> HostProgram:
+                  scalars: Optional[Callable[[Node], Sequence[Value]]] = None,
+                  module: Optional[torch.nn.Module] = None) -> HostProgram:
     """Compile ``graph`` to a Python function taking the graph inputs positionally.
 
     ``special(node)`` supplies callables for fusion groups, guards and fallbacks; ``profiler``
     (when given) receives ``(slot, value)`` for every tensor value, inputs included, and, just
-    before each node, for the non-tensor values ``scalars(node)`` names.
+    before each node, for the non-tensor values ``scalars(node)`` names. ``module``: the module
+    every call passes as the first input (``self``); its submodules, parameters and buffers are
+    then read from the dict that holds them, not through ``nn.Module.__getattr__`` (0.5 us each).
     """
     gen = _Gen(special, profiler is not None, scalars)
+    if module is not None and graph.inputs:
+        gen.live[graph.inputs[0]] = module
     params = [gen.var(v) for v in graph.inputs]
     gen.emit(0, f"def {name}({', '.join(params)}):")
     if profiler is not None:

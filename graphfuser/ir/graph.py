@@ -179,7 +179,8 @@ class Block:
         node.owner = None
 
     def replace_return(self, old: Value, new: Value) -> None:
-        self.returns = [new if r is old else r for r in self.returns]
+        if old in self.returns:     # Values compare by identity
+            self.returns = [new if r is old else r for r in self.returns]
 
     def replace_return_everywhere(self, old: Value, new: Value) -> None:
         """``replace_return`` on this block and on every block nested in its nodes."""

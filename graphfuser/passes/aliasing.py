@@ -121,10 +121,45 @@ class AliasSets:
         self._stop = before
         self.parent: dict[Value, Value] = {}
         self.written: set[Value] = set()      # values some in-place op writes
-        self._loop_params: list[tuple[Value, Value]] = []
         self._walk(graph.block)
-        for param, src in self._loop_params:
-            self.union(param, src)
+
+    @classmethod
+    def in_order(cls, graph: Graph) -> "AliasSets":
+        """Empty sets that :meth:`advance_to` grows node by node: ``advance_to(n)`` leaves them
+        equal to ``AliasSets(graph, before=n)`` for a pass that visits nodes in program order
+        (nested blocks before their node) and changes no node before the one it visits."""
+        self = cls.__new__(cls)
+        self._stop = None
+        self.parent, self.written = {}, set()
+        self._steps = self._nodes_in_order(graph.block)
+        return self
+
+    def _nodes_in_order(self, block: Block):
+        for node in block.nodes:
+            for b in node.blocks:
+                yield from self._nodes_in_order(b)
+            yield node
+            self._add(node)     # once the visitor is past the node, with its final kind
+
+    def advance_to(self, node: Node) -> "AliasSets":
+        for n in self._steps:
+            if n is node:
+                return self
+        raise ValueError(f"{node.where()} is not after the last node visited")
+
+    def _add(self, node: Node) -> None:
+        """Union what ``node`` makes alias (a loop: its carried values with their sources)."""
+        if node.kind == "prim::Loop":
+            for b in node.blocks:
+                for p, src in zip(b.params[1:], node.inputs[2:]):
+                    self.union(p, src)
+                for p, ret in zip(b.params[1:], b.returns[1:]):
+                    self.union(p, ret)
+        for out, ins in zip(node.outputs, output_aliases(node)):
+            for v in ins:
+                self.union(out, v)
+        if writes(node):
+            self.written.add(node.inputs[0])
 
     def find(self, v: Value) -> Value:
         p = self.parent.get(v, v)
@@ -149,17 +184,7 @@ class AliasSets:
                 stopped = self._walk(b) or stopped
             if stopped:
                 return True     # the stop is inside this node: its outputs come after it
-            if node.kind == "prim::Loop":
-                for b in node.blocks:
-                    for p, src in zip(b.params[1:], node.inputs[2:]):
-                        self._loop_params.append((p, src))
-                    for p, ret in zip(b.params[1:], b.returns[1:]):
-                        self._loop_params.append((p, ret))
-            for out, ins in zip(node.outputs, output_aliases(node)):
-                for v in ins:
-                    self.union(out, v)
-            if writes(node):
-                self.written.add(node.inputs[0])
+            self._add(node)
         return False
 
     def aliases(self, v: Value, among: list[Value]) -> list[Value]:

@@ -33,7 +33,7 @@ from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import fusible, lookup
-from .aliasing import AliasSets, all_values, may_alias_input
+from .aliasing import AliasSets, may_alias_input
 
 # functional node -> the in-place kind it replaced
 FUNCTIONALIZED: "weakref.WeakKeyDictionary[Node, str]" = weakref.WeakKeyDictionary()
@@ -119,11 +119,12 @@ def _later_reads(block: Block, pos: int, v: Value) -> bool:
     return False
 
 
-def _functionalize_block(block: Block) -> int:
+def _functionalize_block(block: Block, alias: AliasSets) -> int:
+    """``alias``: the graph's alias sets grown in program order (``AliasSets.in_order``)."""
     changed = 0
     for node in list(block.nodes):
         for b in node.blocks:
-            changed += _functionalize_block(b)
+            changed += _functionalize_block(b, alias)
         if not node.kind.endswith("_") or lookup(node.kind[:-1]) is None or not node.inputs:
             continue
         target = node.inputs[0]
@@ -142,9 +143,7 @@ def _functionalize_block(block: Block) -> int:
             continue
         # aliases made before the write (views, same-dtype casts ...) that are read after it; later
         # ones derive from a value read after the write, or from %a, whose uses are rewritten
-        graph = block.graph
-        earlier = [a for a in AliasSets(graph, before=node).aliases(target, all_values(graph))
-                   if a.node is not None and a.node.owner is block and block.nodes.index(a.node) < pos]
+        earlier = alias.advance_to(node).aliases(target, [o for n in block.nodes[:pos] for o in n.outputs])
         live = [a for a in earlier if _later_reads(block, pos, a)]
         if live:
             jit_log("partition", 1, f"kept in-place {where}: %{target.name} may be aliased by %{live[0].name}, "
@@ -174,7 +173,7 @@ def _functionalize_block(block: Block) -> int:
 
 def functionalize(graph: Graph) -> Graph:
     """Rewrite in-place ops on fresh, unaliased intermediates as functional ops (in place)."""
-    _functionalize_block(graph.block)
+    _functionalize_block(graph.block, AliasSets.in_order(graph))
     return graph
 
 

@@ -24,7 +24,7 @@ Per block (nested ``If``/``Loop`` blocks are partitioned on their own):
 from __future__ import annotations
 
 import heapq
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..config import config
 from ..ir.clone import clone_node
@@ -120,31 +120,75 @@ class _BlockPartition:
                     self.pred[n].add(b)
 
     # -- reachability ------------------------------------------------------------------------
-    def _closure(self, start: set[Node], edges: dict[Node, set[Node]]) -> set[Node]:
+    def _closure(self, start: set[Node], edges: dict[Node, set[Node]],
+                 within: Optional[set[Node]] = None, limit: Optional[int] = None) -> set[Node]:
         """Nodes reachable from ``start`` along ``edges``, with every existing group contracted to
         one unit: reaching one member reaches them all. Node-level reachability alone misses a
-        cycle through a third group (a -> c1, c2 -> b with c1, c2 in one group C)."""
+        cycle through a third group (a -> c1, c2 -> b with c1, c2 in one group C). With
+        ``within``, only nodes of that set are visited; with ``limit``, only nodes at or before
+        that position of the block."""
         seen, stack = set(), list(start)
+        index = self.index
         while stack:
             n = stack.pop()
             for m in edges[n]:
-                if m in seen:
+                if m in seen or (within is not None and m not in within) or \
+                        (limit is not None and index[m] > limit):
                     continue
                 seen.add(m)
                 stack.append(m)
                 for k in self.members.get(self.group.get(m, -1), ()):
-                    if k not in seen:
+                    if k not in seen and (within is None or k in within):
                         seen.add(k)
                         stack.append(k)
         return seen
 
-    def can_merge(self, a: set[Node], b: set[Node]) -> bool:
+    def can_merge(self, a: set[Node], b: set[Node], limit: Optional[int] = None) -> bool:
+        """False when a path from ``a`` to ``b`` (or back) leaves ``a | b``: merging would make a
+        cycle. Every node on such a path reaches its end, so the forward search only visits the
+        end's ancestors (and the two sets themselves): two full searches per check, not four.
+        ``limit``: the position of the last grouped node of the block (while ``run`` grows
+        groups in block order): no node after it leads back to a group, so none is visited."""
         union = a | b
-        down_a, up_b = self._closure(a, self.succ), self._closure(b, self.pred)
-        if (down_a & up_b) - union:
+        up_b = self._closure(b, self.pred, limit=limit)
+        if (self._closure(a, self.succ, up_b | union, limit) & up_b) - union:
             return False
-        down_b, up_a = self._closure(b, self.succ), self._closure(a, self.pred)
-        return not ((down_b & up_a) - union)
+        up_a = self._closure(a, self.pred, limit=limit)
+        return not ((self._closure(b, self.succ, up_a | union, limit) & up_a) - union)
+
+    def can_absorb(self, node: Node, members: Sequence[Node]) -> bool:
+        """``can_merge({node}, members)`` for a node that comes after every grouped node (how
+        ``run`` grows groups, in block order). No path can lead from ``node`` back to a group, so
+        the only cycle is one leaving ``members`` and entering ``node`` from outside; every node
+        on it lies before ``node``, so the search stops at ``node``'s position."""
+        return self.can_join([node], members, self.index[node])
+
+    def can_join(self, a: Sequence[Node], b: Sequence[Node], limit: int) -> bool:
+        """``can_merge`` for two convex units (groups, or a node not yet grouped) when no grouped
+        node lies after position ``limit``: a node after it cannot lead back to a group, so the
+        searches stop there. A path leaving ``a`` and entering ``b`` enters it from outside both
+        (a re-entry into ``a`` would make ``a`` non-convex), so the check is: does the search
+        from ``a`` reach a predecessor of ``b`` outside ``a | b`` (and the same the other way)."""
+        union = set(a)
+        union.update(b)
+        index, succ = self.index, self.succ
+        for src, dst in ((a, b), (b, a)):
+            seen: set[Node] = set()
+            stack = list(src)
+            while stack:
+                n = stack.pop()
+                for m in succ[n]:
+                    if m in seen or index[m] > limit:
+                        continue
+                    seen.add(m)
+                    stack.append(m)
+                    for k in self.members.get(self.group.get(m, -1), ()):
+                        if k not in seen:
+                            seen.add(k)
+                            stack.append(k)
+            if any(p in seen and p not in union for d in dst for p in self.pred[d]):
+                return False
+        return True
 
     # -- grouping ----------------------------------------------------------------------------
     def reason(self, node: Node) -> Optional[str]:
@@ -210,7 +254,9 @@ class _BlockPartition:
                 if misfit:
                     jit_log("partition", 1, f"{node.where()} not merged with group {pg}: {misfit}")
                     continue
-                if self.can_merge(current, set(self.members[pg])):
+                ok = self.can_absorb(node, self.members[pg]) if gid is None else \
+                    self.can_join(self.members[gid], self.members[pg], self.index[node])
+                if ok:
                     if gid is None:
                         self.group[node] = pg
                         self.members[pg].append(node)
@@ -239,6 +285,8 @@ class _BlockPartition:
         return groups
 
     def _horizontal(self) -> None:
+        # merging groups moves no node into one: the last grouped position stays where it is
+        self._last_grouped = max((self.index[n] for n in self.group), default=-1)
         # Siblings share a tensor input; a shared constant (None, alpha=1 ...) relates nothing.
         for n in self.nodes:
             for o in n.outputs:
@@ -268,7 +316,7 @@ class _BlockPartition:
             a, b = sibs[0], sibs[1]
             if a in self.members and b in self.members and self.device[a] == self.device[b] \
                     and _same_shape(self.members[a] + self.members[b]) \
-                    and self.can_merge(set(self.members[a]), set(self.members[b])) \
+                    and self.can_join(self.members[a], self.members[b], self._last_grouped) \
                     and not self.misfit(set(self.members[a]), set(self.members[b])):
                 jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
                 self.merge_groups(a, b)

@@ -147,3 +147,23 @@ def test_output_broadcast_along_the_vectorized_dim(dtype):
     for got, want in zip(out, small_output_next_to_a_big_one(x0, x1)):
         assert got.shape == want.shape and got.dtype == want.dtype
         torch.testing.assert_close(got, want)
+
+
+def test_variants_compile_on_first_use():
+    """Only the 32-bit vectorized variant is built with the group; an unaligned call then loads
+    the scalar one, which is launched directly from then on."""
+    def f(x):
+        return (x * 2.0).relu() + 1.0
+
+    x = torch.randn(4096, device="cuda")
+    sf = graphfuser.script(f)
+    for _ in range(4):
+        sf(x)
+    runners = [r for r in sf._runners.values() if hasattr(r, "namespace") and "_fns" in r.namespace]
+    assert runners
+    ns = runners[0].namespace
+    assert ns["_fns"][1] is not None and ns["_fns"][0] is None and ns["_fns"][3] is None
+    u = torch.randn(4097, device="cuda")[1:]            # misaligned by one element: scalar variant
+    for _ in range(2):
+        torch.testing.assert_close(sf(u), f(u))
+    assert ns["_fns"][0] is not None and ns["_l0"] == ns["_fns"][0].launch

@@ -242,7 +242,7 @@ def test_guard_source_has_no_concrete_sizes(t):
     src, _ = guard_source([ty], ty.rank)
     for m in re.finditer(r"s\d+\[\d+\] (==|!=) (\d+)", src):
         assert m.group(2) == "1", src
-    assert f".dim() == {ty.rank}" in src and "dtype is _dt0" in src and "is_cpu" in src
+    assert f"len(s0 := x0.shape) == {ty.rank}" in src and "dtype is _dt0" in src and "is_cpu" in src
     assert "requires_grad" in src
     other = TensorType.of(torch.rand(*[s * 3 if s != 1 else 1 for s in t.shape]))
     if ty.stride_order == other.stride_order and all(ty.contiguity) and all(other.contiguity):

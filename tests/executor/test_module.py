@@ -80,10 +80,58 @@ def test_submodules_are_inlined():
         def forward(self, x):
             return self.inner(self.lin(x)) + x
 
-    m = Outer().eval()
-    sm = graphfuser.script(m)
+    sm, x = _warm(Outer().eval(), calls=3)
+    assert "prim::CallMethod" not in str(sm.graph)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        self.register_buffer("shift", torch.ones(8))
+
+    def forward(self, x):
+        return (self.body(x) + self.shift).sigmoid()
+
+
+def _warm(m: torch.nn.Module, calls: int = 4) -> tuple:
+    """``m`` scripted and called ``calls`` times (matching eager) on a [4, 8] input; the scripted
+    module and the input."""
+    s = graphfuser.script(m)
     x = torch.randn(4, 8)
     with torch.no_grad():
-        for _ in range(3):
-            torch.testing.assert_close(sm(x), m(x))
-    assert "prim::CallMethod" not in str(sm.graph)
+        for _ in range(calls):
+            torch.testing.assert_close(s(x), m(x))
+    return s, x
+
+
+def test_module_attributes_are_read_from_their_dicts():
+    """The host program reads submodules, parameters and buffers from the dict that holds them
+    (not through nn.Module.__getattr__), and still sees every later change to them."""
+    m = _Block().eval()
+    s, x = _warm(m)
+    with torch.no_grad():
+        assert "._modules['body']" in s.code and "._buffers['shift']" in s.code
+        m.shift.fill_(3.0)                                        # in place
+        torch.testing.assert_close(s(x), m(x))
+        m.shift = torch.full((8,), -2.0)                          # buffer reassigned
+        torch.testing.assert_close(s(x), m(x))
+        m.body[0] = torch.nn.Linear(8, 8)                         # submodule replaced
+        torch.testing.assert_close(s(x), m(x))
+        m.body[0].weight = torch.nn.Parameter(torch.randn(8, 8))  # parameter replaced
+        torch.testing.assert_close(s(x), m(x))
+
+
+def test_module_attribute_that_moves_out_of_its_dict_still_runs():
+    """A parameter deleted and set again as a plain tensor attribute lives in the instance dict:
+    the program that read it from ``_parameters`` raises KeyError, and the call recovers."""
+    m = _Block().eval()
+    s, x = _warm(m)
+    with torch.no_grad():
+        lin = m.body[0]
+        w = lin.weight.detach().clone() * 2
+        del lin.weight
+        lin.weight = w
+        assert "weight" in lin.__dict__
+        for _ in range(4):
+            torch.testing.assert_close(s(x), m(x))

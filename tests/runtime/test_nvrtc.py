@@ -103,8 +103,11 @@ def test_fma_knob_adds_fmad_false():
 def test_default_options():
     flags = nvrtc.build_options(ARCH, ["-DFOO=1"])
     assert flags[0] == f"--gpu-architecture=sm_{ARCH}"
-    for f in ("-default-device", "--std=c++17", "-lineinfo"):
+    for f in ("-default-device", "--std=c++17"):
         assert f in flags
+    assert "-lineinfo" not in flags                 # opt-in: PYTORCH_NVFUSER_ENABLE=lineinfo
+    with config.override(enable=["lineinfo"]):
+        assert "-lineinfo" in nvrtc.build_options(ARCH)
     assert flags[-1] == "-DFOO=1"
     assert all(f"-I{d}" in flags for d in nvrtc.include_dirs())
 
