@@ -77,8 +77,11 @@ def test_group_norm_groups_training(dtype, shape, groups, channels_last):
     ref = _train(fn, mod, [x], grad)
     sf = graphfuser.script(fn)
     got = _train(sf, mod, [x], grad)
-    for g, r in zip(got, ref):
-        torch.testing.assert_close(g.float(), r.float(), **TOL[dtype])
+    for k, (g, r) in enumerate(zip(got, ref)):
+        tol = dict(TOL[dtype])
+        if k > 0 and dtype == torch.bfloat16:   # weight / bias: per-channel sums of N*H*W terms,
+            tol["atol"] = max(tol["atol"], 2 * 2.0 ** -7 * float(r.abs().max()))   # 2 bf16 ulps
+        torch.testing.assert_close(g.float(), r.float(), **tol)
     fwd, bwd = fused_groups(sf)
     assert fwd >= 1 and bwd >= 1
 
