@@ -132,7 +132,7 @@ def launcher_source(cg: ReductionGroup) -> str:
     outs = []
     for j, op in enumerate(plan.outputs):
         if j in plan.aliases:
-            outs.append(f"x{plan.aliases[j]}")
+            outs.append(f"x{plan.aliases[j]}" + (".detach()" if j in plan.detached else ""))
             continue
         rank = len(op.axes)
         sz = ["1" if a is None else size[a] for a in op.axes]
@@ -153,6 +153,12 @@ def launcher_source(cg: ReductionGroup) -> str:
     ret = f"({', '.join(outs)},)"
     if not k.stores:
         return _armed(L + [f"    return {ret}"], n_in)
+    # An output without some empty axis (exp(w) of a [33] weight next to a softmax over an empty
+    # batch) has elements that no iteration writes: that call runs the eager fallback.
+    fresh = [f"o{j}.numel()" for j in range(len(plan.outputs)) if j not in plan.aliases]
+    if fresh:
+        L.append(f"    if not (rows and nr) and ({' or '.join(fresh)}):")
+        L.append("        raise _Defer")
     L.append("    if rows and nr:" if k.kind != "none" else "    if rows * nr:")
     if cg.target == "cpu" and len(cg.variants) > 1:
         L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)({', '.join(args)})")

@@ -43,6 +43,7 @@ from ..executor.builtins import resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type, layout_of
 from ..log import jit_log
+from ..ops.reduction import scalar_type_code
 from .partition import _mutates
 
 _SCHEMAS = {
@@ -55,6 +56,10 @@ _SCHEMAS = {
     "aten::add": "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
     "aten::copy_": "aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)",
     "aten::sub": "aten::sub.float(float a, float b) -> float",
+    "aten::to": "aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+                "MemoryFormat? memory_format=None) -> Tensor(a)",
+    "aten::numel": "aten::numel(Tensor self) -> int",
+    "aten::ne": "aten::ne.int(int a, int b) -> bool",
 }
 
 
@@ -149,18 +154,30 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
              node.output.type)
     dims = e.ints([0] + list(range(2, xt.rank)))
     false = e.const(False, "bool")
-    vec = _vector_type(xt, xt.dtype, bool(xt.requires_grad))
+    # eager's statistics of fp16 / bf16 input are float (its accumulate type), not rounded
+    acc = torch.float32 if xt.dtype in (torch.float16, torch.bfloat16) else xt.dtype
+    if acc != xt.dtype:
+        code = e.const(scalar_type_code(acc), "int")
+        x = e.op("aten::to", [x, code, false, false, e.const(None, "NoneType")],
+                 replace(xt, dtype=acc))
+    vec = _vector_type(xt, acc, bool(xt.requires_grad))
     mean = e.op("aten::mean", [x, dims, false], vec)
     var = e.op("aten::var", [x, dims, e.const(True, "bool"), false], vec)
     one = e.const(1.0, "float")
     return y, [(rm, _update(e, x, mean, rm, momentum, one)), (rv, _update(e, x, var, rv, momentum, one))]
 
 
-def _write_back(e: _Builder, updates: list[tuple[Value, Value]]) -> None:
+def _write_back(e: _Builder, x: Value, updates: list[tuple[Value, Value]]) -> None:
+    """The copies of the new running stats, under ``if x.numel() != 0``: eager leaves the
+    running stats alone for an empty input (its batch statistics would be NaN)."""
     # every detach before the first copy_ (a barrier): the detaches join the update's group
     detached = [(running, e.op("aten::detach", [new], new.type)) for running, new in updates]
+    nonempty = e.op("aten::ne", [e.op("aten::numel", [x], Type("int")), e.const(0, "int")], Type("bool"))
+    ifn = e._put(e.graph.create("prim::If", [nonempty], [], source=e.source))
+    taken, _ = ifn.add_block(), ifn.add_block()
+    inner = _Builder(taken, e.source)
     for running, d in detached:
-        e.op("aten::copy_", [running, d, e.const(False, "bool")], running.type)
+        inner.op("aten::copy_", [running, d, inner.const(False, "bool")], running.type)
 
 
 def _update_site(block: Block, after: Node, running: list[Value]) -> Optional[Node]:
@@ -187,7 +204,7 @@ def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
         block.replace_return_everywhere(y_old, y)
         block.remove(node)
         site = _update_site(block, updates[-1][1].node, [rm, rv])
-        _write_back(_Builder(block, node.source, anchor=site), updates)
+        _write_back(_Builder(block, node.source, anchor=site), x, updates)
         return
     # a run-time flag: If(training) { rewritten } else { the original node }
     g = block.graph
@@ -196,7 +213,7 @@ def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
     taken, other = ifn.add_block(), ifn.add_block()
     e = _Builder(taken, node.source)
     y, updates = _training_nodes(e, node)
-    _write_back(e, updates)
+    _write_back(e, x, updates)
     taken.returns = [y]
     for user, i in list(y_old.uses):
         user.replace_input(i, ifn.output)

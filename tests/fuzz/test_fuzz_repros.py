@@ -123,3 +123,74 @@ def test_unused_norm_in_training_still_updates_running_stats(fn):
     # the schema marks no argument as written, but eager updates running_mean / running_var
     x = torch.arange(24.0).reshape(2, 3, 4) / 7.0
     _run(fn, lambda: (x.clone(), torch.zeros(3), torch.ones(3)))
+
+
+def _detach_out(x, s: int):
+    v0 = torch.mean(x, None, keepdim=False, dtype=torch.float64)
+    v0.sub_(s)
+    v1 = torch.detach(x)
+    return torch.atan2(v1, v0) * x.size(-1), v1
+
+
+def _detach_of_detach(x, s: int):
+    return (x * 2.0).relu(), x.detach().detach()
+
+
+@pytest.mark.parametrize("fn", [_detach_out, _detach_of_detach])
+@pytest.mark.parametrize("layout", ["sliced", "transposed", "dense"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_detach_output_is_a_view_of_its_input(fn, layout, grad):
+    # eager's detach returns a view (the input's strides and storage, no grad): so does the group
+    def make():
+        base = torch.arange(3 * 8 * 8, dtype=torch.float32).reshape(3, 8, 8) / 50.0
+        x = {"sliced": base[..., ::2], "transposed": base.transpose(1, 2), "dense": base}[layout]
+        return (x.clone() if layout == "dense" else x).requires_grad_(grad), 1
+
+    sf = _run(fn, make)
+    x, s = make()
+    out_e, out_g = fn(x, s)[1], sf(x, s)[1]
+    assert out_g.stride() == out_e.stride() and out_g.data_ptr() == x.data_ptr()
+    assert not out_g.requires_grad
+
+
+def _bn_train(x, rm, rv):
+    return F.batch_norm(x, rm, rv, None, None, True, 0.1, 1e-5).relu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_batch_norm_running_stats_of_an_empty_batch_are_left_alone(dtype):
+    # eager returns early for an empty input; the split-off update must not write NaN stats
+    sizes = iter([4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 3, 3])     # make() runs twice per call
+    pdt = torch.float64 if dtype == torch.float64 else torch.float32
+
+    def make():
+        n = next(sizes)
+        x = (torch.arange(n * 3 * 5, dtype=torch.float64).reshape(n, 3, 5).sin() * 3).to(dtype)
+        return x, torch.linspace(-1, 1, 3, dtype=pdt), torch.linspace(0.5, 2, 3, dtype=pdt)
+
+    _run(_bn_train, make, calls=6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_batch_norm_running_stats_of_half_input_are_float_statistics(dtype):
+    # eager's batch statistics of fp16 / bf16 input are float: the running mean is not rounded
+    def make():
+        x = (torch.arange(2 * 3 * 7, dtype=torch.float64).reshape(2, 3, 7).cos() * 1.37 + 0.3).to(dtype)
+        return x, torch.full((3,), -0.74), torch.full((3,), 0.6)
+
+    sf = graphfuser.script(_bn_train)
+    for _ in range(5):
+        a, b = make(), make()
+        _bn_train(*a), sf(*b)
+        assert torch.equal(a[1], b[1]) or torch.allclose(a[1], b[1], rtol=2e-7, atol=0)
+        torch.testing.assert_close(b[2], a[2], rtol=2e-7, atol=1e-7)
+
+
+def _softmax_and_weight_exp(x, w):
+    return F.softmax(torch.fmin(w, x), dim=3).log_softmax(3), torch.exp(w)
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 0, 33), (0, 7, 2, 33)])
+def test_reduction_group_output_without_the_empty_axis_is_written(shape):
+    # exp(w) [33] shares the softmax's group; with an empty batch no kernel iteration writes it
+    _run(_softmax_and_weight_exp, lambda: (torch.full(shape, 0.25), torch.linspace(0.1, 1.1, 33)))
