@@ -19,7 +19,7 @@ import torch
 from ..codegen.kir import Expr
 from ..ir.graph import Node, Value
 from .axes import DimPlan
-from .reduction import arg_expr, list_items, mean_of, moments, need_const, rank_of, reduction, same_float
+from .reduction import arg_expr, list_items, mean_of, need_const, rank_of, reduction, same_float, shifted_moments
 from .table import OpCall
 
 
@@ -125,10 +125,11 @@ def _affine(call: OpCall, y: Expr) -> Expr:
 
 def _normalize(call: OpCall) -> tuple[Expr, Expr, Expr]:
     b, x = call.b, arg_expr(call, "input")
-    mean, m2 = moments(call, x)
+    d, c, mean, m2 = shifted_moments(call, x)
     var = b.div(m2, b.reduction_size(call.compute))
     rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
-    return _affine(call, b.mul(b.sub(x, mean), rstd)), mean, rstd
+    # (x - k) - s1 / N: x - mean without the rounding of mean (see shifted_moments)
+    return _affine(call, b.mul(b.sub(d, c), rstd)), mean, rstd
 
 
 def _layer_norm(call: OpCall) -> Expr:

@@ -361,6 +361,33 @@ def _clamp(call: OpCall) -> Expr:
     return x
 
 
+def _lone_nan_bound_propagates() -> bool:
+    """Whether this torch's ``clamp`` with one Python-number bound, NaN, returns NaN (it returns
+    the input unchanged before pytorch/pytorch#172200; ``clamp_min`` / ``clamp_max`` and
+    ``clamp`` with both bounds propagate it in every version). Asked once, of eager itself."""
+    global _LONE_NAN
+    if _LONE_NAN is None:
+        x = torch.zeros(1)
+        _LONE_NAN = bool(torch.clamp(x, min=float("nan")).isnan().all()) and \
+            bool(torch.clamp(x, None, float("nan")).isnan().all())
+    return _LONE_NAN
+
+
+_LONE_NAN: Optional[bool] = None
+
+
+def _clamp_two_sided(call: OpCall) -> Expr:
+    """``_clamp``; with one Python-number bound that is NaN, the input unchanged where this
+    torch's eager does so (``_lone_nan_bound_propagates``)"""
+    y = _clamp(call)
+    given = [n for n in ("min", "max") if call.args.get(n) is not None]
+    if len(given) == 1 and not _lone_nan_bound_propagates():
+        part = call.participants.get(given[0])
+        if part is None or part.priority == "wrapped":
+            y = call.b.where(call.b.call("isnan", call.x(given[0])), call.x("self"), y)
+    return y
+
+
 def _clamp_check(consts, parts) -> Optional[str]:
     if "min" not in parts and "max" not in parts:
         return "clamp without min and max raises in eager; not fused"
@@ -368,7 +395,7 @@ def _clamp_check(consts, parts) -> Optional[str]:
 
 
 register(OpRow("clamp", ("aten::clamp", "aten::clip"), "pointwise", ("self", "min=None", "max=None"), "default",
-               ("self", "min", "max"), decomp=_clamp, no_bool=True, check=_clamp_check,
+               ("self", "min", "max"), decomp=_clamp_two_sided, no_bool=True, check=_clamp_check,
                eager=lambda self, min=None, max=None: torch.clamp(self, min, max), doc="clamp(self, min, max)"))
 register(OpRow("clamp_min", ("aten::clamp_min",), "pointwise", ("self", "min"), "default", ("self", "min"),
                decomp=_clamp, no_bool=True, eager=torch.clamp_min, doc="max(self, min)"))

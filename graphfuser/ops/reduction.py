@@ -262,25 +262,38 @@ def _correction(call: OpCall) -> float:
     return 1.0 if unbiased is None or unbiased else 0.0
 
 
-def moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
-    """(mean, M2) from sums shifted by the segment's first element ``k`` (one reduction phase).
+def shifted_moments(call: OpCall, x: Expr) -> tuple[Expr, Expr, Expr, Expr]:
+    """``(d, c, mean, M2)`` from sums shifted by the segment's first element ``k`` (one
+    reduction phase): ``d = x - k`` (exact where ``x`` is within a factor 2 of ``k``), ``c = s1 / N``
+    (the mean's offset from ``k``), ``mean = k + c``, ``M2 = s2 - s1 * c``.
 
-    ``mean = k + s1 / N``, ``M2 = s2 - s1 * s1 / N``: exact for constant rows (every ``x - k``
-    is 0), accurate while ``|k - mean|`` is within a few standard deviations. ``M2`` is kept
-    >= 0 against rounding; an infinite ``s1`` (an inf in the segment) makes the mean NaN, as
-    eager's Welford does, instead of ``k + inf``."""
+    ``d - c`` is ``x - mean`` without the rounding of ``mean`` to the data's magnitude: for data
+    with a huge mean and a small spread (1e4 +- 1e-2 in fp32) ``x - mean`` loses every digit of the
+    spread, ``d - c`` keeps them. Constant rows give exactly 0. ``M2`` is kept >= 0 against
+    rounding. Non-finite data follow eager's Welford: any inf or NaN in the segment makes the
+    statistics NaN, except a segment of one element, whose mean is that element."""
     b, ct = call.b, call.compute
     n = b.reduction_size(ct)
     x = b.cast(x, ct)
     k = b.at_first(x)
-    d = b.sub(x, k)
+    # x == k: 0 also for an infinite k (a one-element segment of inf has mean inf, as in eager)
+    d = b.where(b.call("eq", x, k), call.const(0), b.sub(x, k))
     s1 = b.reduce("sum", d, ct)
     s2 = b.reduce("sum", b.mul(d, d), ct)
     c = b.div(s1, n)
     m2 = b.sub(s2, b.mul(s1, c))
     m2 = b.where(b.call("lt", m2, call.const(0)), call.const(0), m2)
-    mean = b.where(b.call("isinf", s1), call.const(float("nan")), b.add(k, c))
-    return mean, m2
+    bad = b.call("and", b.call("not", b.call("isfinite", k)), b.call("gt", n, call.const(1)))
+    bad = b.call("or", b.call("not", b.call("isfinite", s2)), bad)
+    nan = call.const(float("nan"))
+    mean = b.where(bad, nan, b.add(k, c))
+    m2 = b.where(bad, nan, m2)
+    return d, c, mean, m2
+
+
+def moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
+    """(mean, M2) of ``shifted_moments``."""
+    return shifted_moments(call, x)[2:]
 
 
 def _var_mean(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
