@@ -176,7 +176,20 @@ def _instance_norm(call: OpCall) -> Expr:
 
 
 # -- checks ---------------------------------------------------------------------------------
+def _running_stats_need_grad(args: dict) -> Optional[str]:
+    """Running stats that require grad: eager raises for a non-empty input (native_batch_norm is
+    not differentiable with respect to them) and returns an output without grad for an empty
+    one; a fused group would make an output that requires grad. Left to eager."""
+    if any(isinstance(args.get(n), Value) and getattr(args[n].type, "requires_grad", False)
+           for n in ("running_mean", "running_var")):
+        return "running_mean / running_var require grad (eager raises: not differentiable); not fused"
+    return None
+
+
 def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    why = _running_stats_need_grad(args)
+    if why:
+        return why
     training = consts.get("training")
     if training is None:
         return "batch_norm with a run-time training flag is not fused"
@@ -197,6 +210,9 @@ def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
 
 
 def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    why = _running_stats_need_grad(args)
+    if why:
+        return why
     use = consts.get("use_input_stats")
     if use is None:
         return "instance_norm with a run-time use_input_stats is not fused"

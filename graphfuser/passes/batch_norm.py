@@ -123,6 +123,8 @@ def _eligible(node: Node) -> Optional[str]:
         return "running stats that may be None, or types that were not profiled"
     if x.type.rank is None or x.type.rank < 2 or rm.type.rank != 1 or rv.type.rank != 1:
         return "unexpected ranks"
+    if rm.type.requires_grad or rv.type.requires_grad:
+        return "running stats that require grad (eager raises: native_batch_norm is not differentiable for them)"
     if x.type.device is not None and x.type.device.type == "cuda":
         return CUDA_TRAINING_REASON
     return None

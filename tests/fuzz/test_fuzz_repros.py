@@ -194,3 +194,58 @@ def _softmax_and_weight_exp(x, w):
 def test_reduction_group_output_without_the_empty_axis_is_written(shape):
     # exp(w) [33] shares the softmax's group; with an empty batch no kernel iteration writes it
     _run(_softmax_and_weight_exp, lambda: (torch.full(shape, 0.25), torch.linspace(0.1, 1.1, 33)))
+
+
+def _bn_eval_grad_stats(x, rm, rv, w):
+    return F.batch_norm(x, rm, rv, w, None, False, 0.1, 1e-5) * 2.0
+
+
+def _bn_train_grad_stats(x, rm, rv, w):
+    return F.batch_norm(x, rm, rv, w, None, True, 0.1, 1e-5) * 2.0
+
+
+@pytest.mark.parametrize("fn", [_bn_eval_grad_stats, _bn_train_grad_stats])
+@pytest.mark.parametrize("n", [0, 2])
+def test_running_stats_that_require_grad_follow_eager(fn, n):
+    # eager raises for a non-empty input (not differentiable for running_mean) and returns an
+    # output without grad for an empty one: the group must not make one that requires grad
+    def make():
+        return (torch.ones(n, 1, 5, 3), torch.zeros(1).requires_grad_(), torch.ones(1), torch.ones(1))
+
+    sf = graphfuser.script(fn)
+    for _ in range(4):
+        try:
+            e = fn(*make())
+        except RuntimeError as err:
+            with pytest.raises(RuntimeError, match="not differentiable"):
+                sf(*make())
+            assert "not differentiable" in str(err)
+            continue
+        g = sf(*make())
+        assert g.requires_grad == e.requires_grad and g.shape == e.shape
+
+
+def _instance_norm_bias(x, b):
+    return F.instance_norm(torch.sinh(x * 0.5), None, None, None, b, True, 0.1, 1e-5)
+
+
+def _instance_norm_plain(x, b):
+    return F.instance_norm(torch.sinh(x * 0.5), None, None, None, None, True, 0.1, 1e-5) + b[0]
+
+
+@pytest.mark.parametrize("fn", [_instance_norm_bias, _instance_norm_plain])
+def test_norm_of_an_empty_batch_runs_eager_and_raises_its_error(fn):
+    # eager's instance norm of an empty batch with a weight or bias raises IndexError
+    sizes = iter([3] * 8 + [0] * 6)
+    sf = graphfuser.script(fn)
+    for _ in range(7):
+        n = next(sizes)
+        next(sizes)
+        x, b = torch.linspace(-1, 1, n * 7 * 16).reshape(n, 7, 16), torch.linspace(0, 1, 7)
+        try:
+            e = fn(x, b)
+        except IndexError:
+            with pytest.raises(IndexError):
+                sf(x, b)
+            continue
+        torch.testing.assert_close(sf(x, b), e)
