@@ -38,7 +38,7 @@ import torch
 
 from .cstyle import RenderOptions, _Emitter, c_literal, signature
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import PRIMS, Call, Cast, Const, Expr, FirstLoad, Load, Reduce, ReductionSize, ScalarArg
+from .kir import PRIMS, Call, Cast, Const, Expr, FirstLoad, LastLoad, Load, Reduce, ReductionSize, ScalarArg
 from .reduction import ReductionKernel
 from .reduction_index import IndexPlan
 from .reduction_passes import PassPlan
@@ -132,7 +132,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             return f"(({ct})({self.k.scalars[e.index].name}))"
         if isinstance(e, ReductionSize):
             return f"(({ct})(" + " * ".join(f"n{r}" for r in self.k.red_roots) + "))"
-        if isinstance(e, FirstLoad):
+        if isinstance(e, (FirstLoad, LastLoad)):
             return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(self.first_load(e))
         if isinstance(e, Cast):
             a = names[id(e.arg)]

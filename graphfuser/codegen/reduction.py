@@ -26,8 +26,8 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import bind, lookup
 from ..ops.axes import Axes, analyze, is_reduction_node
-from .kir import (Call, Cast, Expr, ExprBuilder, Kernel, Load, Reduce, ScalarParam, TensorParam, compute_dtype,
-                  topo_exprs)
+from .kir import (Call, Cast, Expr, ExprBuilder, FirstLoad, Kernel, Load, Reduce, ScalarParam, TensorParam,
+                  compute_dtype, topo_exprs)
 from .lower import LoweringError, TensorPlan, lower_node, returned_inputs, through_detach
 
 
@@ -100,10 +100,10 @@ class _Builder(ExprBuilder):
             return self.const(1, dtype)
         return super().reduction_size(dtype)
 
-    def at_first(self, e: Expr) -> Expr:
+    def at_first(self, e: Expr, load: type = FirstLoad) -> Expr:
         if self.trivial:
             return e
-        return super().at_first(e)
+        return super().at_first(e, load)
 
 
 def _dense(t: TensorType) -> TensorType:

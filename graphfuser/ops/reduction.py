@@ -297,9 +297,16 @@ def moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
 
 
 def _var_mean(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
-    """variance from the shifted sums: M2 / max(N - correction, 0), and the mean"""
-    b = call.b
+    """variance from the shifted sums: M2 / max(N - correction, 0), and the mean. On non-finite
+    data the mean follows eager's Welford, which meets the segment in order: one ±inf as its
+    last element and finite data before it give that inf, any other non-finite data NaN."""
+    b, ct = call.b, call.compute
     mean, m2 = moments(call, x)
+    xc = b.cast(x, ct)
+    last = b.at_last(xc)
+    others = b.reduce("sum", b.cast(b.call("not", b.call("isfinite", xc)), torch.int32), torch.int32)
+    alone = b.call("and", b.call("isinf", last), b.call("eq", others, call.const(1, torch.int32)))
+    mean = b.where(alone, last, mean)
     dof = b.call("maximum", b.sub(b.reduction_size(call.compute), call.const(_correction(call))), call.const(0))
     return b.div(m2, dof), mean
 
