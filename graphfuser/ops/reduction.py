@@ -380,8 +380,22 @@ reduction("sum", ("aten::sum",), "reduction", _DIMS, _sum, out_dtype=_sum_dtype,
           consts=("dim", "keepdim", "dtype"), eager=torch.sum, doc="sum over dims (int inputs sum in int64)")
 reduction("mean", ("aten::mean",), "reduction", _DIMS, _mean, out_dtype=_float_dtype("mean"),
           overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), eager=torch.mean, doc="sum / N")
+def _prod_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    """eager's CPU prod of fp16 / bf16 accumulates in that type: a product overflows to inf
+    within a few factors and a zero met after it gives NaN, in an order of eager's lanes that a
+    kernel accumulating in fp32 cannot follow. Left to eager on the CPU (CUDA's prod accumulates
+    in fp32, as the kernel does)."""
+    out = node.outputs[0].type if node.outputs else None
+    if isinstance(out, TensorType) and out.dtype in (torch.float16, torch.bfloat16) and \
+            out.device is not None and out.device.type == "cpu":
+        return ("prod with an fp16/bf16 result on the CPU is left to eager (it accumulates in that type: "
+                "overflow then a zero gives NaN in eager's lane order)")
+    return need_const("dim", "keepdim", "dtype")(node, args, consts)
+
+
 reduction("prod", ("aten::prod",), "reduction", _DIMS, _prim_reduce("prod"), out_dtype=_sum_dtype,
-          overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), eager=torch.prod, doc="product over dims")
+          overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), check=_prod_check, eager=torch.prod,
+          doc="product over dims")
 for _n, _op in (("amax", "max"), ("amin", "min")):
     reduction(_n, (f"aten::{_n}",), "reduction", ("self", "dim=[]", "keepdim=False"), _prim_reduce(_op),
               out_dtype=_same_nonbool, consts=("dim", "keepdim"), eager=getattr(torch, _n),
