@@ -249,3 +249,24 @@ def test_norm_of_an_empty_batch_runs_eager_and_raises_its_error(fn):
                 sf(x, b)
             continue
         torch.testing.assert_close(sf(x, b), e)
+
+
+def _alias_write_after_min(x0, x2):
+    v0 = torch.minimum(x2, x0)
+    v1 = v0.to(v0.dtype)
+    v1.mul_(2)
+    return v1
+
+
+def test_respecialization_profiles_on_copies():
+    # a guard miss re-profiles the group's template, which writes an alias of its input in
+    # place: run on the call's own tensors it doubled the returned output a second time
+    calls = iter([False] * 8 + [True] * 6)
+
+    def make():
+        t = next(calls)
+        base = torch.arange(99, dtype=torch.int32).reshape(1, 33, 3) % 5 + 1
+        x0 = base.transpose(1, 2).contiguous().transpose(1, 2) if t else base
+        return x0, torch.tensor(1e4, dtype=torch.float64)
+
+    _run(_alias_write_after_min, make, calls=7)
