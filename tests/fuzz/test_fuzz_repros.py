@@ -270,3 +270,58 @@ def test_respecialization_profiles_on_copies():
         return x0, torch.tensor(1e4, dtype=torch.float64)
 
     _run(_alias_write_after_min, make, calls=7)
+
+
+def _lone_nan_bounds(x):
+    a = x.clamp(None, float("nan"))
+    b = torch.clamp(x * 2.0, min=float("nan"))
+    c = torch.clamp_min(x + 1.0, float("nan"))
+    d = torch.clamp(x - 1.0, -0.5, float("nan"))
+    return a + 1.0, b, c, d
+
+
+def _lone_nan_bounds_copy(x):
+    a = x.clamp(None, float("nan"))
+    b = torch.clamp(x * 3.0, min=float("nan"))
+    c = torch.clamp_min(x + 2.0, float("nan"))
+    d = torch.clamp(x - 2.0, -0.5, float("nan"))
+    return a - 1.0, b, c, d
+
+
+def test_clamp_with_a_lone_nan_bound_follows_this_torch():
+    # eager's clamp with one NaN number bound returns NaN in this torch, the input unchanged
+    # before pytorch#172200; clamp_min and two-sided clamp propagate it in every version
+    x = torch.tensor([1.0, float("nan"), -2.0, 0.25])
+    _run(_lone_nan_bounds, lambda: (x.clone(),))
+
+
+def test_clamp_with_a_lone_nan_bound_on_a_torch_that_ignores_it(monkeypatch):
+    from graphfuser.ops import pointwise
+
+    monkeypatch.setattr(pointwise, "_LONE_NAN", False)
+    x = torch.tensor([1.0, float("nan"), -2.0, 0.25])
+    sf = graphfuser.script(_lone_nan_bounds_copy)
+    for _ in range(4):
+        a, b, c, d = sf(x.clone())
+    torch.testing.assert_close(a, x - 1.0, equal_nan=True)
+    torch.testing.assert_close(b, x * 3.0, equal_nan=True)
+    assert c.isnan().all() and d.isnan().all()
+
+
+def _ln_big_mean(x, w, b):
+    return F.layer_norm(x * 1.0, [x.shape[-1]], w, b, 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(33, 528), (4, 31), (2, 4096)])
+def test_layer_norm_of_huge_mean_data_is_near_the_float64_result(shape):
+    # x - mean rounds mean at 1e4 (ulp 1e-3) against a spread of 1e-2: (x - k) - s1 / N does not
+    g = torch.Generator().manual_seed(5)
+    x = 1e4 + 1e-2 * torch.randn(*shape, generator=g)
+    w, b = torch.randn(shape[-1], generator=g), torch.randn(shape[-1], generator=g)
+    sf = graphfuser.script(_ln_big_mean)
+    for _ in range(4):
+        got = sf(x, w, b)
+    ref = _ln_big_mean(x.double(), w.double(), b.double())
+    err = (got.double() - ref).abs().max().item()
+    eager_err = (_ln_big_mean(x, w, b).double() - ref).abs().max().item()
+    assert err < 1e-3 and err < eager_err / 10, (err, eager_err)
