@@ -430,5 +430,14 @@ def _same_layout_copy(x: Any) -> Any:
     if not isinstance(x, torch.Tensor):
         return x
     with torch.no_grad():
-        y = x.new_empty_strided(x.size(), x.stride()).copy_(x)
+        y = x.new_empty_strided(x.size(), x.stride())
+        # broadcast (stride-0) dims hold one element: copy through a size-1 slice of each
+        src, dst = x, y
+        for d in range(x.dim()):
+            if x.stride(d) == 0 and x.size(d) > 1:
+                src, dst = src.narrow(d, 0, 1), dst.narrow(d, 0, 1)
+        try:
+            dst.copy_(src)
+        except RuntimeError:      # another self-overlapping layout: profile on the tensor itself
+            return x
     return y.requires_grad_(x.requires_grad) if x.requires_grad else y
