@@ -276,17 +276,16 @@ def shifted_moments(call: OpCall, x: Expr) -> tuple[Expr, Expr, Expr, Expr]:
     n = b.reduction_size(ct)
     x = b.cast(x, ct)
     k = b.at_first(x)
-    # x == k: 0 also for an infinite k (a one-element segment of inf has mean inf, as in eager)
-    d = b.where(b.call("eq", x, k), call.const(0), b.sub(x, k))
+    d = b.sub(x, k)
     s1 = b.reduce("sum", d, ct)
     s2 = b.reduce("sum", b.mul(d, d), ct)
     c = b.div(s1, n)
     m2 = b.sub(s2, b.mul(s1, c))
     m2 = b.where(b.call("lt", m2, call.const(0)), call.const(0), m2)
-    bad = b.call("and", b.call("not", b.call("isfinite", k)), b.call("gt", n, call.const(1)))
-    bad = b.call("or", b.call("not", b.call("isfinite", s2)), bad)
     nan = call.const(float("nan"))
-    mean = b.where(bad, nan, b.add(k, c))
+    bad = b.call("or", b.call("not", b.call("isfinite", k)), b.call("not", b.call("isfinite", s2)))
+    # one element: the mean is that element, inf included (eager's Welford); its M2 NaN if inf
+    mean = b.where(b.call("eq", n, call.const(1)), k, b.where(bad, nan, b.add(k, c)))
     m2 = b.where(bad, nan, m2)
     return d, c, mean, m2
 
