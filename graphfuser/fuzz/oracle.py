@@ -152,10 +152,10 @@ def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], 
                    check_strides: bool = True, ref_floor: float = 0.0) -> Optional[tuple[str, str]]:
     """(category, detail) of the first difference of ``g`` from eager ``e``, or None.
 
-    Against the float64 reference ``r``: an element passes when eager is faithful to it and
-    graphfuser is no farther from it than eager, or when graphfuser itself is faithful to it and
-    no farther than eager (eager's own error, e.g. a huge mean's rounding, is no defect of
-    graphfuser's). ``ref_floor`` is the reference's own absolute accuracy (float64 rounding at
+    Against the float64 reference ``r``: an element passes when graphfuser is faithful to it
+    (within ``LOOSE_ULPS`` of the lowest precision the graph touches: eager's own error, e.g. a
+    huge mean's rounding, is no defect of graphfuser's), or when eager is faithful to it and
+    graphfuser is no farther from it than eager plus the tight margin. ``ref_floor`` is the reference's own absolute accuracy (float64 rounding at
     the inputs' magnitude): differences below it are not judged."""
     if g.dtype != e.dtype:
         return "wrong_dtype", f"{g.dtype} vs eager {e.dtype}"
@@ -182,7 +182,7 @@ def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], 
             faithful = ((y - z).abs() <= loose) | (y.isnan() & z.isnan()) | (y == zr)
             closer = ((x - z).abs() <= (y - z).abs() + tight + ref_floor) | (x == zr) | (x.isnan() & z.isnan())
             g_faithful = ((x - z).abs() <= loose) | (x.isnan() & z.isnan()) | (x == zr)
-            same = same | ((faithful | g_faithful) & closer)
+            same = same | g_faithful | (faithful & closer)
         if bool(same.all()):
             return _strides(g, e) if check_strides else None
         bad = (~same).nonzero()[0].tolist()
