@@ -38,7 +38,8 @@ import torch
 
 from .cstyle import RenderOptions, _Emitter, c_literal, signature
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import PRIMS, Call, Cast, Const, Expr, FirstLoad, LinearIndex, Load, Reduce, ReductionSize, ScalarArg
+from .kir import (PRIMS, Call, Cast, Const, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
+                  ScalarArg)
 from .reduction import ReductionKernel
 from .reduction_index import IndexPlan
 from .reduction_passes import PassPlan
@@ -136,7 +137,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             return f"(({ct})(" + " * ".join(f"n{r}" for r in self.k.red_roots) + "))"
         if isinstance(e, LinearIndex):
             return f"(({ct})({self.linear_index()}))"
-        if isinstance(e, FirstLoad):
+        if isinstance(e, (FirstLoad, LastLoad)):
             return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(self.first_load(e))
         if isinstance(e, Cast):
             a = names[id(e.arg)]

@@ -51,8 +51,6 @@ GF_FN float gf_maximum(float a, float b) { return (a != a || b != b) ? a + b : (
 GF_FN double gf_maximum(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 GF_FN float gf_minimum(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
 GF_FN double gf_minimum(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
-template <typename T> GF_FN T gf_clamp_lo_scalar(T a, T b) { return (!GF_NAN_BOUND && b != b) ? a : gf_maximum(a, b); }
-template <typename T> GF_FN T gf_clamp_hi_scalar(T a, T b) { return (!GF_NAN_BOUND && b != b) ? a : gf_minimum(a, b); }
 template <typename T> GF_FN T gf_fmax(T a, T b) { return a != a ? b : (b != b ? a : (a > b ? a : b)); }
 template <typename T> GF_FN T gf_fmin(T a, T b) { return a != a ? b : (b != b ? a : (a < b ? a : b)); }
 template <typename T> GF_FN bool gf_isnan(T x) { return x != x; }
@@ -521,8 +519,7 @@ CPP = Dialect(
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     row_scratch=True,
-    constants={"GF_NAN_BOUND": "1",
-               "GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
+    constants={"GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )
 
@@ -573,8 +570,7 @@ CUDA = Dialect(
                         ("variance", P.TIDx): "gf_block_chan_x({n}, {a}, {b}, gf_smem);"},
     shared_decl="__shared__ double gf_smem[1024];",
     reduction_prelude=_CUDA_REDUCTION,
-    constants={"GF_NAN_BOUND": "0",
-               "GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
+    constants={"GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
                "GF_INF_D": "__longlong_as_double(0x7ff0000000000000LL)",
                "GF_NAN_D": "__longlong_as_double(0x7fffffffffffffffLL)"},
 )

@@ -57,10 +57,6 @@ PRIMS: dict[str, tuple[int, str, str]] = {
     "atan2": (2, "gf_atan2({0}, {1})", "same"),
     "maximum": (2, "gf_maximum({0}, {1})", "same"),
     "minimum": (2, "gf_minimum({0}, {1})", "same"),
-    # aten::clamp by one Python-number bound: a NaN bound propagates on the CPU, eager's CUDA
-    # kernel ignores it (GF_NAN_BOUND in the dialect's constants); see ops/pointwise.py _clamp_with
-    "clamp_lo_scalar": (2, "gf_clamp_lo_scalar({0}, {1})", "same"),
-    "clamp_hi_scalar": (2, "gf_clamp_hi_scalar({0}, {1})", "same"),
     "fmax": (2, "gf_fmax({0}, {1})", "same"),        # NaN only where both are NaN
     "fmin": (2, "gf_fmin({0}, {1})", "same"),
     "isnan": (1, "gf_isnan({0})", "bool"),
@@ -112,6 +108,19 @@ class Load(Expr):
 
     def key(self) -> tuple:
         return ("load", self.tensor)
+
+
+@dataclass(frozen=True, eq=False)
+class LastLoad(Expr):
+    """Element of tensor parameter ``tensor`` at the last point of the reduced segment (every
+    reduced index at its extent - 1), per kept point: a row value (``at_last``; the mean of
+    ``var_mean`` reads it to follow eager's Welford on infinite data). 0 for an empty segment."""
+
+    tensor: int
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("last", self.tensor)
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,16 +283,16 @@ class ExprBuilder:
     def reduction_size(self, dtype: torch.dtype) -> Expr:
         return self._intern(ReductionSize(compute_dtype(dtype)))
 
-    def at_first(self, e: Expr) -> Expr:
+    def at_first(self, e: Expr, load: type = FirstLoad) -> Expr:
         """``e`` evaluated at the first point of the reduced segment (a row value): every
-        ``Load`` under it becomes a ``FirstLoad``; row values (reductions, arguments) stay."""
+        ``Load`` under it becomes a ``FirstLoad`` (``load``); row values (reductions, arguments) stay."""
         done: dict[int, Expr] = {}
 
         def walk(x: Expr) -> Expr:
             if id(x) in done:
                 return done[id(x)]
             if isinstance(x, Load):
-                y = self._intern(FirstLoad(x.tensor, x.dtype))
+                y = self._intern(load(x.tensor, x.dtype))
             elif isinstance(x, Cast):
                 y = self.cast(walk(x.arg), x.dtype)
             elif isinstance(x, Call):
@@ -294,6 +303,10 @@ class ExprBuilder:
             return y
 
         return walk(e)
+
+    def at_last(self, e: Expr) -> Expr:
+        """``e`` evaluated at the last point of the reduced segment (``LastLoad``s)."""
+        return self.at_first(e, LastLoad)
 
     # Short spellings for the common binary ops.
     def add(self, a: Expr, b: Expr) -> Expr:
@@ -377,6 +390,8 @@ def expr_text(e: Expr, names: dict[int, str]) -> str:
         return f"load(t{e.tensor})"
     if isinstance(e, FirstLoad):
         return f"load_first(t{e.tensor})"
+    if isinstance(e, LastLoad):
+        return f"load_last(t{e.tensor})"
     if isinstance(e, Const):
         return repr(e.value)
     if isinstance(e, ScalarArg):

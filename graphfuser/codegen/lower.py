@@ -59,6 +59,7 @@ class LaunchPlan:
     tensors: list[TensorPlan]
     scalar_inputs: list[int]           # group input index of each scalar param
     aliases: dict[int, int] = field(default_factory=dict)  # output index -> group input index
+    detached: set[int] = field(default_factory=set)  # aliased outputs returned as ``input.detach()``
     strided: list[tuple[int, int]] = field(default_factory=list)  # (tensor param, root) needing a stride arg
     host_scalars: list[int] = field(default_factory=list)  # group inputs: CPU 0-dim tensors passed by value
 
@@ -191,7 +192,7 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
         lower_node(node, env, b)
     same = returned_inputs(sub.inputs, sub.block.nodes)
 
-    stores, outputs, aliases = [], [], {}
+    stores, outputs, aliases, detached = [], [], {}, set()
     for k, (o, t) in enumerate(zip(outs, out_types)):
         e = env[o]
         sizes = tuple(1 if s == 1 else -1 for s in t.sizes)
@@ -203,20 +204,23 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
             if src.type.dtype == t.dtype and src.type.rank == t.rank and src.type.sizes == t.sizes \
                     and src.type.stride_order == t.stride_order:
                 aliases[k] = sub.inputs.index(src)
+                if through_detach(o, src):
+                    detached.add(k)
                 continue
         if not isinstance(e, Expr):
             e = b.const(e, t.dtype)
         p = add_param(f"t{len(params)}", out_layouts[k], True, k)
         stores.append((p, b.cast(e, compute_dtype(t.dtype))))
     kernel = Kernel(name, params, scalars, n_roots, stores, linear=linear)
-    plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, strided,
+    plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, detached, strided,
                       sorted(host))
     return kernel, plan
 
 
 def returned_inputs(inputs: list[Value], nodes: list) -> dict[Value, Value]:
-    """Values that eager returns as one of ``inputs`` itself (not a copy): the inputs, and the
-    results of no-op casts / eval-mode dropout of such values. Only those outputs may be handed
+    """Values that eager returns as one of ``inputs`` itself (not a copy) or as a view of all of
+    it: the inputs, and the results of no-op casts / eval-mode dropout / ``detach`` of such values
+    (``through_detach`` tells which are views). Only those outputs may be handed
     back as the input tensor; an op that merely computes the identity (floor of an int, a
     reduction over no dim) allocates in eager, and a later in-place write must not reach the input.
     """
@@ -230,6 +234,16 @@ def returned_inputs(inputs: list[Value], nodes: list) -> dict[Value, Value]:
         if already and node.inputs[0] in same and _returns_self(node, lookup(node.kind).name):
             same[node.output] = same[node.inputs[0]]
     return same
+
+
+def through_detach(v: Value, src: Value) -> bool:
+    """Whether the chain of ``returned_inputs`` from ``src`` to ``v`` passes a ``detach``: eager
+    returns a view of ``src`` (its strides, cut from autograd), not ``src`` itself."""
+    while v is not src and v.node is not None:
+        if v.node.kind == "aten::detach":
+            return True
+        v = v.node.inputs[0]
+    return False
 
 
 def _has_random(sub: Graph) -> bool:
@@ -267,6 +281,8 @@ def _returns_self(node, row_name: str) -> bool:
     """Whether eager returns the input tensor itself (not a copy) when the dtype is unchanged."""
     if row_name == "dropout":
         return True           # fused only with train=False or p=0, where eager returns the input
+    if row_name == "detach":
+        return True           # a view of the whole input (plan.detached)
     if node.kind not in ("aten::to", "aten::type_as"):
         return False          # aten::_to_copy always copies
     # x.to(..., copy=True) copies: any constant True after self (copy, or non_blocking) -> copy

@@ -26,9 +26,9 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import bind, lookup
 from ..ops.axes import Axes, analyze, is_reduction_node
-from .kir import (Call, Cast, Expr, ExprBuilder, Kernel, LinearIndex, Load, Reduce, ScalarParam, TensorParam,
-                  compute_dtype, topo_exprs)
-from .lower import LoweringError, TensorPlan, lower_node, returned_inputs
+from .kir import (Call, Cast, Expr, ExprBuilder, FirstLoad, Kernel, LinearIndex, Load, Reduce, ScalarParam,
+                  TensorParam, compute_dtype, topo_exprs)
+from .lower import LoweringError, TensorPlan, lower_node, returned_inputs, through_detach
 
 
 @dataclass
@@ -74,6 +74,7 @@ class ReductionPlan:
     scalar_inputs: list[int]
     red_roots: tuple[int, ...]
     aliases: dict[int, int] = field(default_factory=dict)
+    detached: set[int] = field(default_factory=set)
     reduce_ops: tuple[str, ...] = ()
     # Size relations the kernel relies on, compared by the launcher before a launch (a mismatch
     # runs the eager fallback, which computes eager's result or raises eager's error):
@@ -99,10 +100,10 @@ class _Builder(ExprBuilder):
             return self.const(1, dtype)
         return super().reduction_size(dtype)
 
-    def at_first(self, e: Expr) -> Expr:
+    def at_first(self, e: Expr, load: type = FirstLoad) -> Expr:
         if self.trivial:
             return e
-        return super().at_first(e)
+        return super().at_first(e, load)
 
 
 def _dense(t: TensorType) -> TensorType:
@@ -233,7 +234,7 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
         b.trivial = False
 
     same = returned_inputs(sub.inputs, nodes)
-    stores, outputs, aliases = [], [], {}
+    stores, outputs, aliases, detached = [], [], {}, set()
     for k, o in enumerate(outs):
         t = o.type
         outputs.append(OutputPlan(t.dtype, axes_of(o), t.stride_order, t.device))
@@ -245,6 +246,8 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
             if src is same[o] and src.type.dtype == t.dtype and src.type.sizes == t.sizes \
                     and src.type.stride_order == t.stride_order:
                 aliases[k] = tplans[e.tensor].position
+                if through_detach(o, src):
+                    detached.add(k)
                 continue
         if not isinstance(e, Expr):
             e = b.const(e, t.dtype)
@@ -265,7 +268,7 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
     kernel = ReductionKernel(name, params, scalars, len(roots), stores, red_roots=red_roots, kind=kind,
                              linear=linear)
     kernel.stores = _multiply_by_row_reciprocals(kernel, b)
-    plan = ReductionPlan(roots, source, tplans, outputs, scalar_inputs, red_roots, aliases,
+    plan = ReductionPlan(roots, source, tplans, outputs, scalar_inputs, red_roots, aliases, detached,
                          tuple(sorted({e.op for e in reduces})))
     plan.axis_uses = [(i, d, a) for i, v in tensor_inputs for d, a in enumerate(axes_of(v))
                       if a is not None and source[a] != (i, d)]

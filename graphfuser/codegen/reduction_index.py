@@ -22,7 +22,7 @@ from typing import Optional
 
 from .cstyle import _depth_of, _Emitter, _render_iexpr, _size
 from .dialects import STORAGE_TYPES
-from .kir import FirstLoad, Load
+from .kir import FirstLoad, LastLoad, Load
 from .schedule import IExpr, iconst, iop, ivar
 
 
@@ -69,6 +69,16 @@ class IndexPlan:
             kparts.append(parts[0])
             self.offsets.append(iop("+", parts[0], parts[1]))
         self.first_offsets = kparts          # every reduced index 0: the segment's first element
+        self.last_offsets = []               # every reduced index n - 1: its last element
+        for p, t in enumerate(self.k.tensors):
+            off = kparts[p]
+            for r in self.k.red_roots:
+                end = iop("-", ivar(f"n{r}"), iconst(1))
+                if t.dim_kinds[r] == "unit":
+                    off = iop("+", off, end)
+                elif t.dim_kinds[r] == "strided":
+                    off = iop("+", off, iop("*", end, ivar(f"st{p}_{r}")))
+            self.last_offsets.append(off)
         depth = {f"i{k}": k + 1 for k in range(self.first)}
         depth.update({f"i{k}": 0 for k in range(len(self.nest.leaves)) if self.bound[k] and self.red[k]})
         self.names: dict[IExpr, str] = {}
@@ -132,11 +142,12 @@ class IndexPlan:
             return f"s_{t.name}" if t.dim_kinds[-1] == "bcast" else f"b_{t.name}[v]"
         return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
 
-    def first_load(self, e: FirstLoad) -> str:
-        """The segment's first element, read only where the segment is not empty and the row
-        exists (0 otherwise)."""
+    def first_load(self, e: "FirstLoad | LastLoad") -> str:
+        """The segment's first (``LastLoad``: last) element, read only where the segment is not
+        empty and the row exists (0 otherwise)."""
         t = self.k.tensors[e.tensor]
-        raw = f"{t.name}[{self.ix(self.first_offsets[e.tensor])}]"
+        offsets = self.last_offsets if isinstance(e, LastLoad) else self.first_offsets
+        raw = f"{t.name}[{self.ix(offsets[e.tensor])}]"
         conds = [" && ".join(f"n{r} > 0" for r in self.k.red_roots)]
         conds += [f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds]
         return f"(({' && '.join(conds)}) ? {raw} : ({STORAGE_TYPES[t.dtype]})0)"

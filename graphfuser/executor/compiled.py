@@ -156,7 +156,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
     outs = []
     for j, (dtype, sizes, order, device) in enumerate(plan.outputs):
         if j in plan.aliases:
-            outs.append(f"x{plan.aliases[j]}")
+            outs.append(f"x{plan.aliases[j]}" + (".detach()" if j in plan.detached else ""))
             continue
         rank = len(sizes)
         off = plan.out_rank - rank

@@ -130,15 +130,20 @@ def launcher_source(cg: ReductionGroup) -> str:
     for a, e in plan.size_checks:
         lhs = "1" if a is None else size[a]
         defer.append(f"{lhs} != " + (f"x{e[1]}" if isinstance(e, tuple) else str(e)))
-    if k.stores and plan.red_roots and plan.reduce_ops:
-        defer.insert(0, "not nr")
+    if k.stores:
+        # An empty domain runs the eager fallback for that call: an output without the empty
+        # axis (exp(w) of a [33] weight next to a softmax over an empty batch) has elements no
+        # iteration writes, an empty reduced extent needs identities / NaN means / max's error,
+        # and eager's empty-input paths have their own errors (instance norm of an empty batch
+        # with a weight raises IndexError).
+        defer.insert(0, "not rows or not nr")
     if defer:
         L.append(f"    if {' or '.join(defer)}:")
         L.append("        raise _Defer")
     outs = []
     for j, op in enumerate(plan.outputs):
         if j in plan.aliases:
-            outs.append(f"x{plan.aliases[j]}")
+            outs.append(f"x{plan.aliases[j]}" + (".detach()" if j in plan.detached else ""))
             continue
         rank = len(op.axes)
         sz = ["1" if a is None else size[a] for a in op.axes]

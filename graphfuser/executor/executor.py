@@ -385,7 +385,9 @@ class ScriptedFunction:
             prog = build_program(sub, name="reprofile", profiler=lambda s, v: rec.record(s, v), tuple_return=True,
                                  scalars=profiled_args)
             rec.slots, rec.types, rec.seen = prog.slots, [None] * len(prog.slots), [False] * len(prog.slots)
-            prog.fn(*inputs)
+            # on copies: the template runs some ops in place again, and its inputs are this
+            # call's live tensors (a second write into an alias of an output would show)
+            prog.fn(*[_same_layout_copy(i) for i in inputs])
             rec.apply()
             from ..ops import fusible
             from ..passes.partition import group_misfit
@@ -419,3 +421,22 @@ class ScriptedFunction:
             verify(self._optimized)
             jit_log_graph("profiling_graph_executor_impl", f"Re-specialized {site.kind}:", self._optimized)
         self._rebuild()
+
+
+def _same_layout_copy(x: Any) -> Any:
+    """A copy of tensor ``x`` with its sizes, strides and requires_grad (profiling reads them);
+    other values as they are."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    with torch.no_grad():
+        y = x.new_empty_strided(x.size(), x.stride())
+        # broadcast (stride-0) dims hold one element: copy through a size-1 slice of each
+        src, dst = x, y
+        for d in range(x.dim()):
+            if x.stride(d) == 0 and x.size(d) > 1:
+                src, dst = src.narrow(d, 0, 1), dst.narrow(d, 0, 1)
+        try:
+            dst.copy_(src)
+        except RuntimeError:      # another self-overlapping layout: profile on the tensor itself
+            return x
+    return y.requires_grad_(x.requires_grad) if x.requires_grad else y

@@ -19,7 +19,7 @@ import torch
 from ..codegen.kir import Expr
 from ..ir.graph import Node, Value
 from .axes import DimPlan
-from .reduction import arg_expr, list_items, mean_of, moments, need_const, rank_of, reduction, same_float
+from .reduction import arg_expr, list_items, mean_of, need_const, rank_of, reduction, same_float, shifted_moments
 from .table import OpCall
 
 
@@ -125,10 +125,11 @@ def _affine(call: OpCall, y: Expr) -> Expr:
 
 def _normalize(call: OpCall) -> tuple[Expr, Expr, Expr]:
     b, x = call.b, arg_expr(call, "input")
-    mean, m2 = moments(call, x)
+    d, c, mean, m2 = shifted_moments(call, x)
     var = b.div(m2, b.reduction_size(call.compute))
     rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
-    return _affine(call, b.mul(b.sub(x, mean), rstd)), mean, rstd
+    # (x - k) - s1 / N: x - mean without the rounding of mean (see shifted_moments)
+    return _affine(call, b.mul(b.sub(d, c), rstd)), mean, rstd
 
 
 def _layer_norm(call: OpCall) -> Expr:
@@ -175,7 +176,20 @@ def _instance_norm(call: OpCall) -> Expr:
 
 
 # -- checks ---------------------------------------------------------------------------------
+def _running_stats_need_grad(args: dict) -> Optional[str]:
+    """Running stats that require grad: eager raises for a non-empty input (native_batch_norm is
+    not differentiable with respect to them) and returns an output without grad for an empty
+    one; a fused group would make an output that requires grad. Left to eager."""
+    if any(isinstance(args.get(n), Value) and getattr(args[n].type, "requires_grad", False)
+           for n in ("running_mean", "running_var")):
+        return "running_mean / running_var require grad (eager raises: not differentiable); not fused"
+    return None
+
+
 def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    why = _running_stats_need_grad(args)
+    if why:
+        return why
     training = consts.get("training")
     if training is None:
         return "batch_norm with a run-time training flag is not fused"
@@ -197,6 +211,9 @@ def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
 
 
 def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    why = _running_stats_need_grad(args)
+    if why:
+        return why
     use = consts.get("use_input_stats")
     if use is None:
         return "instance_norm with a run-time use_input_stats is not fused"

@@ -346,23 +346,37 @@ binary("min_other", prim="minimum", aten=("aten::min",), eager=torch.min, check=
 
 
 # -- clamps, selects --------------------------------------------------------------------------
+def _lone_nan_bound_propagates() -> bool:
+    """Whether this torch's ``clamp`` with one Python-number bound, NaN, returns NaN (it returns
+    the input unchanged before pytorch/pytorch#172200, on the CPU and on CUDA; ``clamp_min`` /
+    ``clamp_max`` and ``clamp`` with both bounds propagate it in every version: eager checks
+    those on the host). Asked once, of eager itself."""
+    global _LONE_NAN
+    if _LONE_NAN is None:
+        x = torch.zeros(1)
+        _LONE_NAN = bool(torch.clamp(x, min=float("nan")).isnan().all()) and \
+            bool(torch.clamp(x, None, float("nan")).isnan().all())
+    return _LONE_NAN
+
+
+_LONE_NAN: Optional[bool] = None
+
+
 def _clamp_with(call: OpCall, lone_bound_may_ignore_nan: bool) -> Expr:
-    """minimum(maximum(self, min), max): NaN in self or in a tensor bound propagates, and max wins
-    when min > max, as in eager. A NaN number bound propagates, except in ``aten::clamp`` given
-    one number bound: eager's CPU kernel propagates it and its CUDA kernel ignores it (the
-    dialect constant GF_NAN_BOUND); with both bounds, and in clamp_min / clamp_max, eager checks
-    NaN bounds on the host and every device propagates them."""
+    """minimum(maximum(self, min), max): NaN in self or in a bound propagates, and max wins when
+    min > max, as in eager; ``aten::clamp`` given one Python-number bound that is NaN returns the
+    input unchanged where this torch's eager does (``_lone_nan_bound_propagates``)."""
     b, x = call.b, call.x("self")
     given = [n for n in ("min", "max") if call.args.get(n) is not None]
-    for name, tensor_prim, scalar_prim in (("min", "maximum", "clamp_lo_scalar"),
-                                           ("max", "minimum", "clamp_hi_scalar")):
-        if name not in given:
-            continue
-        part = call.participants.get(name)
-        scalar = part is None or part.priority == "wrapped"   # a Python number, not a tensor
-        lone = scalar and lone_bound_may_ignore_nan and len(given) == 1
-        x = b.call(scalar_prim if lone else tensor_prim, x, call.x(name))
-    return x
+    y = x
+    for name, prim in (("min", "maximum"), ("max", "minimum")):
+        if name in given:
+            y = b.call(prim, y, call.x(name))
+    if lone_bound_may_ignore_nan and len(given) == 1 and not _lone_nan_bound_propagates():
+        part = call.participants.get(given[0])
+        if part is None or part.priority == "wrapped":        # a Python number, not a tensor
+            y = b.where(b.call("isnan", call.x(given[0])), x, y)
+    return y
 
 
 def _clamp(call: OpCall) -> Expr:

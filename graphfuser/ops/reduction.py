@@ -262,13 +262,16 @@ def _correction(call: OpCall) -> float:
     return 1.0 if unbiased is None or unbiased else 0.0
 
 
-def moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
-    """(mean, M2) from sums shifted by the segment's first element ``k`` (one reduction phase).
+def shifted_moments(call: OpCall, x: Expr) -> tuple[Expr, Expr, Expr, Expr]:
+    """``(d, c, mean, M2)`` from sums shifted by the segment's first element ``k`` (one
+    reduction phase): ``d = x - k`` (exact where ``x`` is within a factor 2 of ``k``), ``c = s1 / N``
+    (the mean's offset from ``k``), ``mean = k + c``, ``M2 = s2 - s1 * c``.
 
-    ``mean = k + s1 / N``, ``M2 = s2 - s1 * s1 / N``: exact for constant rows (every ``x - k``
-    is 0), accurate while ``|k - mean|`` is within a few standard deviations. ``M2`` is kept
-    >= 0 against rounding; an infinite ``s1`` (an inf in the segment) makes the mean NaN, as
-    eager's Welford does, instead of ``k + inf``."""
+    ``d - c`` is ``x - mean`` without the rounding of ``mean`` to the data's magnitude: for data
+    with a huge mean and a small spread (1e4 +- 1e-2 in fp32) ``x - mean`` loses every digit of the
+    spread, ``d - c`` keeps them. Constant rows give exactly 0. ``M2`` is kept >= 0 against
+    rounding. Non-finite data follow eager's Welford: any inf or NaN in the segment makes the
+    statistics NaN, except a segment of one element, whose mean is that element."""
     b, ct = call.b, call.compute
     n = b.reduction_size(ct)
     x = b.cast(x, ct)
@@ -279,14 +282,30 @@ def moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
     c = b.div(s1, n)
     m2 = b.sub(s2, b.mul(s1, c))
     m2 = b.where(b.call("lt", m2, call.const(0)), call.const(0), m2)
-    mean = b.where(b.call("isinf", s1), call.const(float("nan")), b.add(k, c))
-    return mean, m2
+    nan = call.const(float("nan"))
+    bad = b.call("or", b.call("not", b.call("isfinite", k)), b.call("not", b.call("isfinite", s2)))
+    # one element: the mean is that element, inf included (eager's Welford); its M2 NaN if inf
+    mean = b.where(b.call("eq", n, call.const(1)), k, b.where(bad, nan, b.add(k, c)))
+    m2 = b.where(bad, nan, m2)
+    return d, c, mean, m2
+
+
+def moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
+    """(mean, M2) of ``shifted_moments``."""
+    return shifted_moments(call, x)[2:]
 
 
 def _var_mean(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
-    """variance from the shifted sums: M2 / max(N - correction, 0), and the mean"""
-    b = call.b
+    """variance from the shifted sums: M2 / max(N - correction, 0), and the mean. On non-finite
+    data the mean follows eager's Welford, which meets the segment in order: one ±inf as its
+    last element and finite data before it give that inf, any other non-finite data NaN."""
+    b, ct = call.b, call.compute
     mean, m2 = moments(call, x)
+    xc = b.cast(x, ct)
+    last = b.at_last(xc)
+    others = b.reduce("sum", b.cast(b.call("not", b.call("isfinite", xc)), torch.int32), torch.int32)
+    alone = b.call("and", b.call("isinf", last), b.call("eq", others, call.const(1, torch.int32)))
+    mean = b.where(alone, last, mean)
     dof = b.call("maximum", b.sub(b.reduction_size(call.compute), call.const(_correction(call))), call.const(0))
     return b.div(m2, dof), mean
 
@@ -360,8 +379,22 @@ reduction("sum", ("aten::sum",), "reduction", _DIMS, _sum, out_dtype=_sum_dtype,
           consts=("dim", "keepdim", "dtype"), eager=torch.sum, doc="sum over dims (int inputs sum in int64)")
 reduction("mean", ("aten::mean",), "reduction", _DIMS, _mean, out_dtype=_float_dtype("mean"),
           overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), eager=torch.mean, doc="sum / N")
+def _prod_check(node: Node, args: dict, consts: dict) -> Optional[str]:
+    """eager's CPU prod of fp16 / bf16 accumulates in that type: a product overflows to inf
+    within a few factors and a zero met after it gives NaN, in an order of eager's lanes that a
+    kernel accumulating in fp32 cannot follow. Left to eager on the CPU (CUDA's prod accumulates
+    in fp32, as the kernel does)."""
+    out = node.outputs[0].type if node.outputs else None
+    if isinstance(out, TensorType) and out.dtype in (torch.float16, torch.bfloat16) and \
+            out.device is not None and out.device.type == "cpu":
+        return ("prod with an fp16/bf16 result on the CPU is left to eager (it accumulates in that type: "
+                "overflow then a zero gives NaN in eager's lane order)")
+    return need_const("dim", "keepdim", "dtype")(node, args, consts)
+
+
 reduction("prod", ("aten::prod",), "reduction", _DIMS, _prim_reduce("prod"), out_dtype=_sum_dtype,
-          overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), eager=torch.prod, doc="product over dims")
+          overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), check=_prod_check, eager=torch.prod,
+          doc="product over dims")
 for _n, _op in (("amax", "max"), ("amin", "min")):
     reduction(_n, (f"aten::{_n}",), "reduction", ("self", "dim=[]", "keepdim=False"), _prim_reduce(_op),
               out_dtype=_same_nonbool, consts=("dim", "keepdim"), eager=getattr(torch, _n),

@@ -45,6 +45,7 @@ from ..executor.builtins import resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type, layout_of
 from ..log import jit_log
+from ..ops.reduction import scalar_type_code
 from .partition import _mutates
 
 _SCHEMAS = {
@@ -57,8 +58,10 @@ _SCHEMAS = {
     "aten::add": "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
     "aten::copy_": "aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)",
     "aten::sub": "aten::sub.float(float a, float b) -> float",
+    "aten::to": "aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+                "MemoryFormat? memory_format=None) -> Tensor(a)",
     "aten::numel": "aten::numel(Tensor self) -> int",
-    "aten::gt": "aten::gt.int(int a, int b) -> bool",
+    "aten::ne": "aten::ne.int(int a, int b) -> bool",
 }
 
 
@@ -126,6 +129,8 @@ def _eligible(node: Node) -> Optional[str]:
         return "running stats that may be None, or types that were not profiled"
     if x.type.rank is None or x.type.rank < 2 or rm.type.rank != 1 or rv.type.rank != 1:
         return "unexpected ranks"
+    if rm.type.requires_grad or rv.type.requires_grad:
+        return "running stats that require grad (eager raises: native_batch_norm is not differentiable for them)"
     if config.is_disabled("batch_norm_training"):
         return DISABLED_REASON
     if x.type.device is not None and x.type.device.type == "cuda" and not config.is_enabled("cuda_batch_norm_training"):
@@ -159,7 +164,13 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
              node.output.type)
     dims = e.ints([0] + list(range(2, xt.rank)))
     false = e.const(False, "bool")
-    vec = _vector_type(xt, xt.dtype, bool(xt.requires_grad))
+    # eager's statistics of fp16 / bf16 input are float (its accumulate type), not rounded
+    acc = torch.float32 if xt.dtype in (torch.float16, torch.bfloat16) else xt.dtype
+    if acc != xt.dtype:
+        code = e.const(scalar_type_code(acc), "int")
+        x = e.op("aten::to", [x, code, false, false, e.const(None, "NoneType")],
+                 replace(xt, dtype=acc))
+    vec = _vector_type(xt, acc, bool(xt.requires_grad))
     mean = e.op("aten::mean", [x, dims, false], vec)
     var = e.op("aten::var", [x, dims, e.const(True, "bool"), false], vec)
     one = e.const(1.0, "float")
@@ -167,17 +178,14 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
 
 
 def _write_back(e: _Builder, x: Value, updates: list[tuple[Value, Value]]) -> None:
-    """The ``copy_`` of each new running stat, under ``prim::If(x.numel() > 0)``: eager leaves
-    the running stats alone for an empty batch (whose statistics are NaN)."""
-    # every detach before the copies (a barrier): the detaches join the update's group
+    """The copies of the new running stats, under ``if x.numel() != 0``: eager leaves the
+    running stats alone for an empty input (its batch statistics would be NaN)."""
+    # every detach before the first copy_ (a barrier): the detaches join the update's group
     detached = [(running, e.op("aten::detach", [new], new.type)) for running, new in updates]
-    n = e.op("aten::numel", [x], Type("int"))
-    nonempty = e.op("aten::gt", [n, e.const(0, "int")], Type("bool"))
-    g = e.graph
-    ifn = e._put(g.create("prim::If", [nonempty], [], source=e.source))
-    copies, skip = ifn.add_block(), ifn.add_block()
-    copies.returns, skip.returns = [], []
-    inner = _Builder(copies, e.source)
+    nonempty = e.op("aten::ne", [e.op("aten::numel", [x], Type("int")), e.const(0, "int")], Type("bool"))
+    ifn = e._put(e.graph.create("prim::If", [nonempty], [], source=e.source))
+    taken, _ = ifn.add_block(), ifn.add_block()
+    inner = _Builder(taken, e.source)
     for running, d in detached:
         inner.op("aten::copy_", [running, d, inner.const(False, "bool")], running.type)
 

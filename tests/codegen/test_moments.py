@@ -139,6 +139,26 @@ def test_inf_in_a_segment_gives_eager_nan(where):
         torch.testing.assert_close(a, e, equal_nan=True)
 
 
+@pytest.mark.parametrize("fn, shape, dim", [(std_mean_first, (7, 5), 0), (var_mean_last, (5, 9), 1),
+                                            (std_mean_first, (1, 4), 0)])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_inf_last_in_a_segment_gives_eager_inf(fn, shape, dim, sign):
+    """eager's Welford meets a segment in order: a lone ±inf as its last element leaves the mean
+    ±inf (and the variance NaN); anywhere else, or with another inf or NaN, the mean is NaN."""
+    x = torch.randn(shape)
+    last = [slice(None)] * 2
+    last[dim] = -1
+    x[tuple(last)] = sign * float("inf")          # every segment ends with an inf
+    if shape[0] > 1:
+        other = [1, 1]
+        other[1 - dim] = 2
+        x[tuple(other)] = float("nan")            # ... one of them also holds a NaN
+    _, got = _run(fn, x, torch.randn(shape))
+    for a, e in zip(got, fn(x)):
+        torch.testing.assert_close(a, e, equal_nan=True)
+    assert got[1].isinf().any()
+
+
 def test_empty_segments_read_no_memory():
     """An empty reduced extent: the first element is not read (0 instead), var / mean are NaN
     as in eager, layer norm of an empty row is an empty tensor."""
@@ -163,7 +183,10 @@ def test_moments_are_one_phase(fn, shape):
         for sub in _groups(fn, torch.randn(shape)):
             cg = ReductionGroup(sub, target, torch.device(target, 0) if target == "cuda" else torch.device("cpu"), "k")
             assert cg.kernel.reduction_phases() == 1
-            assert [r.op for r in cg.kernel.reductions()] == ["sum", "sum"]
+            # var_mean / std_mean also count the segment's non-finite elements (eager's mean of
+            # an inf last in the segment, test_inf_last_in_a_segment_gives_eager_inf)
+            n = 3 if fn in (var_mean_last, std_mean_first) else 2
+            assert [r.op for r in cg.kernel.reductions()] == ["sum"] * n
             assert any(isinstance(e, FirstLoad) for e in cg.kernel.exprs())
 
 

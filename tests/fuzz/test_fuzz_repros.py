@@ -123,3 +123,205 @@ def test_unused_norm_in_training_still_updates_running_stats(fn):
     # the schema marks no argument as written, but eager updates running_mean / running_var
     x = torch.arange(24.0).reshape(2, 3, 4) / 7.0
     _run(fn, lambda: (x.clone(), torch.zeros(3), torch.ones(3)))
+
+
+def _detach_out(x, s: int):
+    v0 = torch.mean(x, None, keepdim=False, dtype=torch.float64)
+    v0.sub_(s)
+    v1 = torch.detach(x)
+    return torch.atan2(v1, v0) * x.size(-1), v1
+
+
+def _detach_of_detach(x, s: int):
+    return (x * 2.0).relu(), x.detach().detach()
+
+
+@pytest.mark.parametrize("fn", [_detach_out, _detach_of_detach])
+@pytest.mark.parametrize("layout", ["sliced", "transposed", "dense"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_detach_output_is_a_view_of_its_input(fn, layout, grad):
+    # eager's detach returns a view (the input's strides and storage, no grad): so does the group
+    def make():
+        base = torch.arange(3 * 8 * 8, dtype=torch.float32).reshape(3, 8, 8) / 50.0
+        x = {"sliced": base[..., ::2], "transposed": base.transpose(1, 2), "dense": base}[layout]
+        return (x.clone() if layout == "dense" else x).requires_grad_(grad), 1
+
+    sf = _run(fn, make)
+    x, s = make()
+    out_e, out_g = fn(x, s)[1], sf(x, s)[1]
+    assert out_g.stride() == out_e.stride() and out_g.data_ptr() == x.data_ptr()
+    assert not out_g.requires_grad
+
+
+def _bn_train(x, rm, rv):
+    return F.batch_norm(x, rm, rv, None, None, True, 0.1, 1e-5).relu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_batch_norm_running_stats_of_an_empty_batch_are_left_alone(dtype):
+    # eager returns early for an empty input; the split-off update must not write NaN stats
+    sizes = iter([4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 3, 3])     # make() runs twice per call
+    pdt = torch.float64 if dtype == torch.float64 else torch.float32
+
+    def make():
+        n = next(sizes)
+        x = (torch.arange(n * 3 * 5, dtype=torch.float64).reshape(n, 3, 5).sin() * 3).to(dtype)
+        return x, torch.linspace(-1, 1, 3, dtype=pdt), torch.linspace(0.5, 2, 3, dtype=pdt)
+
+    _run(_bn_train, make, calls=6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_batch_norm_running_stats_of_half_input_are_float_statistics(dtype):
+    # eager's batch statistics of fp16 / bf16 input are float: the running mean is not rounded
+    def make():
+        x = (torch.arange(2 * 3 * 7, dtype=torch.float64).reshape(2, 3, 7).cos() * 1.37 + 0.3).to(dtype)
+        return x, torch.full((3,), -0.74), torch.full((3,), 0.6)
+
+    sf = graphfuser.script(_bn_train)
+    for _ in range(5):
+        a, b = make(), make()
+        _bn_train(*a), sf(*b)
+        assert torch.equal(a[1], b[1]) or torch.allclose(a[1], b[1], rtol=2e-7, atol=0)
+        torch.testing.assert_close(b[2], a[2], rtol=2e-7, atol=1e-7)
+
+
+def _softmax_and_weight_exp(x, w):
+    return F.softmax(torch.fmin(w, x), dim=3).log_softmax(3), torch.exp(w)
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 0, 33), (0, 7, 2, 33)])
+def test_reduction_group_output_without_the_empty_axis_is_written(shape):
+    # exp(w) [33] shares the softmax's group; with an empty batch no kernel iteration writes it
+    _run(_softmax_and_weight_exp, lambda: (torch.full(shape, 0.25), torch.linspace(0.1, 1.1, 33)))
+
+
+def _bn_eval_grad_stats(x, rm, rv, w):
+    return F.batch_norm(x, rm, rv, w, None, False, 0.1, 1e-5) * 2.0
+
+
+def _bn_train_grad_stats(x, rm, rv, w):
+    return F.batch_norm(x, rm, rv, w, None, True, 0.1, 1e-5) * 2.0
+
+
+@pytest.mark.parametrize("fn", [_bn_eval_grad_stats, _bn_train_grad_stats])
+@pytest.mark.parametrize("n", [0, 2])
+def test_running_stats_that_require_grad_follow_eager(fn, n):
+    # eager raises for a non-empty input (not differentiable for running_mean) and returns an
+    # output without grad for an empty one: the group must not make one that requires grad
+    def make():
+        return (torch.ones(n, 1, 5, 3), torch.zeros(1).requires_grad_(), torch.ones(1), torch.ones(1))
+
+    sf = graphfuser.script(fn)
+    for _ in range(4):
+        try:
+            e = fn(*make())
+        except RuntimeError as err:
+            with pytest.raises(RuntimeError, match="not differentiable"):
+                sf(*make())
+            assert "not differentiable" in str(err)
+            continue
+        g = sf(*make())
+        assert g.requires_grad == e.requires_grad and g.shape == e.shape
+
+
+def _instance_norm_bias(x, b):
+    return F.instance_norm(torch.sinh(x * 0.5), None, None, None, b, True, 0.1, 1e-5)
+
+
+def _instance_norm_plain(x, b):
+    return F.instance_norm(torch.sinh(x * 0.5), None, None, None, None, True, 0.1, 1e-5) + b[0]
+
+
+@pytest.mark.parametrize("fn", [_instance_norm_bias, _instance_norm_plain])
+def test_norm_of_an_empty_batch_runs_eager_and_raises_its_error(fn):
+    # eager's instance norm of an empty batch with a weight or bias raises IndexError
+    sizes = iter([3] * 8 + [0] * 6)
+    sf = graphfuser.script(fn)
+    for _ in range(7):
+        n = next(sizes)
+        next(sizes)
+        x, b = torch.linspace(-1, 1, n * 7 * 16).reshape(n, 7, 16), torch.linspace(0, 1, 7)
+        try:
+            e = fn(x, b)
+        except IndexError:
+            with pytest.raises(IndexError):
+                sf(x, b)
+            continue
+        torch.testing.assert_close(sf(x, b), e)
+
+
+def _alias_write_after_min(x0, x2):
+    v0 = torch.minimum(x2, x0)
+    v1 = v0.to(v0.dtype)
+    v1.mul_(2)
+    return v1
+
+
+def test_respecialization_profiles_on_copies():
+    # a guard miss re-profiles the group's template, which writes an alias of its input in
+    # place: run on the call's own tensors it doubled the returned output a second time
+    calls = iter([False] * 8 + [True] * 6)
+
+    def make():
+        t = next(calls)
+        base = torch.arange(99, dtype=torch.int32).reshape(1, 33, 3) % 5 + 1
+        x0 = base.transpose(1, 2).contiguous().transpose(1, 2) if t else base
+        return x0, torch.tensor(1e4, dtype=torch.float64)
+
+    _run(_alias_write_after_min, make, calls=7)
+
+
+def _lone_nan_bounds(x):
+    a = x.clamp(None, float("nan"))
+    b = torch.clamp(x * 2.0, min=float("nan"))
+    c = torch.clamp_min(x + 1.0, float("nan"))
+    d = torch.clamp(x - 1.0, -0.5, float("nan"))
+    return a + 1.0, b, c, d
+
+
+def _lone_nan_bounds_copy(x):
+    a = x.clamp(None, float("nan"))
+    b = torch.clamp(x * 3.0, min=float("nan"))
+    c = torch.clamp_min(x + 2.0, float("nan"))
+    d = torch.clamp(x - 2.0, -0.5, float("nan"))
+    return a - 1.0, b, c, d
+
+
+def test_clamp_with_a_lone_nan_bound_follows_this_torch():
+    # eager's clamp with one NaN number bound returns NaN in this torch, the input unchanged
+    # before pytorch#172200; clamp_min and two-sided clamp propagate it in every version
+    x = torch.tensor([1.0, float("nan"), -2.0, 0.25])
+    _run(_lone_nan_bounds, lambda: (x.clone(),))
+
+
+def test_clamp_with_a_lone_nan_bound_on_a_torch_that_ignores_it(monkeypatch):
+    from graphfuser.ops import pointwise
+
+    monkeypatch.setattr(pointwise, "_LONE_NAN", False)
+    x = torch.tensor([1.0, float("nan"), -2.0, 0.25])
+    sf = graphfuser.script(_lone_nan_bounds_copy)
+    for _ in range(4):
+        a, b, c, d = sf(x.clone())
+    torch.testing.assert_close(a, x - 1.0, equal_nan=True)
+    torch.testing.assert_close(b, x * 3.0, equal_nan=True)
+    assert c.isnan().all() and d.isnan().all()
+
+
+def _ln_big_mean(x, w, b):
+    return F.layer_norm(x * 1.0, [x.shape[-1]], w, b, 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(33, 528), (4, 31), (2, 4096)])
+def test_layer_norm_of_huge_mean_data_is_near_the_float64_result(shape):
+    # x - mean rounds mean at 1e4 (ulp 1e-3) against a spread of 1e-2: (x - k) - s1 / N does not
+    g = torch.Generator().manual_seed(5)
+    x = 1e4 + 1e-2 * torch.randn(*shape, generator=g)
+    w, b = torch.randn(shape[-1], generator=g), torch.randn(shape[-1], generator=g)
+    sf = graphfuser.script(_ln_big_mean)
+    for _ in range(4):
+        got = sf(x, w, b)
+    ref = _ln_big_mean(x.double(), w.double(), b.double())
+    err = (got.double() - ref).abs().max().item()
+    eager_err = (_ln_big_mean(x, w, b).double() - ref).abs().max().item()
+    assert err < 1e-3 and err < eager_err / 10, (err, eager_err)

@@ -80,3 +80,32 @@ def test_import_graphfuser_needs_no_hypothesis():
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_graphfuser_faithful_where_eager_is_not_passes():
+    # eager's fp32 std of huge-mean data is off; graphfuser at the float64 truth is no failure,
+    # graphfuser as far off on the other side is
+    z = torch.tensor([0.008172], dtype=torch.float64)
+    e = torch.tensor([0.00817468])
+    assert compare_tensor(z.float(), e, z, 1.2e-7) is None
+    assert compare_tensor(torch.tensor([0.0081693]), e, z, 1.2e-7)[0] == "wrong_value"
+
+
+def test_reference_floor_covers_float64_rounding():
+    # a mean of integers that float64 Welford gives as 1.1e-16: exact 0 is no failure
+    e, z = torch.tensor([1.1102e-16]), torch.tensor([1.1102e-16], dtype=torch.float64)
+    assert compare_tensor(torch.tensor([0.0]), e, z, 1.2e-7, ref_floor=64 * 2.2e-16 * 3) is None
+    assert compare_tensor(torch.tensor([1e-9]), e, z, 1.2e-7, ref_floor=64 * 2.2e-16 * 3)[0] == "wrong_value"
+
+
+def test_exact_moments_reference_is_exact_for_constant_channels():
+    from graphfuser.fuzz.oracle import ExactMoments
+    import torch.nn.functional as F
+
+    x = torch.full((3, 4, 16), 2 / 3, dtype=torch.float64)
+    rm, rv = torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+    with ExactMoments():
+        y = F.batch_norm(x, rm, rv, torch.randn(4, dtype=torch.float64), None, True, 0.1, 1e-12)
+        ln = F.layer_norm(x.float(), [16], eps=1e-12)
+    assert torch.equal(y, torch.zeros_like(y)) and torch.equal(ln, torch.zeros_like(ln))
+    assert torch.allclose(rm, torch.full((4,), 0.2 / 3, dtype=torch.float64))   # eager's update ran

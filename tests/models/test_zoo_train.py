@@ -45,8 +45,10 @@ def test_small_model_trains_with_eagers_losses(amp, tol):
 
 
 def test_resnet18_trains(tmp_path):
+    # 64 px: at 32 px layer4's batch norms normalize 2 values (batch 2, 1x1), whose gradient
+    # amplifies rounding (rstd ~ 1 / |x1 - x2|): any change of rounding moved the third loss by 0.2%
     pytest.importorskip("torchvision")
-    rc = main(["--train", "--device", "cpu", "--models", "resnet18", "--batch", "2", "--image-size", "32",
+    rc = main(["--train", "--device", "cpu", "--models", "resnet18", "--batch", "2", "--image-size", "64",
                "--steps", "3", "--out", str(tmp_path)])
     text = (tmp_path / "zoo-train-cpu.md").read_text()
     assert rc == 0 and "| resnet18 | none | ok |" in text, text
