@@ -176,10 +176,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
     for p, (t, tp) in enumerate(zip(k.tensors, plan.tensors)):
         args.append(f"o{tp.position}.data_ptr()" if t.is_output else f"x{tp.position}.data_ptr()")
     args += [f"n{r}" for r in range(k.n_dims)]
-    for p, r in stride_args(k):
-        tp = plan.tensors[p]
-        owner = f"o{tp.position}" if k.tensors[p].is_output else f"x{tp.position}"
-        args.append(f"{owner}.stride({tp.dims[r][-1]})")
+    args += _stride_reads(k, plan, L)
     args += [f"x{i}.item()" if i in plan.host_scalars else f"x{i}" for i in plan.scalar_inputs]
     total = " * ".join(f"n{r}" for r in range(max(k.n_dims, 1)))
     L.append(f"    total = {total}")
@@ -219,8 +216,8 @@ def _launcher_source(cg: CompiledGroup) -> str:
             flat, vgrid = f"(total + {blk - 1}) // {blk}", f"(total + {vblk - 1}) // {vblk}"
             if dnames:
                 L.append("        if small:")
-            for d, nm in dnames.items():
-                L.append(f"            {nm}m, {nm}s = _magic({d})")
+            for d, nm in dnames.items():     # the cached pair: one dict lookup, no frame
+                L.append(f"            {nm}m, {nm}s = _MG({d}) or _magic({d})")
             if V > 1:
                 aligned = " | ".join(f"p{p}" for p in vec_tensors) or "0"
                 strides_ok = "".join(f" and q{s_} % {V} == 0" for s_ in range(len(strides)))
@@ -249,6 +246,29 @@ def _launcher_source(cg: CompiledGroup) -> str:
     return "\n".join([L[0], "    if _broken:", f"        return _eager({params})", "    try:"]
                      + ["    " + ln for ln in body]
                      + ["    except Exception as e:", f"        return _fail(e, ({params}{',' if n_in == 1 else ''}))"]) + "\n"
+
+
+def _stride_reads(k: Kernel, plan: LaunchPlan, L: list[str]) -> list[str]:
+    """The stride arguments' expressions. A tensor read at two or more strides is asked once
+    (``t{n} = x.stride()``, a line appended to ``L``) and indexed; one read stays ``x.stride(d)``."""
+    owners = []
+    for p, r in stride_args(k):
+        tp = plan.tensors[p]
+        owners.append((f"o{tp.position}" if k.tensors[p].is_output else f"x{tp.position}", tp.dims[r][-1]))
+    counts: dict[str, int] = {}
+    for owner, _ in owners:
+        counts[owner] = counts.get(owner, 0) + 1
+    names: dict[str, str] = {}
+    out = []
+    for owner, d in owners:
+        if counts[owner] == 1:
+            out.append(f"{owner}.stride({d})")
+            continue
+        if owner not in names:
+            names[owner] = f"t{len(names)}"
+            L.append(f"    {names[owner]} = {owner}.stride()")
+        out.append(f"{names[owner]}[{d}]")
+    return out
 
 
 def _dumping_cpu(fn: Callable, cg: "CompiledGroup", kinds: list[str]) -> Callable:
@@ -296,7 +316,7 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
         from ..runtime.cpu import CpuKernel, compile_cpp
 
         so = compile_cpp(cg.source)
-        ns["_fn"] = CpuKernel(so, cg.name, kinds)
+        ns["_fn"] = CpuKernel(so, cg.name, kinds).fn      # the ctypes function itself: no wrapper frame
         if config.dumps("launch_param") or config.dumps("kernel_args"):
             ns["_fn"] = _dumping_cpu(ns["_fn"], cg, kinds)
     else:
@@ -322,11 +342,11 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
         # the others (unaligned, 64-bit indexing) compile on first use: a quarter of the NVRTC time.
         load(1 if len(cg.variants) == 4 else 0)
         ns["_fns"] = fns
-        ns["_stream"] = cuda_driver.raw_stream
+        ns["_stream"] = cuda_driver.RAW_STREAM
         ns["_devidx"] = idx
         ns["_block"] = (cg.variants[0][2].block, 1, 1)
         ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
-        ns["_magic"] = magic_divisor
+        ns["_magic"], ns["_MG"] = magic_divisor, _MAGIC.get
     src = _launcher_source(cg)
     cg.launcher_source = src
     ns.update({"_broken": False, "_eager": None, "_fail": None, "_empty_domain": _lazy_eager(cg.sub)})

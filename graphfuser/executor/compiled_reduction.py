@@ -227,7 +227,7 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
             divs = cg.variants[j][4]
             if divs:
                 lines.append(f"if small and j == {j}:")
-                lines.append("    a = a + " + " + ".join(f"_magic({d})" for d in divs))
+                lines.append("    a = a + " + " + ".join(f"(_MG({d}) or _magic({d}))" for d in divs))
         lines.append("grid = (rows * nr + per - 1) // per")
         lines.append("grid = (grid if grid < _maxgrid else _maxgrid, 1, 1)")
         lines.append(f"block = ({variants[scalar].block[0]}, 1, 1)")
@@ -366,10 +366,11 @@ def _grid_cap(threads, shared="0") -> str:
     return f"_sms * {per_sm}" if per_sm else f"f.resident_blocks({threads}, {shared})"
 
 
-def _magic_divisor() -> Callable:
-    from .compiled import magic_divisor
+def _magic_divisor() -> tuple[Callable, Callable]:
+    """``magic_divisor`` and the lookup of its cache (a hit costs no Python frame)."""
+    from .compiled import _MAGIC, magic_divisor
 
-    return magic_divisor
+    return magic_divisor, _MAGIC.get
 
 
 def _lazy_fallback(cg: ReductionGroup) -> Callable:
@@ -399,9 +400,9 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         from ..runtime.cpu import CpuKernel, compile_cpp
 
         so = compile_cpp(cg.source)
-        ns["_fn"] = CpuKernel(so, cg.variants[0][0], kinds)
+        ns["_fn"] = CpuKernel(so, cg.variants[0][0], kinds).fn      # the ctypes functions themselves
         if len(cg.variants) > 1:
-            ns["_fn2"] = CpuKernel(so, cg.variants[1][0], kinds)
+            ns["_fn2"] = CpuKernel(so, cg.variants[1][0], kinds).fn
     else:
         from ..runtime import cuda_driver, nvrtc
 
@@ -423,13 +424,13 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
             return f
 
         ns["_fns"], ns["_load"] = fns, load
-        ns["_stream"] = cuda_driver.raw_stream
+        ns["_stream"] = cuda_driver.RAW_STREAM
         ns["_devidx"] = idx
         ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
         ns["_sms"] = cuda_driver.sm_count(idx)
         ns["_workspace"] = lambda n: torch.empty(n, dtype=torch.float64, device=cg.device)
         ns["_counters"] = lambda n: torch.zeros(n, dtype=torch.int32, device=cg.device)
-        ns["_magic"] = _magic_divisor()
+        ns["_magic"], ns["_MG"] = _magic_divisor()
     src = launcher_source(cg)
     cg.launcher_source = src
     ns.update({"_broken": False, "_eager": None, "_fail": None})

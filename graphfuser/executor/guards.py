@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..ir.types import TensorType
+from ..runtime.cuda_driver import single_device
 
 
 def _layout_checks(i: int, t: TensorType) -> list[str]:
@@ -79,6 +80,8 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
         conds.append(f"x{i}.dtype is _dt{i}")
         if t.device.type == "cpu":
             conds.append(f"x{i}.is_cpu")
+        elif single_device():
+            conds.append(f"x{i}.is_cuda")     # the only device: no get_device() call
         else:
             conds.append(f"x{i}.is_cuda and x{i}.get_device() == {t.device.index or 0}")
         conds.append(f"len(s{i} := x{i}.shape) == {t.rank}")     # the rank, and the sizes bound once

@@ -56,6 +56,18 @@ def raw_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)
 
 
+# The same query without the Python frame: generated launchers bind it and call it once per
+# launch (a ``torch.cuda.stream`` context entered between calls is honoured by the next call).
+RAW_STREAM: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", raw_stream)
+
+
+def single_device() -> bool:
+    """Whether this process sees exactly one CUDA device. Then the current device is always that
+    one, and a tensor on CUDA is on it: launches skip the current-device check and guards the
+    ``get_device()`` call. The count is fixed once CUDA is initialized (torch caches it)."""
+    return torch.cuda.device_count() == 1
+
+
 @functools.lru_cache(maxsize=None)
 def device_arch(device_index: int) -> int:
     """Compute capability as ``major * 10 + minor`` (90 for H100/H200)."""
@@ -119,9 +131,7 @@ def ensure_context(device_index: int, kernel: str = "<none>"):
 # a cooperative launch guarantees (it refuses a grid that does not fit).
 _LAUNCH_TEMPLATE = '''
 def launch(grid, block, stream{params}, shared_mem=0):
-    if _get_device() != _device:
-        return _launch_elsewhere(grid, block, stream, ({args}), shared_mem)
-    _pack(_buf, 0{args_tail})
+{device_check}    _pack(_buf, 0{args_tail})
     err = _cuLaunchKernel(_func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                           shared_mem, stream, _params{extra})[0]
     if err:
@@ -181,8 +191,13 @@ class CudaKernel:
         params = "".join(f", a{i}" for i in range(n))
         args = "".join(f"a{i}, " for i in range(n))
         args_tail = "".join(f", a{i}" for i in range(n))
-        src = _LAUNCH_TEMPLATE.format(params=params, args=args, args_tail=args_tail,
+        # With one visible device the current device is ours: no check (and no call) per launch.
+        device_check = "" if single_device() else (
+            "    if _get_device() != _device:\n"
+            f"        return _launch_elsewhere(grid, block, stream, ({args}), shared_mem)\n")
+        src = _LAUNCH_TEMPLATE.format(params=params, args_tail=args_tail, device_check=device_check,
                                       extra="" if self.cooperative else ", 0")
+        self.launch_source = src
         namespace = {
             "_get_device": torch._C._cuda_getDevice,
             "_device": self.device_index,

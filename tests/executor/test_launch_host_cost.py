@@ -1,0 +1,112 @@
+"""The host work of a fused call: what the generated guard and launcher read, and that it stays
+correct when what they no longer re-read changes between calls."""
+import ctypes
+import dataclasses
+
+import pytest
+import torch
+
+import graphfuser
+from graphfuser.executor import compiled, guards
+from graphfuser.executor.compiled import CompiledGroup, _launcher_source
+from graphfuser.ir import parse_graph
+from graphfuser.ir.types import TensorType
+from tests.helpers import check
+
+# x is read at two strides (a 3-D permuted input), y at one
+PERMUTED = '''graph(%x : Float(4, 6, 8, strides=[1, 4, 24], requires_grad=0, device=cpu),
+      %y : Float(4, 6, 8, strides=[48, 8, 1], requires_grad=0, device=cpu)):
+  %one : int = prim::Constant[value=1]()
+  %a : Float(4, 6, 8, strides=[48, 8, 1], requires_grad=0, device=cpu) = aten::add(%x, %y, %one)
+  %b : Float(4, 6, 8, strides=[48, 8, 1], requires_grad=0, device=cpu) = aten::sigmoid(%a)
+  return (%b)'''
+
+
+def _fn(x, y):
+    return torch.sigmoid(x + y) * y
+
+
+def test_strides_read_once_per_tensor():
+    cg = CompiledGroup(parse_graph(PERMUTED), "cpu", torch.device("cpu"), "k_perm")
+    src = _launcher_source(cg)
+    for name in ("x0", "x1", "o0"):
+        single = src.count(f"{name}.stride(")
+        whole = src.count(f"{name}.stride()")
+        assert whole <= 1 and (whole == 0 or single == whole), src
+    assert "x0.stride()" in src, src      # read at two strides: asked once, indexed twice
+
+
+def test_cpu_launcher_calls_the_ctypes_function():
+    sf = check(_fn, torch.randn(8, 6, 4).permute(2, 1, 0), torch.randn(4, 6, 8))
+    launchers = [r for r in sf._runners.values() if hasattr(r, "namespace")]
+    assert launchers
+    for r in launchers:
+        assert isinstance(r.namespace["_fn"], ctypes._CFuncPtr)
+
+
+@pytest.mark.parametrize("layout", ["dense", "permuted", "sliced", "expanded"])
+def test_changed_layout_between_calls_matches_eager(layout):
+    """Strides are read per call (not cached from the guard's profile): a different layout after
+    warm-up either misses the guard or runs the kernel with its own strides."""
+    f = graphfuser.script(_fn)
+    y = torch.randn(4, 6, 8)
+    for _ in range(3):
+        f(torch.randn(4, 6, 8), y)
+    x = {"dense": torch.randn(4, 6, 8), "permuted": torch.randn(8, 6, 4).permute(2, 1, 0),
+         "sliced": torch.randn(4, 6, 16)[..., ::2], "expanded": torch.randn(1, 6, 8).expand(4, 6, 8)}[layout]
+    for _ in range(3):
+        torch.testing.assert_close(f(x, y), _fn(x, y))
+
+
+@pytest.mark.parametrize("name", ["broadcast", "strided_inner"])
+def test_magic_pairs_looked_up_before_computed(name):
+    from tests.codegen.test_cuda_launcher import GROUPS
+
+    g = GROUPS[name]
+    cg = CompiledGroup(parse_graph(g), "cuda", torch.device("cuda:0"), "k_magic")
+    src = _launcher_source(cg)
+    divs = {d for ds in cg.divisors for d in ds}
+    assert divs, "a group with a divided extent"
+    for d in divs:
+        assert f"_MG({d}) or _magic({d})" in src, src
+    # the cache the launcher reads is the one magic_divisor fills
+    m = compiled.magic_divisor(12345)
+    assert compiled._MAGIC.get(12345) == m
+
+
+def _cuda_type(index):
+    return dataclasses.replace(TensorType.of(torch.empty(4, 8)), device=torch.device("cuda", index))
+
+
+@pytest.mark.parametrize("single", [True, False])
+def test_guard_device_check(monkeypatch, single):
+    """With one visible device a CUDA tensor is on it: the guard asks is_cuda only."""
+    monkeypatch.setattr(guards, "single_device", lambda: single)
+    src, _ = guards.guard_source([_cuda_type(0)], 2)
+    assert "x0.is_cuda" in src
+    assert ("get_device" in src) is (not single), src
+
+
+def test_launch_source_device_check(monkeypatch):
+    """The driver's launch skips the current-device check only with one visible device."""
+    from graphfuser.runtime import cuda_driver
+
+    template = cuda_driver._LAUNCH_TEMPLATE
+    assert "{device_check}" in template
+    for single in (True, False):
+        monkeypatch.setattr(cuda_driver, "single_device", lambda s=single: s)
+        k = object.__new__(cuda_driver.CudaKernel)
+        k.name, k.cooperative, k.device_index, k.arg_kinds = "k", False, 0, ("ptr", "i32")
+        k.slots, k.params_address = ctypes.create_string_buffer(16), 0
+        import struct
+
+        k._struct = struct.Struct("@Qi")
+        try:
+            k._build_launch()
+        except (ImportError, AttributeError):      # no CUDA build here: the source is what is checked
+            pass
+        src = getattr(k, "launch_source", None)
+        if src is None:
+            pytest.skip("cuda-bindings not importable")
+        compile(src, "<launch>", "exec")
+        assert ("_get_device()" in src) is (not single), src
