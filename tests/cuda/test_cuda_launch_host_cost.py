@@ -34,8 +34,10 @@ def test_side_stream_entered_after_warmup_is_used(fn):
             a, b = x * 2, y + 1
             out = sf(a, b)
         s.synchronize()
-        torch.testing.assert_close(out, fn(x * 2, y + 1))
-    torch.testing.assert_close(sf(x, y), fn(x, y))     # back on the default stream
+        # a launch on the wrong stream reads unwritten inputs (O(1) errors); sums of 4096
+        # products differ from eager's in their order (1e-5 of their magnitude)
+        torch.testing.assert_close(out, fn(x * 2, y + 1), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(sf(x, y), fn(x, y), rtol=1e-4, atol=1e-3)     # back on the default stream
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
