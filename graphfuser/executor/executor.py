@@ -300,7 +300,16 @@ class ScriptedFunction:
         out = self._profiling.fn(*args)
         self._calls += 1
         if self._calls >= config.profiling_runs:
-            self._optimize()
+            try:
+                self._optimize()
+            except Exception as e:
+                # this call already ran (its in-place writes are made): return its result, never
+                # run it a second time; later calls go through TorchScript
+                scripted = self._captured.scripted if self._captured is not None else None
+                if isinstance(e, torch.jit.Error) or config.is_disabled("fallback") or scripted is None:
+                    raise
+                self._run_through_torchscript(self._module if self._module is not None else self._captured,
+                                              scripted, f"optimizing the graph raised {type(e).__name__}: {e}")
         return out
 
     def _record_slot(self, slot: int, value: Any) -> None:

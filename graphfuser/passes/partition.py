@@ -278,6 +278,8 @@ class _BlockPartition:
             self._horizontal()
         groups = []
         for gid, mem in sorted(self.members.items()):
+            if not mem:          # every node moved out (reduction_split's copies, merges)
+                continue
             if len(mem) < 2 and not config.single_node_mode and not _composite(mem[0]):
                 jit_log("partition", 1, f"dropped single-node group {mem[0].where()} (single-node mode is off)")
                 continue

@@ -73,3 +73,47 @@ def test_inplace_returned_alias():
     x = torch.randn(4, 8)
     for i in range(5):
         torch.testing.assert_close(sf(x, i % 2 == 0), k(x, i % 2 == 0))
+
+
+def squeezed_write(x0, x1):
+    v0 = x0.atan()
+    v1 = x1.squeeze()
+    v1.mul_(2)
+    return torch._log_softmax(v0, 2, False), v1
+
+
+def test_write_through_a_squeezed_input_is_made_once():
+    """A 0-dim view of an input written in place next to a lone softmax: the partition left an
+    emptied group behind (IndexError), and the profiling call that hit it ran a second time
+    through TorchScript, writing the input twice. Each call now writes it once."""
+    from graphfuser.config import config
+
+    sf = graphfuser.script(squeezed_write)
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            x0, x1 = torch.randn(16, 1, 1).bfloat16(), torch.ones(1, dtype=torch.int8)
+            out = sf(x0, x1)
+            assert x1.item() == 2 and out[1].item() == 2
+            torch.testing.assert_close(out[0], squeezed_write(x0, torch.ones(1, dtype=torch.int8))[0])
+
+
+def test_a_failed_optimization_keeps_the_profiling_calls_result(monkeypatch):
+    """Optimizing after the last profiling call raises: that call's result (its in-place writes
+    already made) is returned as is, never computed again; later calls run through TorchScript."""
+    import warnings
+
+    from graphfuser.executor import executor
+
+    def broken(graph):
+        raise RuntimeError("partition failed")
+
+    monkeypatch.setattr(executor, "partition", broken)
+    sf = graphfuser.script(h)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            x, y = torch.randn(4, 8), torch.randn(4, 8)
+            x2, y2 = x.clone(), y.clone()
+            torch.testing.assert_close(sf(x, y), h(x2, y2))
+            torch.testing.assert_close(y, y2)     # written once, as eager writes it
+    assert any("optimizing the graph raised RuntimeError" in str(w.message) for w in caught)
