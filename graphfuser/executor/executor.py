@@ -27,10 +27,12 @@ from ..config import config
 from ..frontend.torchscript import Captured, UnsupportedError, capture
 from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
+from ..ir.types import TensorType
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
 from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_autocast, insert_guards,
                       partition, randomize, sink_views, split_biases, wrap_group)
+from .cuda_graphs import GraphReplayer, make_replayer
 from .fusion import FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
 from ..ops.autocast import AutocastState, autocast_state, describe
@@ -162,6 +164,7 @@ class ScriptedFunction:
         self._runners: dict[Node, Callable] = {}
         self._pending: list[tuple] = []
         self._fast: Optional[Callable] = None           # steady state: host program, self bound
+        self._replay: Optional[GraphReplayer] = None    # steady no-grad CUDA calls: CUDA graph replay
         self._nargs = len(self._captured.arg_names)
         self._reprofiled = False
 
@@ -174,7 +177,8 @@ class ScriptedFunction:
         fast = self._fast
         if fast is not None and not kwargs and len(args) == self._nargs and config.fusion_on:
             try:
-                out = fast(*args)
+                replay = self._replay
+                out = fast(*args) if replay is None else replay(fast, args)
             except Exception as e:
                 self._check_args(self._bind(args, {}))
                 return self._recover(args, {}, e)
@@ -381,6 +385,10 @@ class ScriptedFunction:
                                       module=self._module)
         fn = self._program.fn
         self._fast = functools.partial(fn, self._module) if self._module is not None else fn
+        devices = {v.type.device.type for v in self._optimized.inputs
+                   if isinstance(v.type, TensorType) and v.type.device is not None}
+        self._replay = make_replayer(self._optimized, self._module, self._captured.name,
+                                     "cuda" if "cuda" in devices else None)
 
     # -- re-specialization ---------------------------------------------------------------
     def request_respecialization(self, site: FusionSite, inputs: tuple, sig: tuple) -> None:

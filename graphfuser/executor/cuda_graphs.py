@@ -1,0 +1,319 @@
+"""Steady-state CUDA graph replay of an optimized host program (inference calls only).
+
+A small model at batch 64 spends more time in the host program (one Python call per aten op and
+per fused launch) than on the GPU: mobilenet_v3_small runs 1.3 ms of kernels in ~3 ms of host
+time. Once a specialization is steady, the host program of a no-grad CUDA call is captured into a
+CUDA graph (``torch.cuda.CUDAGraph``) and later calls with the same signature copy their inputs
+into the graph's static input buffers, replay it and return clones of its static outputs: the
+same kernels with the same arguments, launched by the driver in one call.
+
+Replay is only the same program when nothing the host program decides can differ between the
+captured call and a later one. So a call replays only when all of these hold, else it runs the
+host program as before:
+
+- the graph (checked once, ``ineligible_reason``) has no in-place write into a graph input (the
+  static input copy would take it; writes into module buffers replay in place, at the address the
+  key checks), no print or SetAttr, no write into a list or dict it did not make, no call into
+  Python (``prim::CallMethod`` / ``CallFunction`` / ``PythonOp``), and reads module attributes
+  only through ``prim::GetAttr`` chains from the module;
+- the call: grad mode off, every tensor argument a dense (contiguous or channels-last) CUDA
+  tensor, every other argument a hashable constant; the key is the arguments' shapes, strides,
+  dtypes, devices and values, torch's TF32 / cuDNN / matmul-precision flags, and the current
+  value of every module attribute the graph reads (tensors by identity and data pointer, so a
+  replaced or re-pointed parameter captures anew; ``training`` flags and other numbers by value);
+- the capture itself: a call that draws random numbers (advances the CUDA or CPU generator: a
+  replay would repeat its draws) is not captured; a host read of a device value (``.item()``,
+  ``if x.sum() > 0``) makes capture fail; such a signature is never captured again; an output that is not dense or
+  that shares memory with an input, a module tensor or another output is not replayed (its
+  aliasing could not be reproduced by a clone).
+
+The first ``warm`` steady calls of a signature run normally (variants compile on first use), the
+next is captured (after one warm-up run on the capture stream, as torch.cuda.make_graphed_callables
+does); at most ``max_graphs`` signatures are kept per specialization (least recently used is
+dropped). ``PYTORCH_NVFUSER_DISABLE=cuda_graphs`` turns replay off.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..ir.graph import Graph, Node, Value
+from ..log import jit_log
+
+_PYTHON_CALLS = {"prim::CallMethod", "prim::CallFunction", "prim::PythonOp"}
+_SIDE_EFFECTS = {"prim::SetAttr", "prim::Print"}
+# host-side container writes: replayable when the container is the graph's own (a list being built)
+_CONTAINER_WRITES = {"aten::append", "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend",
+                     "aten::remove", "aten::__setitem__"}
+_RUNNING_STATS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batch_norm",
+                  "aten::instance_norm", "aten::cudnn_batch_norm"}
+
+STATS = {"captures": 0, "replays": 0, "capture_failures": 0}
+
+
+def _mutating(node: Node) -> bool:
+    k = node.kind
+    return (k.startswith("aten::") and k.endswith("_") and not k.endswith("__")) or k == "aten::copy_"
+
+
+def _constant_false(v: Value) -> bool:
+    return v.is_constant and v.constant() is False
+
+
+def ineligible_reason(graph: Graph, has_module: bool) -> Optional[str]:
+    """Why replaying a captured call of ``graph`` could differ from running it (None: it cannot).
+    ``has_module``: the graph's first input is the scripted module. Random ops are checked when a
+    call is captured (``GraphReplayer._capture``): only a call that draws makes a difference, and a
+    dropout in eval or a stochastic depth's untaken branch draws nothing."""
+    chained = {graph.inputs[0]} if has_module and graph.inputs else set()
+    for n in graph.all_nodes():
+        k = n.kind
+        if k in _PYTHON_CALLS:
+            return f"Python call {k}"
+        if k in _SIDE_EFFECTS:
+            return f"side effect {k}"
+        if k in _CONTAINER_WRITES and _origin(n.inputs[0], graph) != "fresh":
+            return f"{k} into a list or dict that is not made by the graph"
+        if k in _RUNNING_STATS and len(n.inputs) > 5 and not _constant_false(n.inputs[5]) \
+                and any(not (v.is_constant and v.constant() is None) and _origin(v, graph) != "attr"
+                        for v in n.inputs[3:5]):
+            return f"running-stats update of an input by {k}"
+        if k == "prim::GetAttr":
+            if n.inputs[0] not in chained:
+                return "attribute of an object that is not a submodule"
+            chained.add(n.outputs[0])
+        if _mutating(n) and _origin(n.inputs[0], graph) in ("input", "unknown"):
+            return f"in-place {k} on a value that may be an input"
+    return None
+
+
+def _subgraphs(n: Node) -> list[Graph]:
+    return [n.subgraph] if n.subgraph is not None else []
+
+
+def _origin(v: Value, graph: Graph) -> str:
+    """Where the memory of ``v`` comes from: "fresh" (made by this graph), "attr" (a module
+    attribute: replay writes it in place at the same address, as the host program does), "input"
+    or "unknown" (a graph input, or a value read out of a list, tuple or control flow). Follows
+    every op that may return a view or its input."""
+    for _ in range(64):
+        node = v.node
+        if node is None:
+            return "input" if v in graph.inputs else "unknown"
+        if node.kind == "prim::GetAttr":
+            return "attr"
+        if node.kind == "prim::If":
+            k = node.outputs.index(v)
+            kinds = {_origin(b.returns[k], graph) for b in node.blocks}
+            return kinds.pop() if len(kinds) == 1 else "unknown"
+        if node.kind in ("prim::ListConstruct", "prim::DictConstruct", "prim::TupleConstruct"):
+            return "fresh"
+        if node.kind in ("prim::ListUnpack", "prim::TupleUnpack", "prim::TupleIndex", "aten::__getitem__",
+                         "prim::unchecked_cast", "prim::Loop"):
+            return "unknown"
+        if not any(i.type.is_tensor for i in node.inputs):
+            return "fresh"
+        if not _may_alias_input(node):
+            return "fresh"
+        v = next(i for i in node.inputs if i.type.is_tensor)
+    return "unknown"
+
+
+def _may_alias_input(node: Node) -> bool:
+    from ..passes.aliasing import may_alias_input
+
+    try:
+        return bool(may_alias_input(node))
+    except Exception:  # noqa: BLE001 - unknown schema: assume it may
+        return True
+
+
+def _chains(graph: Graph, has_module: bool) -> list[tuple[int, str]]:
+    """The module attributes the graph reads, as (parent index, name) in read order; index -1 is
+    the module itself, index i the i-th entry's value."""
+    out: list[tuple[int, str]] = []
+    where: dict[Value, int] = {}
+    if has_module and graph.inputs:
+        where[graph.inputs[0]] = -1
+    for n in graph.all_nodes():
+        if n.kind == "prim::GetAttr" and n.inputs[0] in where:
+            key = (where[n.inputs[0]], n.attrs["name"])
+            if key not in out:
+                out.append(key)
+            where[n.outputs[0]] = out.index(key)
+    return out
+
+
+def _attr(obj: Any, name: str) -> Any:
+    d = obj.__dict__
+    for slot in ("_parameters", "_buffers", "_modules"):
+        s = d.get(slot)
+        if s is not None and name in s:
+            return s[name]
+    return getattr(obj, name)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
+
+
+class _Entry:
+    __slots__ = ("graph", "inputs", "outputs", "treedef")
+
+    def __init__(self, graph: Any, inputs: list, outputs: list, treedef: Any) -> None:
+        self.graph, self.inputs, self.outputs, self.treedef = graph, inputs, outputs, treedef
+
+
+class GraphReplayer:
+    """Captures and replays calls of one specialization's steady host program (see module doc)."""
+
+    def __init__(self, graph: Graph, module: Optional[torch.nn.Module], name: str, warm: int = 2,
+                 max_graphs: int = 4) -> None:
+        self.module = module
+        self.name = name
+        self.chains = _chains(graph, module is not None)
+        self.warm = warm
+        self.max_graphs = max_graphs
+        self.entries: "OrderedDict[tuple, _Entry]" = OrderedDict()
+        self.seen: dict[tuple, int] = {}
+        self.failed: set[tuple] = set()
+        self.lock = threading.Lock()
+
+    # -- the key ---------------------------------------------------------------------------
+    def _key(self, args: tuple) -> Optional[tuple]:
+        if torch.is_grad_enabled():
+            return None
+        parts: list = []
+        cuda = False
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if not a.is_cuda or not _dense(a):
+                    return None
+                cuda = True
+                parts.append((a.shape, a.stride(), a.dtype, a.get_device()))
+            elif a is None or isinstance(a, (bool, int, float, str)):
+                parts.append((type(a), a))
+            else:
+                return None
+        if not cuda:
+            return None
+        vals: list = []
+        if self.chains:
+            objs: list = []
+            root = self.module
+            for parent, name in self.chains:
+                obj = _attr(root if parent < 0 else objs[parent], name)
+                objs.append(obj)
+                if isinstance(obj, torch.Tensor):
+                    if not obj.is_cuda:
+                        return None
+                    vals.append((id(obj), obj.data_ptr(), obj.shape, obj.stride(), obj.dtype))
+                elif isinstance(obj, torch.nn.Module):
+                    vals.append(id(obj))
+                elif obj is None or isinstance(obj, (bool, int, float, str)):
+                    vals.append((type(obj), obj))
+                elif isinstance(obj, (list, tuple)) and all(isinstance(x, (bool, int, float, str)) for x in obj):
+                    vals.append(tuple(obj))
+                else:
+                    return None
+        b = torch.backends
+        flags = (b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32, b.cudnn.enabled, b.cudnn.deterministic,
+                 torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled())
+        return (tuple(parts), tuple(vals), flags, torch.cuda.current_device())
+
+    # -- calls -----------------------------------------------------------------------------
+    def __call__(self, fast: Callable, args: tuple) -> Any:
+        key = self._key(args)
+        if key is None:
+            return fast(*args)
+        entry = self.entries.get(key)
+        if entry is not None:
+            with self.lock:
+                for s, a in zip(entry.inputs, args):
+                    if s is not None:
+                        s.copy_(a)
+                entry.graph.replay()
+                outs = [o.clone() for o in entry.outputs]
+            self.entries.move_to_end(key)
+            STATS["replays"] += 1
+            return torch.utils._pytree.tree_unflatten(outs, entry.treedef)
+        out = fast(*args)
+        if key in self.failed:
+            return out
+        n = self.seen.get(key, 0) + 1
+        self.seen[key] = n
+        if n > self.warm:
+            self._capture(fast, args, key)
+        return out
+
+    def _capture(self, fast: Callable, args: tuple, key: tuple) -> None:
+        statics = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+                   if isinstance(a, torch.Tensor) else None for a in args]
+        call_args = tuple(s if s is not None else a for s, a in zip(statics, args))
+        try:
+            gen = torch.cuda.default_generators[torch.cuda.current_device()]
+            before, cpu_state = gen.get_offset(), torch.default_generator.get_state()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                fast(*call_args)
+            torch.cuda.current_stream().wait_stream(stream)
+            if gen.get_offset() != before or not torch.equal(torch.default_generator.get_state(), cpu_state):
+                raise RuntimeError("the call draws random numbers (a replay would repeat them)")
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                out = fast(*call_args)
+            flat, treedef = torch.utils._pytree.tree_flatten(out)
+            why = self._outputs_unfit(flat, statics)
+            if why:
+                raise RuntimeError(why)
+        except Exception as e:  # noqa: BLE001 - this signature runs the host program from now on
+            self.failed.add(key)
+            STATS["capture_failures"] += 1
+            jit_log("executor", 1, f"{self.name}: no CUDA graph for this signature: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}")
+            torch.cuda.synchronize()
+            return
+        self.entries[key] = _Entry(g, statics, flat, treedef)
+        STATS["captures"] += 1
+        jit_log("executor", 1, f"{self.name}: captured a CUDA graph ({len(self.entries)} signatures)")
+        while len(self.entries) > self.max_graphs:
+            self.entries.popitem(last=False)
+
+    def _outputs_unfit(self, flat: list, statics: list) -> Optional[str]:
+        owners = {s.untyped_storage().data_ptr() for s in statics if s is not None}
+        if self.module is not None:
+            owners |= {t.untyped_storage().data_ptr() for t in self.module.parameters()}
+            owners |= {t.untyped_storage().data_ptr() for t in self.module.buffers()}
+        seen: set = set()
+        for o in flat:
+            if not isinstance(o, torch.Tensor):
+                if o is None or isinstance(o, (bool, int, float, str, torch.dtype, torch.device)):
+                    continue
+                return f"output of type {type(o).__name__}"
+            if o.requires_grad:
+                return "an output requires grad"
+            if not _dense(o) and o.numel() > 1:
+                return "an output is not dense"
+            p = o.untyped_storage().data_ptr()
+            if p in owners or p in seen:
+                return "an output shares memory with an input, a module tensor or another output"
+            seen.add(p)
+        return None
+
+
+def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, device_type: Optional[str]
+                  ) -> Optional[GraphReplayer]:
+    """A replayer for ``graph`` where replay is possible (CUDA, eligible graph), else None."""
+    from ..config import config
+
+    if device_type != "cuda" or config.is_disabled("cuda_graphs") or not torch.cuda.is_available():
+        return None
+    why = ineligible_reason(graph, module is not None)
+    if why is not None:
+        jit_log("executor", 1, f"{name}: no CUDA graph replay: {why}")
+        return None
+    return GraphReplayer(graph, module, name)

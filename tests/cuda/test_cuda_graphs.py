@@ -1,0 +1,151 @@
+"""CUDA graph replay of steady no-grad calls (graphfuser/executor/cuda_graphs.py): every replayed
+result equals eager's, across new input values, parameters updated in place or replaced, module
+flags, torch's TF32 flags and random ops (which must not be replayed)."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.config import config
+from graphfuser.executor.cuda_graphs import STATS
+
+pytestmark = pytest.mark.cuda
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Hardswish(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(8, 5)).cuda()
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_replay_matches_eager_on_new_values_and_outputs_do_not_alias():
+    m = _net().eval()
+    sf = graphfuser.script(m)
+    before = STATS["replays"]
+    outs = []
+    with torch.no_grad():
+        for i in range(10):
+            x = torch.randn(4, 3, 16, 16, device="cuda")
+            got = sf(x)
+            _close(got, m(x))
+            outs.append((got, m(x)))
+    assert STATS["replays"] > before, "steady calls were not replayed"
+    for got, want in outs:          # earlier results were not overwritten by later replays
+        _close(got, want)
+
+
+def test_parameters_updated_in_place_or_replaced_and_flags():
+    m = _net().eval()
+    twin = copy.deepcopy(m)
+    sf = graphfuser.script(m)
+    x = torch.randn(2, 3, 8, 8, device="cuda")
+    with torch.no_grad():
+        for _ in range(6):
+            _close(sf(x), twin(x))
+        for a in (m, twin):                           # in place: same address
+            a[0].weight.mul_(1.5)
+        for _ in range(3):
+            _close(sf(x), twin(x))
+        w = torch.randn_like(m[3].weight)             # replaced: new address
+        m[3].weight = nn.Parameter(w.clone())
+        twin[3].weight = nn.Parameter(w.clone())
+        for _ in range(4):
+            _close(sf(x), twin(x))
+        m.train(), twin.train()                        # batch statistics, running stats updated in place
+        for a in (m, twin):
+            a[8].p = 0.0
+        for _ in range(5):
+            y = torch.randn(4, 3, 8, 8, device="cuda")
+            _close(sf(y), twin(y))
+        _close(m[1].running_mean, twin[1].running_mean)
+        _close(m[4].running_var, twin[4].running_var)
+        assert int(m[1].num_batches_tracked) == int(twin[1].num_batches_tracked)
+
+
+def test_dropout_in_training_is_never_replayed():
+    m = nn.Sequential(nn.Linear(64, 64), nn.Dropout(0.5)).cuda().train()
+    sf = graphfuser.script(m)
+    x = torch.randn(32, 64, device="cuda")
+    with torch.no_grad():
+        outs = [sf(x) for _ in range(8)]
+    masks = [(o == 0) for o in outs[3:]]
+    assert all(not torch.equal(masks[0], k) for k in masks[1:]), "dropout masks repeat"
+
+
+def test_write_into_an_input_runs_the_host_program():
+    def f(x):
+        y = torch.relu(x) * 2.0
+        x.add_(1.0)
+        return y
+
+    sf = graphfuser.script(f)
+    with torch.no_grad():
+        for _ in range(6):
+            a = torch.randn(100, device="cuda")
+            b = a.clone()
+            got = sf(a)
+            want = f(b)
+            _close(got, want)
+            _close(a, b)
+
+
+def test_host_read_of_a_device_value_is_not_captured():
+    def f(x):
+        y = x * 2.0 + 1.0
+        if bool(y.sum() > 0):
+            return y.relu()
+        return y.neg()
+
+    sf = graphfuser.script(f)
+    with torch.no_grad():
+        for i in range(8):
+            x = torch.randn(64, device="cuda") + (3.0 if i % 2 else -3.0)
+            _close(sf(x), f(x))
+
+
+def test_tf32_flag_change_captures_anew():
+    m = nn.Sequential(nn.Linear(256, 256), nn.GELU()).cuda().eval()
+    sf = graphfuser.script(m)
+    x = torch.randn(64, 256, device="cuda")
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        with torch.no_grad():
+            for flag in (True, False, True, False):
+                torch.backends.cuda.matmul.allow_tf32 = flag
+                for _ in range(4):
+                    got = sf(x)
+                want = m(x)
+                _close(got, want)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_knob_turns_replay_off():
+    with config.override(disable=["cuda_graphs"]):
+        m = _net().eval()
+        sf = graphfuser.script(m)
+        before = STATS["replays"]
+        x = torch.randn(2, 3, 8, 8, device="cuda")
+        with torch.no_grad():
+            for _ in range(6):
+                _close(sf(x), m(x))
+        assert STATS["replays"] == before
+
+
+def test_grad_mode_calls_are_not_replayed():
+    m = _net().eval()
+    sf = graphfuser.script(m)
+    before = STATS["replays"]
+    x = torch.randn(2, 3, 8, 8, device="cuda")
+    for _ in range(6):
+        out = sf(x)
+        assert out.requires_grad
+    assert STATS["replays"] == before
