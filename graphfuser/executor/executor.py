@@ -31,7 +31,7 @@ from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
 from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_autocast, insert_guards,
                       partition, randomize, sink_views, split_biases, wrap_group)
-from .fusion import FusionFailure, FusionSite, make_group_runner
+from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
 from ..ops.autocast import AutocastState, autocast_state, describe
 from ..ops.axes import input_axes
@@ -298,6 +298,7 @@ class ScriptedFunction:
             self._record.seen = [False] * len(self._record.slots)
         self._check_args(args)
         out = self._profiling.fn(*args)
+        STATS["profiling_calls"] += 1
         self._calls += 1
         if self._calls >= config.profiling_runs:
             try:
@@ -323,6 +324,7 @@ class ScriptedFunction:
 
     # -- optimization --------------------------------------------------------------------
     def _optimize(self) -> None:
+        STATS["optimizations"] += 1
         self._record.apply()
         g = self._work
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
@@ -427,6 +429,7 @@ class ScriptedFunction:
             self._sites[group] = site
             self._register_fallbacks(group, site)
             site.n_specializations += 1
+            STATS["respecializations"] += 1
             verify(self._optimized)
             jit_log_graph("profiling_graph_executor_impl", f"Re-specialized {site.kind}:", self._optimized)
         self._rebuild()
