@@ -356,7 +356,8 @@ class ScriptedFunction:
         if kind.endswith("FusionGroup"):
             if node not in self._runners:
                 self._runners[node] = make_group_runner(node)
-            return self._runners[node]
+            runner = self._runners[node]
+            return getattr(runner, "run", runner)     # a differentiable group: its entry function
         if kind.endswith("FusionGuard"):
             if not config.guard_mode:
                 # the kernel holds profiled scalars as constants: those are checked regardless
