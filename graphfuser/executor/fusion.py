@@ -19,7 +19,7 @@ from ..log import jit_log, warn
 from .fusion_eager import eager_runner
 
 
-# Events a steady-state call never has (tests and tools/prof_train.py count them): calls that ran
+# Events a steady-state call never has (tests and tools/prof_zoo_train.py count them): calls that ran
 # the profiling program, graphs optimized, fusion groups re-specialized, guard misses (fallbacks).
 STATS = {"profiling_calls": 0, "optimizations": 0, "respecializations": 0, "fallbacks": 0}
 

@@ -1,7 +1,7 @@
 """Host time of a training step, eager vs graphfuser: where graphfuser's step spends its time.
 
-    python tools/prof_train.py --device cuda --models resnet50,timm:convnext_tiny --top 30
-    python tools/prof_train.py --device cpu --slim      # narrow models, 32 px: kernels cost little
+    python tools/prof_zoo_train.py --device cuda --models resnet50,timm:convnext_tiny --top 30
+    python tools/prof_zoo_train.py --device cpu --slim      # narrow models, 32 px: kernels cost little
 
 Per model and backend, after ``--warmup`` steps: wall ms per step (synchronized each step), host
 ms per step (the step enqueued without a synchronization: zero_grad, forward under autocast, loss,
@@ -52,6 +52,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=6)
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--profile-eager", action="store_true", help="cProfile eager's steps too")
     p.add_argument("--slim", action="store_true", help="narrow timm models (SLIM), 32 px, batch 2")
     a = p.parse_args()
     dev = a.device
@@ -76,13 +77,21 @@ def main() -> int:
             fn = graphfuser.script(m) if mode == "graphfuser" else m
             opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 
+            phases = [0.0, 0.0, 0.0]
+
             def step():
+                t0 = time.perf_counter()
                 opt.zero_grad(set_to_none=True)
                 with _amp(dev, a.amp):
                     out = fn(x)
                 loss = F.cross_entropy(out.float(), y)
+                t1 = time.perf_counter()
                 loss.backward()
+                t2 = time.perf_counter()
                 opt.step()
+                phases[0] += t1 - t0
+                phases[1] += t2 - t1
+                phases[2] += time.perf_counter() - t2
                 return loss
 
             for _ in range(a.warmup):
@@ -94,15 +103,21 @@ def main() -> int:
                 t0 = time.perf_counter()
                 step().item()
                 wall.append(1e3 * (time.perf_counter() - t0))
+            phases[:] = [0.0, 0.0, 0.0]
             for _ in range(a.steps):
                 _sync(dev)
                 t0 = time.perf_counter()
                 step()
                 host.append(1e3 * (time.perf_counter() - t0))
                 _sync(dev)
+            fwd, bwd, upd = (1e3 * t / a.steps for t in phases)
             print(f"== {name} [{mode}] wall {statistics.median(wall):.2f} ms/step (min {min(wall):.2f}), "
-                  f"host {statistics.median(host):.2f} ms/step (min {min(host):.2f})", flush=True)
+                  f"host {statistics.median(host):.2f} ms/step (min {min(host):.2f}): forward + loss {fwd:.2f}, "
+                  f"backward {bwd:.2f}, optimizer {upd:.2f}", flush=True)
+            if mode != "graphfuser" and not a.profile_eager:
+                continue
             if mode != "graphfuser":
+                _profile(step, dev, a.top)
                 continue
             after = counts()
             print(f"   after warm-up, per step over {2 * a.steps} steps:",
@@ -117,17 +132,21 @@ def main() -> int:
                         torch.cuda.set_sync_debug_mode(0)
                 print(f"   synchronizations in one step (loss.item() excluded): {len(w)}",
                       "; ".join(sorted({str(x.message).splitlines()[0][:100] for x in w})))
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(5):
-                step()
-            _sync(dev)
-            pr.disable()
-            s = io.StringIO()
-            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(a.top)
-            text = s.getvalue().replace(os.path.dirname(torch.__file__), "torch")
-            print("   cProfile of 5 steps:\n" + "\n".join("   " + ln for ln in text.splitlines()[4:] if ln.strip()))
+            _profile(step, dev, a.top)
     return 0
+
+
+def _profile(step, dev: str, top: int) -> None:
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(5):
+        step()
+    _sync(dev)
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
+    text = s.getvalue().replace(os.path.dirname(torch.__file__), "torch")
+    print("   cProfile of 5 steps:\n" + "\n".join("   " + ln for ln in text.splitlines()[2:] if ln.strip()))
 
 
 if __name__ == "__main__":
