@@ -153,16 +153,10 @@ class D:
         if kind == "aten::sum_to_size":
             size = n.inputs[1].node
             return self.pattern(size.inputs[0]) if size is not None and size.kind == "aten::size" else None
-        if kind == "aten::sum":
-            p = self.pattern(n.inputs[0])
-            if p is None or len(n.inputs) < 3 or not all(i.is_constant for i in n.inputs[1:3]) \
-                    or not n.inputs[2].constant():
-                return None
-            dims = n.inputs[1].constant()
-            dims = range(len(p)) if dims is None else [dims] if isinstance(dims, int) else dims
-            red = {d % len(p) for d in dims} if p else set()
-            return tuple(True if i in red else b for i, b in enumerate(p))
-        if lookup(kind) is None or lookup(kind).kind not in ("pointwise", "cast"):
+        row = lookup(kind)
+        if isinstance(row, ReductionRow) and "dim" in row.arg_names and "keepdim" in row.arg_names:
+            return self._reduction_pattern(row, n)
+        if row is None or row.kind not in ("pointwise", "cast"):
             return None
         out: Optional[tuple] = ()
         for i in n.inputs:
@@ -171,6 +165,25 @@ class D:
                 return None
             out = _broadcast(out, p)
         return out
+
+    def _reduction_pattern(self, row: ReductionRow, n) -> Optional[tuple]:
+        """A reduction over constant dims (sum, mean, var, amax ...): its input's pattern with the
+        reduced dims size 1 (keepdim) or removed. The recomputed statistics of a normalization
+        (mean / var with keepdim) broadcast along the normalized dims, so their gradients stay
+        known: no ``expand_as`` of a gradient that already has its input's shape."""
+        args, consts, _ = bind(row, n)
+        x = args.get(row.promote[0])
+        p = self.pattern(x) if isinstance(x, Value) else None
+        if p is None or "dim" not in consts or not isinstance(consts.get("keepdim"), bool):
+            return None
+        dims = consts["dim"]
+        dims = range(len(p)) if dims is None or dims == [] else [dims] if isinstance(dims, int) else dims
+        if not p:
+            return ()
+        red = {d % len(p) for d in dims}
+        if consts["keepdim"]:
+            return tuple(True if i in red else b for i, b in enumerate(p))
+        return tuple(b for i, b in enumerate(p) if i not in red)
 
     def restore_dims(self, g: Value, dims: Any, keepdim: bool, rank: int) -> Value:
         """A reduction's output gradient with its reduced dims back as size-1 dims."""

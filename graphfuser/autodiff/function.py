@@ -64,38 +64,59 @@ class DifferentiableGroup:
         self.fn = self._function()
 
     def _function(self) -> type:
-        dg = self
+        """The autograd Function of the group, its forward and backward generated as straight-line
+        Python once (as host programs are): no per-call loops over the inputs, no lists built."""
+        n, plan = self.n_in, self.plan
+        xs = [f"x{i}" for i in range(n)]
+        kept = [i for i in range(n) if i not in self.saved_in]   # non-tensors, unsaved tensors: references
+        n_out = len(self.group.subgraph.outputs)
+        gs = [f"g{k}" for k in range(n_out)]
+        ns: dict[str, Any] = {"_run": self.forward, "_S": STATS, "_grad_enabled": torch.is_grad_enabled,
+                              "_zeros_like": torch.zeros_like, "_dg": self}
+        L = [f"def forward(ctx, {', '.join(xs)}):",
+             f"    outs = _run({', '.join(xs)})"]
+        if self.saved_in:
+            L.append(f"    ctx.save_for_backward({', '.join(xs[i] for i in self.saved_in)})")
+        if kept:
+            L.append(f"    ctx.kept = ({', '.join(xs[i] for i in kept)},)")
+        if self.non_diff_out:
+            L.append(f"    ctx.mark_non_differentiable({', '.join(f'outs[{k}]' for k in self.non_diff_out)})")
+        L += ['    _S["forward"] += 1',
+              "    return tuple(outs)",
+              f"def backward(ctx, {', '.join(gs)}):"]
+        if self.saved_in:
+            L.append(f"    ({', '.join(xs[i] for i in self.saved_in)},) = ctx.saved_tensors")
+        if kept:
+            L.append(f"    ({', '.join(xs[i] for i in kept)},) = ctx.kept")
+        # the engine runs a backward in grad mode only for create_graph=True: a double backward
+        L += ["    if _grad_enabled():",
+              f"        return _dg.double_backward([{', '.join(xs)}], ({', '.join(gs)},))",
+              '    _S["backward"] += 1',
+              f"    r = _dg.backward({', '.join(xs + [gs[k] for k in plan.diff_outputs])})"]
+        grads = ["None"] * n
+        for j, i in enumerate(plan.grad_inputs):
+            grads[i] = "r" if len(plan.grad_inputs) == 1 else f"r[{j}]"
+        for i in plan.zero_inputs:
+            grads[i] = f"_zeros_like({xs[i]})"
+        L.append(f"    return ({', '.join(grads)},)")
+        source = "\n".join(L) + "\n"
+        exec(compile(source, f"<graphfuser autograd {self.group.kind}>", "exec"), ns)
+        fn = type("FusedGroup", (torch.autograd.Function,), {"forward": staticmethod(ns["forward"]),
+                                                            "backward": staticmethod(ns["backward"])})
+        fn.source = source
+        # Function.apply (Python) binds default arguments and unwraps functorch's dead wrappers
+        # before calling the C apply; a group's forward has no defaults, and outside functorch's
+        # transforms the C apply is called directly
+        c_apply = super(torch.autograd.Function, fn).apply
+        functorch_active = torch._C._are_functorch_transforms_active
+        py_apply = fn.apply
 
-        class FusedGroup(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, *args):
-                outs = dg.forward(*args)
-                STATS["forward"] += 1
-                ctx.save_for_backward(*[args[i] for i in dg.saved_in])
-                ctx.scalars = [None if i in dg.saved_in else a for i, a in enumerate(args)]
-                ctx.mark_non_differentiable(*[outs[k] for k in dg.non_diff_out])
-                return tuple(outs)
-
-            @staticmethod
-            def backward(ctx, *gouts):
-                args = list(ctx.scalars)
-                for i, t in zip(dg.saved_in, ctx.saved_tensors):
-                    args[i] = t
-                if torch.is_grad_enabled():
-                    return dg.double_backward(args, gouts)
-                STATS["backward"] += 1
-                args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-                grads = dg.backward(*args, *[gouts[k] for k in dg.plan.diff_outputs])
-                if not isinstance(grads, tuple):
-                    grads = (grads,)
-                out: list[Optional[torch.Tensor]] = [None] * dg.n_in
-                for i, gr in zip(dg.plan.grad_inputs, grads):
-                    out[i] = gr
-                for i in dg.plan.zero_inputs:
-                    out[i] = torch.zeros_like(args[i])
-                return tuple(out)
-
-        return FusedGroup
+        def run(*args: Any) -> tuple:
+            if torch.is_grad_enabled():
+                return py_apply(*args) if functorch_active() else c_apply(*args)
+            return self.forward(*args)
+        self.run = run
+        return fn
 
     def double_backward(self, args: list, gouts: tuple) -> tuple:
         global _warned_double
@@ -117,9 +138,7 @@ class DifferentiableGroup:
         return tuple(full)
 
     def __call__(self, *args: Any) -> tuple:
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            return self.fn.apply(*args)
-        return self.forward(*args)
+        return self.run(*args)
 
     def text(self, name: str) -> str:
         """The ``prim::DifferentiableGraph`` section printed after the group's own section: the

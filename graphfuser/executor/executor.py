@@ -33,7 +33,7 @@ from ..log import jit_log, jit_log_graph
 from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_autocast, insert_guards,
                       partition, randomize, sink_views, split_biases, wrap_group)
 from .cuda_graphs import GraphReplayer, make_replayer
-from .fusion import FusionFailure, FusionSite, make_group_runner
+from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
 from ..ops.autocast import AutocastState, autocast_state, describe
 from ..ops.axes import input_axes
@@ -302,6 +302,7 @@ class ScriptedFunction:
             self._record.seen = [False] * len(self._record.slots)
         self._check_args(args)
         out = self._profiling.fn(*args)
+        STATS["profiling_calls"] += 1
         self._calls += 1
         if self._calls >= config.profiling_runs:
             try:
@@ -327,6 +328,7 @@ class ScriptedFunction:
 
     # -- optimization --------------------------------------------------------------------
     def _optimize(self) -> None:
+        STATS["optimizations"] += 1
         self._record.apply()
         g = self._work
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
@@ -358,7 +360,8 @@ class ScriptedFunction:
         if kind.endswith("FusionGroup"):
             if node not in self._runners:
                 self._runners[node] = make_group_runner(node)
-            return self._runners[node]
+            runner = self._runners[node]
+            return getattr(runner, "run", runner)     # a differentiable group: its entry function
         if kind.endswith("FusionGuard"):
             if not config.guard_mode:
                 # the kernel holds profiled scalars as constants: those are checked regardless
@@ -435,6 +438,7 @@ class ScriptedFunction:
             self._sites[group] = site
             self._register_fallbacks(group, site)
             site.n_specializations += 1
+            STATS["respecializations"] += 1
             verify(self._optimized)
             jit_log_graph("profiling_graph_executor_impl", f"Re-specialized {site.kind}:", self._optimized)
         self._rebuild()

@@ -19,6 +19,11 @@ from ..log import jit_log, warn
 from .fusion_eager import eager_runner
 
 
+# Events a steady-state call never has (tests and tools/prof_zoo_train.py count them): calls that ran
+# the profiling program, graphs optimized, fusion groups re-specialized, guard misses (fallbacks).
+STATS = {"profiling_calls": 0, "optimizations": 0, "respecializations": 0, "fallbacks": 0}
+
+
 class FusionFailure(RuntimeError):
     """A fusion group could not be compiled or launched (raised when fallback is disabled)."""
 
@@ -47,6 +52,7 @@ class FusionSite:
 
     def fallback(self, *inputs: Any) -> tuple:
         out = self.fallback_fn(*inputs)
+        STATS["fallbacks"] += 1
         if self.exhausted or not config.guard_mode:
             return out
         sig = self.signature(inputs)

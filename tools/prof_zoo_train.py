@@ -1,0 +1,153 @@
+"""Host time of a training step, eager vs graphfuser: where graphfuser's step spends its time.
+
+    python tools/prof_zoo_train.py --device cuda --models resnet50,timm:convnext_tiny --top 30
+    python tools/prof_zoo_train.py --device cpu --slim      # narrow models, 32 px: kernels cost little
+
+Per model and backend, after ``--warmup`` steps: wall ms per step (synchronized each step), host
+ms per step (the step enqueued without a synchronization: zero_grad, forward under autocast, loss,
+backward, SGD step; then one synchronize outside the timing), and for graphfuser what happened
+after warm-up that should not (profiling calls, compiles, re-specializations, guard misses: the
+executor's ``STATS``), a cProfile of a few steps (``--top`` rows by own time) and, on CUDA, the
+host-device synchronizations a step makes (``torch.cuda.set_sync_debug_mode``).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import graphfuser  # noqa: E402
+from graphfuser.zoo_train import _amp, _build  # noqa: E402
+
+# narrow versions of the zoo's training models (--slim): the same graph structure, tiny kernels
+SLIM = {"timm:resnet50": dict(channels=(8, 16, 32, 64), stem_width=8, num_classes=10),
+        "timm:vit_small_patch16_224": dict(embed_dim=48, num_heads=6, num_classes=10),
+        "timm:convnext_tiny": dict(dims=(8, 16, 32, 64), num_classes=10)}
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--models", default=None)
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--amp", default="bf16")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=6)
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--profile-eager", action="store_true", help="cProfile eager's steps too")
+    p.add_argument("--slim", action="store_true", help="narrow timm models (SLIM), 32 px, batch 2")
+    a = p.parse_args()
+    dev = a.device
+    models = a.models or ",".join(SLIM if a.slim else ("resnet50", "timm:vit_small_patch16_224", "timm:convnext_tiny"))
+    batch = a.batch or (2 if a.slim else 32)
+    size = a.image_size or (32 if a.slim else None)
+    from graphfuser.autodiff import STATS as AUTODIFF
+    from graphfuser.executor.compiled import STATS as BUILDS
+    from graphfuser.executor.executor import STATS as EXEC
+
+    def counts() -> dict:
+        return {**EXEC, "kernel_builds": BUILDS["builds"], **{f"autodiff_{k}": v for k, v in AUTODIFF.items()}}
+
+    for name in models.split(","):
+        torch.manual_seed(0)
+        model, shape, classes = _build(name, size, SLIM.get(name, {}) if a.slim else {})
+        model = model.to(dev).train()
+        x = torch.randn(batch, *shape, device=dev)
+        y = torch.randint(0, classes, (batch,), device=dev)
+        for mode in ("eager", "graphfuser"):
+            m = copy.deepcopy(model)
+            fn = graphfuser.script(m) if mode == "graphfuser" else m
+            opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+
+            phases = [0.0, 0.0, 0.0]
+
+            def step():
+                t0 = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                with _amp(dev, a.amp):
+                    out = fn(x)
+                loss = F.cross_entropy(out.float(), y)
+                t1 = time.perf_counter()
+                loss.backward()
+                t2 = time.perf_counter()
+                opt.step()
+                phases[0] += t1 - t0
+                phases[1] += t2 - t1
+                phases[2] += time.perf_counter() - t2
+                return loss
+
+            for _ in range(a.warmup):
+                step().item()
+            before = counts()
+            wall, host = [], []
+            for _ in range(a.steps):
+                _sync(dev)
+                t0 = time.perf_counter()
+                step().item()
+                wall.append(1e3 * (time.perf_counter() - t0))
+            phases[:] = [0.0, 0.0, 0.0]
+            for _ in range(a.steps):
+                _sync(dev)
+                t0 = time.perf_counter()
+                step()
+                host.append(1e3 * (time.perf_counter() - t0))
+                _sync(dev)
+            fwd, bwd, upd = (1e3 * t / a.steps for t in phases)
+            print(f"== {name} [{mode}] wall {statistics.median(wall):.2f} ms/step (min {min(wall):.2f}), "
+                  f"host {statistics.median(host):.2f} ms/step (min {min(host):.2f}): forward + loss {fwd:.2f}, "
+                  f"backward {bwd:.2f}, optimizer {upd:.2f}", flush=True)
+            if mode != "graphfuser" and not a.profile_eager:
+                continue
+            if mode != "graphfuser":
+                _profile(step, dev, a.top)
+                continue
+            after = counts()
+            print(f"   after warm-up, per step over {2 * a.steps} steps:",
+                  {k: (after[k] - before[k]) / (2 * a.steps) for k in after})
+            if dev == "cuda":
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    torch.cuda.set_sync_debug_mode(1)
+                    try:
+                        step()
+                    finally:
+                        torch.cuda.set_sync_debug_mode(0)
+                print(f"   synchronizations in one step (loss.item() excluded): {len(w)}",
+                      "; ".join(sorted({str(x.message).splitlines()[0][:100] for x in w})))
+            _profile(step, dev, a.top)
+    return 0
+
+
+def _profile(step, dev: str, top: int) -> None:
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(5):
+        step()
+    _sync(dev)
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
+    text = s.getvalue().replace(os.path.dirname(torch.__file__), "torch")
+    print("   cProfile of 5 steps:\n" + "\n".join("   " + ln for ln in text.splitlines()[2:] if ln.strip()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
