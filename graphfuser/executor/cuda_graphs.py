@@ -28,8 +28,9 @@ host program as before:
   aliasing could not be reproduced by a clone).
 
 The first ``warm`` steady calls of a signature run normally (variants compile on first use), the
-next is captured (after one warm-up run on the capture stream, as torch.cuda.make_graphed_callables
-does); at most ``max_graphs`` signatures are kept per specialization (least recently used is
+next is captured (after one warm-up run on a side stream, as torch.cuda.make_graphed_callables
+does, with host syncs turned into errors and the module buffers it writes restored; a call that
+writes a parameter in place is not captured); at most ``max_graphs`` signatures are kept per specialization (least recently used is
 dropped). ``PYTORCH_NVFUSER_DISABLE=cuda_graphs`` turns replay off.
 """
 from __future__ import annotations
@@ -258,8 +259,22 @@ class GraphReplayer:
             before, cpu_state = gen.get_offset(), torch.default_generator.get_state()
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                fast(*call_args)
+            mode = torch.cuda.get_sync_debug_mode()
+            # the warm-up call is an extra call: module buffers it writes (running stats) are put
+            # back afterwards, so the user's call count is what the buffers saw
+            # (every buffer: cuDNN's batch norm writes the running stats without bumping versions)
+            saved = [(t, t.clone()) for t in self._buffers()]
+            params = [(t, t._version) for t in self._parameters()]
+            torch.cuda.set_sync_debug_mode("error")      # a host read of a device value raises here,
+            try:                                          # not inside the capture
+                with torch.cuda.stream(stream):
+                    fast(*call_args)
+            finally:
+                torch.cuda.set_sync_debug_mode(mode)
+                for t, copy in saved:
+                    t.copy_(copy)
+            if any(t._version != v for t, v in params):
+                raise RuntimeError("the call writes module parameters in place")
             torch.cuda.current_stream().wait_stream(stream)
             if gen.get_offset() != before or not torch.equal(torch.default_generator.get_state(), cpu_state):
                 raise RuntimeError("the call draws random numbers (a replay would repeat them)")
@@ -273,6 +288,7 @@ class GraphReplayer:
         except Exception as e:  # noqa: BLE001 - this signature runs the host program from now on
             self.failed.add(key)
             STATS["capture_failures"] += 1
+            STATS["last_error"] = f"{type(e).__name__}: {e}"
             jit_log("executor", 1, f"{self.name}: no CUDA graph for this signature: {type(e).__name__}: "
                     f"{str(e).splitlines()[0] if str(e) else ''}")
             torch.cuda.synchronize()
@@ -283,11 +299,15 @@ class GraphReplayer:
         while len(self.entries) > self.max_graphs:
             self.entries.popitem(last=False)
 
+    def _buffers(self) -> list:
+        return list(self.module.buffers()) if self.module is not None else []
+
+    def _parameters(self) -> list:
+        return list(self.module.parameters()) if self.module is not None else []
+
     def _outputs_unfit(self, flat: list, statics: list) -> Optional[str]:
         owners = {s.untyped_storage().data_ptr() for s in statics if s is not None}
-        if self.module is not None:
-            owners |= {t.untyped_storage().data_ptr() for t in self.module.parameters()}
-            owners |= {t.untyped_storage().data_ptr() for t in self.module.buffers()}
+        owners |= {t.untyped_storage().data_ptr() for t in self._parameters() + self._buffers()}
         seen: set = set()
         for o in flat:
             if not isinstance(o, torch.Tensor):
