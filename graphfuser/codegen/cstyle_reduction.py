@@ -146,7 +146,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         if isinstance(e, ReductionSize):
             return f"(({ct})(" + " * ".join(f"n{r}" for r in self.k.red_roots) + "))"
         if isinstance(e, LinearIndex):
-            return f"(({ct})({self.linear_index()}))"
+            lin = self.linear_index()
+            return lin if lin.startswith("gf_lane4") else f"(({ct})({lin}))"
         if isinstance(e, (FirstLoad, LastLoad)):
             return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(self.first_load(e))
         if isinstance(e, Cast):
@@ -231,6 +232,9 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
                 continue
             raw = (lambda x: self.raw_load(p, x)) if self.full[id(e)] else self.row_load
             text = self.text(e, names, raw)
+            if text.startswith("gf_lane4"):         # (see cstyle.linear_lane_text)
+                names[id(e)] = text
+                continue
             name = f"e{n}"
             em(f"const {COMPUTE_TYPES[e.dtype]} {name} = {text};")
             names[id(e)] = name

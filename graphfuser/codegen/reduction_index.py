@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .cstyle import _depth_of, _Emitter, _render_iexpr, _size
+from .cstyle import _depth_of, _Emitter, _render_iexpr, _size, lanes_aligned, linear_lane_text
 from .dialects import STORAGE_TYPES
 from .kir import FirstLoad, LastLoad, Load
 from .schedule import IExpr, iconst, iop, ivar
@@ -128,15 +128,25 @@ class IndexPlan:
         lane ``v`` included), as the pointwise walk computes it (``cstyle._linear_index``)."""
         nest, leaves = self.nest, self.nest.leaves
         idx = self.idx
+        vr = self.vroot
+        if self.vec and lanes_aligned(leaves[-1], self.V) and leaves[-1].origin[1] is nest.roots[vr] \
+                and self.k.linear is not None and not self.k.linear[vr]:
+            # lanes split the vector root itself, innermost in the row-major order: lane v is
+            # lane 0's index plus v, lane 0's a multiple of V (the launcher's checks)
+            return linear_lane_text("long long", self.ix(self._linear_expr(self.idx)), "1", True)
         if self.vec:
             idx = nest.domain_indices({**{d.id: ivar(f"i{k}") for k, d in enumerate(leaves)}, leaves[-1].id: ivar("v")})
+        return self.ix(self._linear_expr(idx))
+
+    def _linear_expr(self, idx: dict) -> IExpr:
+        nest = self.nest
         lin = iconst(0)
         for r, others in enumerate(self.k.linear or ()):
             st = iconst(1)
             for q in others:
                 st = iop("*", st, ivar(f"n{q}"))
             lin = iop("+", lin, iop("*", idx[nest.roots[r].id], st))
-        return self.ix(lin)
+        return lin
 
     def cache_size(self) -> str:
         if self.scratch:
