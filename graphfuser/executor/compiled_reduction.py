@@ -6,7 +6,8 @@ normalization row. The launcher is straight-line generated Python like the point
 of the root axes, outputs through ``torch.empty_strided``, the argument tuple, and (CUDA) the
 choice of variant from the run-time row size:
 
-- vector variants need the innermost reduced extent and every stride of the vectorized tensors
+- vector variants need the vector root's extent (the innermost reduced root; outer kernels: the
+  last kept root, V adjacent columns per thread) and every stride of the vectorized tensors
   divisible by the vector width and 16-byte aligned pointers; otherwise the scalar ones run;
 - each variant exists with 32-bit and 64-bit indices; the 32-bit one runs when every tensor's
   largest offset is below ``INDEX_LIMIT``;
