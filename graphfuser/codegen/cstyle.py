@@ -213,7 +213,8 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
     if preds:
         em("if (" + " && ".join(f"{ix(a)} < {ix(b)}" for a, b in preds) + ") {")
         em.depth += 1
-    _body(em, kernel, offsets, ix, V if vec else None, _linear_index(kernel, nest, idx, root_idx, merged, ix))
+    _body(em, kernel, offsets, ix, V if vec else None, _linear_index(kernel, nest, idx, root_idx, merged, ix),
+          vec and lanes_aligned(inner, V))
     if preds:
         em.depth -= 1
         em("}")
@@ -250,8 +251,27 @@ def _linear_index(kernel: Kernel, nest: LoopNest, idx: dict, root_idx: list[IExp
     return (ix(lin), ix(strides[-1]) if strides else "1")
 
 
+def lanes_aligned(leaf, V: Optional[int]) -> bool:
+    """True when the vector leaf is an inner split by V (lane 0's index along the split domain is
+    a multiple of V) and V is a multiple of 4: with the launcher's divisibility checks, lane 0's
+    row-major linear index is then a multiple of 4 where the lanes step it by one, and the
+    kernel says so (``gf_aligned4``), so four lanes' fp32 Philox draws share one block."""
+    o = leaf.origin
+    return bool(V) and V % 4 == 0 and o[0] == "inner" and o[2] == V and o[3]
+
+
+def linear_lane_text(ct: str, base: str, step: str, aligned: bool) -> str:
+    """The C text of lane ``v``'s linear index (lane 0 at ``base``, lanes ``step`` apart). Where
+    lane 0's index is a multiple of 4 and lanes step it by one (``lanes_aligned``), a
+    ``gf_lane4`` value instead: block ``base / 4``, lane ``v``, which the random draws take
+    directly (an expression, never a variable of the index type)."""
+    if aligned and step == "1":
+        return f"gf_lane4{{({ct})({base}) >> 2, (int)v}}"
+    return f"(({ct})({base}) + ({ct})v * ({ct})({step}))"
+
+
 def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[int],
-          linear: tuple[str, str] = ("0", "0")) -> None:
+          linear: tuple[str, str] = ("0", "0"), aligned: bool = False) -> None:
     exprs = kernel.exprs()
     loads = [e for e in exprs if isinstance(e, Load)]
     if V is not None:
@@ -288,8 +308,10 @@ def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[in
             text = f"(({ct})({kernel.scalars[e.index].name}))"
         elif isinstance(e, LinearIndex):
             # the vector lane steps the innermost root, hence the flat index, by one
-            lane = f" + ({ct})v * ({ct})({linear[1]})" if V is not None else ""
-            text = f"(({ct})({linear[0]}){lane})"
+            text = linear_lane_text(ct, linear[0], linear[1], aligned) if V is not None else f"(({ct})({linear[0]}))"
+            if text.startswith("gf_lane4"):
+                names[id(e)] = text
+                continue
         elif isinstance(e, Cast):
             a = names[id(e.arg)]
             text = f"(({a}) != 0)" if e.dtype == torch.bool else f"(({ct})({a}))"

@@ -91,10 +91,12 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         self.first = self.red.index(True)
         self.bound = [d.ptype in dialect.binds for d in leaves]
         last = leaves[-1]
-        self.vec = (last.ptype is ParallelType.Vectorize and dialect.vector_registers and self.red[-1]
-                    and opts.predicate_elimination)
-        if last.ptype is ParallelType.Vectorize and dialect.vector_registers and not self.red[-1]:
-            raise ScheduleError("register vectors along a kept axis are not supported in reduction kernels")
+        self.vec = last.ptype is ParallelType.Vectorize and dialect.vector_registers and opts.predicate_elimination
+        # kept vector (outer kernels): each thread holds V adjacent columns, V accumulators
+        self.kvec = self.vec and not self.red[-1]
+        if last.ptype is ParallelType.Vectorize and dialect.vector_registers and not self.red[-1] and not self.vec:
+            raise ScheduleError("register vectors along a kept axis need predicate elimination")
+        self.vroot = nest.contiguous_root if self.kvec else len(nest.roots) - 1
         self.V = last.extent.const if self.vec else None
         inner = range(self.first, len(leaves))
         self.loops = [k for k in inner if not self.bound[k] and not (self.vec and k == len(leaves) - 1)]
@@ -114,6 +116,14 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             leaf_idx[last.id] = iconst(0)
         self.idx = nest.domain_indices(leaf_idx)
         self.root_idx = [self.idx[r.id] for r in nest.roots]
+        # kept vector: per-lane indices (``v`` is the lane loop's variable) for row loads, row
+        # stores and the workspace slots; vector accesses use the lane-0 ones
+        self.root_idx_v = self.root_idx
+        if self.kvec:
+            if self.lane_leaves != [len(leaves) - 1]:
+                raise ScheduleError("a kept vector needs its lanes to be the only kept leaf inside the reduction")
+            idx_v = nest.domain_indices({**leaf_idx, last.id: ivar("v")})
+            self.root_idx_v = [idx_v[r.id] for r in nest.roots]
         self.prefix_vars = {f"i{k}" for k in range(self.first)} | {f"i{k}" for k in inner if self.bound[k]}
         self.lane_vars = {f"i{k}" for k in self.lane_leaves}
         self._checks()
@@ -136,7 +146,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         if isinstance(e, ReductionSize):
             return f"(({ct})(" + " * ".join(f"n{r}" for r in self.k.red_roots) + "))"
         if isinstance(e, LinearIndex):
-            return f"(({ct})({self.linear_index()}))"
+            lin = self.linear_index()
+            return lin if lin.startswith("gf_lane4") else f"(({ct})({lin}))"
         if isinstance(e, (FirstLoad, LastLoad)):
             return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(self.first_load(e))
         if isinstance(e, Cast):
@@ -221,6 +232,9 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
                 continue
             raw = (lambda x: self.raw_load(p, x)) if self.full[id(e)] else self.row_load
             text = self.text(e, names, raw)
+            if text.startswith("gf_lane4"):         # (see cstyle.linear_lane_text)
+                names[id(e)] = text
+                continue
             name = f"e{n}"
             em(f"const {COMPUTE_TYPES[e.dtype]} {name} = {text};")
             names[id(e)] = name
@@ -278,7 +292,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             if self.stages:
                 em(f"gf_cur = gf_cur + 1 == {self.stages} ? 0 : gf_cur + 1;")
         bound_red = [i for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
-        if bound_red and L > 1:
+        if bound_red and L > 1 and not self.kvec:
             raise ScheduleError("thread-bound reduced leaves with lane accumulators are not supported")
         plain: list[Reduce] = []
         for r in reds:
@@ -309,20 +323,38 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         if self.grid_red and reds:
             self.emit_grid_combine(em, reds)
 
+    def open_lanes(self, em: _Emitter) -> str:
+        """Open the lane loop of a kept vector (variable ``v``) and return the lane suffix of
+        the accumulators; nothing without lanes."""
+        if not self.kvec:
+            return ""
+        em("#pragma unroll")
+        em(f"for (int v = 0; v < {self.V}; ++v) {{")
+        em.depth += 1
+        return "[v]"
+
     def emit_thread_combines(self, em: _Emitter, ptype, reds: list[Reduce]) -> None:
         """Combine ``reds`` across the threads of a bound axis; two reductions of one op and
         dtype share one combine where the dialect has it (``thread_reduce2``: one round of
-        shared-memory barriers for both, e.g. the shifted sums of the moments)."""
+        shared-memory barriers for both, e.g. the shifted sums of the moments). Lanes of a kept
+        vector combine one after the other."""
+        if not reds:
+            return
         two = self.d.thread_reduce2.get(ptype)
         left = list(reds)
+        outer = em.depth
+        lane = self.open_lanes(em)
         while left:
             r = left.pop(0)
             mate = next((q for q in left if two and q.op == r.op and q.dtype == r.dtype), None)
             if mate is not None:
                 left.remove(mate)
-                em(two.format(a=self.acc[id(r)], b=self.acc[id(mate)], op=r.op))
+                em(two.format(a=self.acc[id(r)] + lane, b=self.acc[id(mate)] + lane, op=r.op))
             else:
-                em(self.d.thread_reduce[ptype].format(acc=self.acc[id(r)], op=r.op))
+                em(self.d.thread_reduce[ptype].format(acc=self.acc[id(r)] + lane, op=r.op))
+        while em.depth > outer:
+            em.depth -= 1
+            em("}")
 
     def emit_body(self, em: _Emitter, p: int, reds: list[Reduce], lane: str) -> None:
         order = self.pass_order(p)
@@ -342,7 +374,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
                 if p == 1 and e.tensor in self.prefetch:
                     em(f"{st} b_{t.name}[{V}];")
                     em(f"gf_load<{V}>(b_{t.name}, reinterpret_cast<const {st}*>({self.stage_addr(e.tensor, 'gf_cur')}));")
-                elif t.dim_kinds[-1] == "bcast":
+                elif t.dim_kinds[self.vroot] == "bcast":
                     em(f"const {st} s_{t.name} = {t.name}[{off}];")
                 else:
                     em(f"{st} b_{t.name}[{V}];")
@@ -379,15 +411,16 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
                 t = self.k.tensors[q]
                 off = self.ix(self.offsets[q])
                 # broadcast along the vectorized dim: the lanes hold one element (see cstyle._body)
-                em(f"{t.name}[{off}] = b_{t.name}[0];" if t.dim_kinds and t.dim_kinds[-1] == "bcast"
+                em(f"{t.name}[{off}] = b_{t.name}[0];" if t.dim_kinds and t.dim_kinds[self.vroot] == "bcast"
                    else f"gf_store<{V}>({t.name} + {off}, b_{t.name});")
 
     def emit_row_stores(self, em: _Emitter) -> None:
         if not self.row_stores:
             return
         outer = em.depth
-        for i in self.lane_leaves:
-            self.open_leaf(em, i, self.d.simd_pragma if self.nest.leaves[i].ptype is ParallelType.Vectorize else "")
+        if not self.kvec:
+            for i in self.lane_leaves:
+                self.open_leaf(em, i, self.d.simd_pragma if self.nest.leaves[i].ptype is ParallelType.Vectorize else "")
         leaders = [f"i{i} == 0" for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
         if self.grid_sync:      # every block of the row holds the row values: one stores them
             leaders.append(self.d.grid_reduce[self.nest.leaves[self.grid_red[0]].ptype]["leader"])
@@ -395,13 +428,14 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         if conds:
             em("if (" + " && ".join(conds) + ") {")
             em.depth += 1
+        self.open_lanes(em)
         names = self.base_names(self.lane())
         if not self.hoisted:
             self.emit_exprs(em, self.order_from([e for _, e in self.row_stores]), names, self.n_passes + 1)
         for q, e in self.row_stores:
             t = self.k.tensors[q]
             val = STORE_CONVERT.get(t.dtype, "{0}").format(names[id(e)])
-            em(f"{t.name}[{self.ix(self.offsets[q])}] = {val};")
+            em(f"{t.name}[{self.ix(self.offsets_v[q])}] = {val};")
         while em.depth > outer:
             em.depth -= 1
             em("}")

@@ -68,6 +68,7 @@ GF_FN void gf_philox(unsigned long long seed, unsigned long long index, unsigned
   unsigned int c0 = (unsigned int)index, c1 = (unsigned int)(index >> 32);
   unsigned int c2 = (unsigned int)offset, c3 = (unsigned int)(offset >> 32);
   unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
+  GF_UNROLL_ALL
   for (int r = 0; r < 10; ++r) {
     const unsigned long long p0 = (unsigned long long)0xD2511F53u * c0;
     const unsigned long long p1 = (unsigned long long)0xCD9E8D57u * c2;
@@ -79,15 +80,31 @@ GF_FN void gf_philox(unsigned long long seed, unsigned long long index, unsigned
   out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 // uniform in [0, 1): 24 random bits (float) or 53 (double)
+// fp32: word index % 4 of block index / 4 (one evaluation per four elements where the
+// renderer says which lanes share a block: gf_lane4 below)
 GF_FN float gf_philox_uniform_f32(long long seed, long long offset, long long index) {
   unsigned int r[4];
-  gf_philox((unsigned long long)seed, (unsigned long long)index, (unsigned long long)offset, r);
-  return (float)(r[0] >> 8) * 5.9604644775390625e-08f;
+  gf_philox((unsigned long long)seed, (unsigned long long)index >> 2, (unsigned long long)offset, r);
+  const unsigned int w = (index & 2) ? ((index & 1) ? r[3] : r[2]) : ((index & 1) ? r[1] : r[0]);
+  return (float)(w >> 8) * 5.9604644775390625e-08f;
+}
+// Lane v of a vector whose lane 0 has linear index 4 q (vector loops of 4 or 8 lanes whose
+// lane 0 index is a multiple of 4): after unrolling, lanes 0-3 (4-7) ask for the same block
+// q (q + 1) in so many words, and the compiler evaluates it once.
+struct gf_lane4 { long long q; int v; };
+GF_FN float gf_philox_uniform_f32(long long seed, long long offset, gf_lane4 l) {
+  unsigned int r[4];
+  gf_philox((unsigned long long)seed, (unsigned long long)(l.q + (l.v >> 2)), (unsigned long long)offset, r);
+  const unsigned int w = (l.v & 2) ? ((l.v & 1) ? r[3] : r[2]) : ((l.v & 1) ? r[1] : r[0]);
+  return (float)(w >> 8) * 5.9604644775390625e-08f;
 }
 GF_FN double gf_philox_uniform_f64(long long seed, long long offset, long long index) {
   unsigned int r[4];
   gf_philox((unsigned long long)seed, (unsigned long long)index, (unsigned long long)offset, r);
   return (double)((((unsigned long long)r[0] << 32) | r[1]) >> 11) * 1.1102230246251565e-16;
+}
+GF_FN double gf_philox_uniform_f64(long long seed, long long offset, gf_lane4 l) {
+  return gf_philox_uniform_f64(seed, offset, l.q * 4 + l.v);
 }
 template <typename T> GF_FN T gf_remainder(T a, T b) {
   T r = gf_fmod(a, b);
@@ -519,7 +536,7 @@ CPP = Dialect(
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     row_scratch=True,
-    constants={"GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
+    constants={"GF_UNROLL_ALL": '_Pragma("GCC unroll 16")', "GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )
 
@@ -570,7 +587,7 @@ CUDA = Dialect(
                         ("variance", P.TIDx): "gf_block_chan_x({n}, {a}, {b}, gf_smem);"},
     shared_decl="__shared__ double gf_smem[1024];",
     reduction_prelude=_CUDA_REDUCTION,
-    constants={"GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
+    constants={"GF_UNROLL_ALL": '_Pragma("unroll")', "GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
                "GF_INF_D": "__longlong_as_double(0x7ff0000000000000LL)",
                "GF_NAN_D": "__longlong_as_double(0x7fffffffffffffffLL)"},
 )

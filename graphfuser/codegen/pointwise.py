@@ -24,16 +24,16 @@ class PointwiseParams:
     cpu_chunk: int = 4096 # elements per OpenMP chunk for a single-root kernel
 
 
-def vector_width(kernel: Kernel) -> int:
+def vector_width(kernel: Kernel, root: int = -1) -> int:
     """Largest width such that every vector access is 16 bytes at most; 1 if the innermost root
-    of some tensor is strided (not contiguous)."""
+    (or ``root``) of some tensor is strided (not contiguous)."""
     widest = 0
     for t in kernel.tensors:
         if not t.dim_kinds:
             continue
-        if t.dim_kinds[-1] == "strided":
+        if t.dim_kinds[root] == "strided":
             return 1
-        if t.dim_kinds[-1] != "bcast":
+        if t.dim_kinds[root] != "bcast":
             widest = max(widest, t.dtype.itemsize)
     if widest == 0:
         return 1          # every tensor broadcasts along the innermost root: nothing to vectorize

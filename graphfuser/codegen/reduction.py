@@ -259,8 +259,12 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
         raise LoweringError("the group reduces, but no reduced loop axis is left")
     kind = "none"
     if red_roots and reduces:
-        ref_param = next((p for p, t in enumerate(params) if not t.is_output and t.dim_kinds[red_roots[-1]] == "unit"),
-                         None)
+        # The kind follows the inputs that span the loop domain (the bulk of the bytes): a
+        # per-reduced-index vector (RMSNorm's saved rstd [N, 1] in the weight gradient's column
+        # sum) is contiguous along the reduced root, yet the [N, C] operands are read along C.
+        full_inputs = [t for t in params if not t.is_output and "bcast" not in t.dim_kinds] or \
+            [t for t in params if not t.is_output]
+        ref_param = next((t for t in full_inputs if t.dim_kinds[red_roots[-1]] == "unit"), None)
         # a lone (strided or expanded) row has no kept dim for the outer schedules to spread
         kind = "inner" if ref_param is not None or len(red_roots) == len(roots) else "outer"
     elif red_roots:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .cstyle import _depth_of, _Emitter, _render_iexpr, _size
+from .cstyle import _depth_of, _Emitter, _render_iexpr, _size, lanes_aligned, linear_lane_text
 from .dialects import STORAGE_TYPES
 from .kir import FirstLoad, LastLoad, Load
 from .schedule import IExpr, iconst, iop, ivar
@@ -51,27 +51,36 @@ class IndexPlan:
         self.kept_preds = [p for p in preds if p[0].vars() <= kept_vars]
         self.preds = preds
 
-    def _offsets(self) -> None:
+    def _offset_parts(self, root_idx: list[IExpr]) -> list[tuple[IExpr, IExpr]]:
+        """Per tensor: (kept part, reduced part) of its offset at the given root indices."""
         red_roots = set(self.k.red_roots)
-        self.offsets: list[IExpr] = []
-        kparts = []
+        out = []
         for p, t in enumerate(self.k.tensors):
             parts = [iconst(0), iconst(0)]
             for r, kind in enumerate(t.dim_kinds):
                 term = None
                 if kind == "unit":
-                    term = self.root_idx[r]
+                    term = root_idx[r]
                 elif kind == "strided":
-                    term = iop("*", self.root_idx[r], ivar(f"st{p}_{r}"))
+                    term = iop("*", root_idx[r], ivar(f"st{p}_{r}"))
                 if term is not None:
                     j = int(r in red_roots)
                     parts[j] = iop("+", parts[j], term)
-            kparts.append(parts[0])
-            self.offsets.append(iop("+", parts[0], parts[1]))
-        self.first_offsets = kparts          # every reduced index 0: the segment's first element
+            out.append((parts[0], parts[1]))
+        return out
+
+    def _offsets(self) -> None:
+        parts = self._offset_parts(self.root_idx)
+        kparts = [k for k, _ in parts]
+        self.offsets: list[IExpr] = [iop("+", k, r) for k, r in parts]
+        # kept vector: the lane's own element for scalar accesses (row loads, row stores, the
+        # segment's first / last element); never hoisted (``v`` is the innermost lane loop)
+        parts_v = self._offset_parts(self.root_idx_v) if self.kvec else parts
+        self.offsets_v = [iop("+", k, r) for k, r in parts_v]
+        self.first_offsets = [k for k, _ in parts_v]   # every reduced index 0: the segment's first element
         self.last_offsets = []               # every reduced index n - 1: its last element
         for p, t in enumerate(self.k.tensors):
-            off = kparts[p]
+            off = self.first_offsets[p]
             for r in self.k.red_roots:
                 end = iop("-", ivar(f"n{r}"), iconst(1))
                 if t.dim_kinds[r] == "unit":
@@ -119,15 +128,25 @@ class IndexPlan:
         lane ``v`` included), as the pointwise walk computes it (``cstyle._linear_index``)."""
         nest, leaves = self.nest, self.nest.leaves
         idx = self.idx
+        vr = self.vroot
+        if self.vec and lanes_aligned(leaves[-1], self.V) and leaves[-1].origin[1] is nest.roots[vr] \
+                and self.k.linear is not None and not self.k.linear[vr]:
+            # lanes split the vector root itself, innermost in the row-major order: lane v is
+            # lane 0's index plus v, lane 0's a multiple of V (the launcher's checks)
+            return linear_lane_text("long long", self.ix(self._linear_expr(self.idx)), "1", True)
         if self.vec:
             idx = nest.domain_indices({**{d.id: ivar(f"i{k}") for k, d in enumerate(leaves)}, leaves[-1].id: ivar("v")})
+        return self.ix(self._linear_expr(idx))
+
+    def _linear_expr(self, idx: dict) -> IExpr:
+        nest = self.nest
         lin = iconst(0)
         for r, others in enumerate(self.k.linear or ()):
             st = iconst(1)
             for q in others:
                 st = iop("*", st, ivar(f"n{q}"))
             lin = iop("+", lin, iop("*", idx[nest.roots[r].id], st))
-        return self.ix(lin)
+        return lin
 
     def cache_size(self) -> str:
         if self.scratch:
@@ -139,7 +158,7 @@ class IndexPlan:
         if p == 1 and e.tensor in self.prefetch and not self.stages:
             return f"{self.prefetch[e.tensor]}[{self._linear(self.cache_leaves)}]"
         if self.vec and self.full[id(e)]:
-            return f"s_{t.name}" if t.dim_kinds[-1] == "bcast" else f"b_{t.name}[v]"
+            return f"s_{t.name}" if t.dim_kinds[self.vroot] == "bcast" else f"b_{t.name}[v]"
         return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
 
     def first_load(self, e: "FirstLoad | LastLoad") -> str:
@@ -154,7 +173,7 @@ class IndexPlan:
 
     def row_load(self, e: Load) -> str:
         t = self.k.tensors[e.tensor]
-        raw = f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
+        raw = f"{t.name}[{self.ix(self.offsets_v[e.tensor])}]"
         if self.kept_preds and self.hoisted:
             cond = " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds)
             return f"(({cond}) ? {raw} : ({STORAGE_TYPES[t.dtype]})0)"

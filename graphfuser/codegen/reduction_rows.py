@@ -32,7 +32,7 @@ class RowPipeline:
         for e in self.pass_order(1):
             if isinstance(e, Load) and self.full[id(e)]:
                 t = self.k.tensors[e.tensor]
-                if not (self.vec and t.dim_kinds[-1] == "bcast"):
+                if not (self.vec and t.dim_kinds[self.vroot] == "bcast"):
                     out[e.tensor] = f"pf_{t.name}"
         return out
 
@@ -47,7 +47,7 @@ class RowPipeline:
         ptype = leaves[self.grid_red[0]].ptype
         templates = self.d.grid_reduce[ptype]
         threads = [leaves[i].ptype for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
-        if len(self.grid_red) > 1 or self.pairs or self.L != 1 or len(threads) != 1 or threads[0] not in templates \
+        if len(self.grid_red) > 1 or self.pairs or (self.L != 1 and not self.kvec) or len(threads) != 1 or threads[0] not in templates \
                 or any(not self.bound[i] for i in range(1, self.first)) or (self.grid_sync and "sync" not in templates):
             raise ScheduleError("a reduction split across blocks needs one thread axis that reduces, kept rows on "
                                 "the first leaf, no pairs, and (several passes or full-size stores) a grid barrier")
@@ -60,8 +60,9 @@ class RowPipeline:
         kept = [r for r in range(len(self.nest.roots)) if r not in self.k.red_roots]
         if self.first > 1:
             row = rows = None
-            for r in kept:
-                row = self.root_idx[r] if row is None else iop("+", iop("*", row, ivar(f"n{r}")), self.root_idx[r])
+            for r in kept:          # (kept vector: the lane's column, ``v``)
+                ri = self.root_idx_v[r]
+                row = ri if row is None else iop("+", iop("*", row, ivar(f"n{r}")), ri)
                 rows = ivar(f"n{r}") if rows is None else iop("*", rows, ivar(f"n{r}"))
             valid = " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds) or "true"
             return self.ix(row), self.ix(rows), valid
@@ -80,15 +81,26 @@ class RowPipeline:
         index = {id(q): j for j, q in enumerate(self.reduces)}     # a slot per reduction of the kernel
         where = {id(r): dict(slot=f"({index[id(r)]} * {rows} + {row})", n=index[id(r)], rows=rows, row=row,
                              valid=valid) for r in reds}
+        outer = em.depth
+        lane = self.open_lanes(em)
         for r in reds:
-            em(t["put"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], **where[id(r)]))
+            em(t["put"].format(acc=self.acc[id(r)] + lane, ct=COMPUTE_TYPES[r.dtype], **where[id(r)]))
+        self._close(em, outer)
         if self.grid_sync:
             em(g["sync"])
         else:
             leaf_row = "i0" if self.first else "0"
             em(g["last"].format(row=leaf_row, leave="continue" if self.first else "return"))
+        lane = self.open_lanes(em)
         for r in reds:
-            em(t["combine"].format(acc=self.acc[id(r)], ct=COMPUTE_TYPES[r.dtype], op=r.op, **where[id(r)]))
+            em(t["combine"].format(acc=self.acc[id(r)] + lane, ct=COMPUTE_TYPES[r.dtype], op=r.op, **where[id(r)]))
+        self._close(em, outer)
+
+    @staticmethod
+    def _close(em: _Emitter, depth: int) -> None:
+        while em.depth > depth:
+            em.depth -= 1
+            em("}")
 
     def _stages(self) -> int:
         """Shared-memory stages of the prefetch (0: the register array). With ``S`` stages,

@@ -17,7 +17,11 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
   ``[BIDx, BIDy, TIDx(512), V]``, the BIDy leaf a grid-stride loop over the row's chunks; the
   row's blocks combine through a workspace, the last one stores the row outputs.
 - outer (GPU): kept -> ``[BIDx, TIDx(32)]`` (coalesced along the contiguous kept dim), reduced ->
-  ``[Serial, TIDy(16)]``, combined across TIDy at the end of each pass.
+  ``[Serial, TIDy(16)]``, combined across TIDy at the end of each pass. The vector variants give
+  each thread V adjacent columns (``[BIDx, TIDx(32), Serial, TIDy(16), Vectorize(V)]``): 16-byte
+  loads and stores and V accumulators per thread, so a warp moves 512 bytes per access where the
+  scalar variant moves 64 (bf16); the launcher takes them when the column count, the strides
+  and the pointers allow.
 - outer, split (GPU, few kept columns, long columns: batch norm's statistics over N, H, W of a
   channels-last tensor, ``x.sum(0)``): the same with the reduced chunks on ``BIDy`` (a grid-stride
   loop over chunks of 16 reduced indices), so ``ceilDiv(C, 32) * gridDim.y`` blocks fill the
@@ -104,9 +108,12 @@ def reduction_variants(kernel: ReductionKernel, target: str,
         # rows up to SCRATCH_ROWS elements keep exp(x - max) & co. on the stack (launcher picks)
         return [ReductionParams("cpu", "inner", scratch=True), ReductionParams("cpu", "inner")]
     if kernel.kind == "outer":
+        # scalar variants, then (when every tensor walks the contiguous kept root with unit
+        # stride or broadcasts along it) the ones whose threads hold V adjacent columns each
         threads = OUTER_BLOCK[0] * OUTER_BLOCK[1]
-        return [ReductionParams("cuda", "outer", block=OUTER_BLOCK, max_threads=threads),
-                ReductionParams("cuda", "outer", block=OUTER_BLOCK, max_threads=threads, split=True)]
+        v = 1 if no_vector else vector_width(kernel, vector_root(kernel))
+        return [ReductionParams("cuda", "outer", vector=w, block=OUTER_BLOCK, max_threads=threads, split=split)
+                for w in sorted({1, v}) for split in (False, True)]
     out = []
     widths = [1]
     v = 1 if no_vector else vector_width(kernel)
@@ -121,6 +128,14 @@ def reduction_variants(kernel: ReductionKernel, target: str,
     for w in widths:    # few rows, long ones: each row split across blocks (when the kernel allows)
         out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1), split=True))
     return out
+
+
+def vector_root(kernel: ReductionKernel) -> int:
+    """The root a vector variant's lanes walk: the innermost one (inner kernels: the reduced
+    row), or the last kept one (outer kernels: adjacent columns)."""
+    if kernel.kind == "outer":
+        return kernel.n_dims - len(kernel.red_roots) - 1
+    return kernel.n_dims - 1
 
 
 def schedule_reduction(kernel: ReductionKernel, params: ReductionParams) -> LoopNest:
@@ -146,12 +161,20 @@ def schedule_reduction(kernel: ReductionKernel, params: ReductionParams) -> Loop
         return _rows(nest, n_kept)
     if params.kind == "outer":
         tx, ty = params.block
+        if params.vector > 1:
+            nest.split(0, params.vector)       # [K/V, V, R]: V adjacent columns per thread
         nest.split(0, tx)
         nest.parallelize(1, P.TIDx)
-        nest.split(2, ty)
-        nest.parallelize(3, P.TIDy)
+        red = 3 if params.vector > 1 else 2
+        nest.split(red, ty)
+        nest.parallelize(red + 1, P.TIDy)
         if params.split:
-            nest.parallelize(2, P.BIDy)        # grid-stride over the chunks of ty reduced indices
+            nest.parallelize(red, P.BIDy)      # grid-stride over the chunks of ty reduced indices
+        if params.vector > 1:
+            # the column lanes go innermost: [BIDx, TIDx(tx), R/ty, TIDy(ty), Vectorize(V)]
+            nest.reorder({2: 4})
+            nest.contiguous_root = n_kept - 1
+            nest.parallelize(4, P.Vectorize)
         return _rows(nest, n_kept)
     if params.vector > 1:
         nest.split(r, params.vector)

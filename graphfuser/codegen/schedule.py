@@ -145,6 +145,9 @@ class LoopNest:
         self.roots = [self._new(e, ("root", k)) for k, e in enumerate(exts)]
         self.leaves = list(self.roots)
         self.history: list[str] = []
+        # the root that is contiguous in memory: the innermost one, except in outer reduction
+        # kernels (roots [kept..., reduced...] with the kept ones contiguous)
+        self.contiguous_root = n_roots - 1
 
     @classmethod
     def over_axes(cls, n_roots: int, axes: list[Optional[int]]) -> "LoopNest":
@@ -235,13 +238,13 @@ class LoopNest:
         return self
 
     def walks_innermost(self, axis: int) -> bool:
-        """True if leaf ``axis`` is the innermost leaf and steps through the innermost root with
-        unit stride: that root itself, the inner part of a split of such a domain, or a merge
-        whose inner operand is such a domain."""
+        """True if leaf ``axis`` is the innermost leaf and steps through the contiguous root
+        (``contiguous_root``, the innermost unless set) with unit stride: that root itself, the
+        inner part of a split of such a domain, or a merge whose inner operand is such a domain."""
         if axis != len(self.leaves) - 1 or not self.roots:
             return False
         d = self.leaves[axis]
-        while d is not self.roots[-1]:
+        while d is not self.roots[self.contiguous_root]:
             o = d.origin
             if o[0] == "inner":
                 d = o[1]

@@ -6,7 +6,8 @@ normalization row. The launcher is straight-line generated Python like the point
 of the root axes, outputs through ``torch.empty_strided``, the argument tuple, and (CUDA) the
 choice of variant from the run-time row size:
 
-- vector variants need the innermost reduced extent and every stride of the vectorized tensors
+- vector variants need the vector root's extent (the innermost reduced root; outer kernels: the
+  last kept root, V adjacent columns per thread) and every stride of the vectorized tensors
   divisible by the vector width and 16-byte aligned pointers; otherwise the scalar ones run;
 - each variant exists with 32-bit and 64-bit indices; the 32-bit one runs when every tensor's
   largest offset is below ``INDEX_LIMIT``;
@@ -39,7 +40,7 @@ from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import kernel_ir_text
 from ..codegen.reduction import lower_reduction_group
 from ..codegen.reduction_schedule import (MAX_THREADS, SCRATCH_ROWS, ReductionParams,
-                                          reduction_variants, schedule_reduction)
+                                          reduction_variants, schedule_reduction, vector_root)
 from ..ir.types import full_stride_order
 from ..ir.graph import Graph
 from ..config import config
@@ -209,12 +210,13 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
     st = stride_args(k)
     first_stride = len(k.tensors) + k.n_dims
     V = max(p.vector for p in variants)
-    vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[-1] != "bcast"]
+    vr = vector_root(k)
+    vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[vr] != "bcast"]
     lines = [f"small = {_small_index(cg, first_stride)}", f"o = 0 if small else {half}"]
     if V > 1:
         aligned = " | ".join(f"a[{p}]" for p in vec_tensors) or "0"
         strides = "".join(f" and a[{first_stride + s}] % {V} == 0" for s, (p, _) in enumerate(st) if p in vec_tensors)
-        lines.append(f"vec = n{k.n_dims - 1} % {V} == 0 and not (({aligned}) & 15){strides}")
+        lines.append(f"vec = n{vr} % {V} == 0 and not (({aligned}) & 15){strides}")
     else:
         lines.append("vec = False")
     if k.kind == "none":
@@ -293,17 +295,29 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
 
 
 def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[str]:
-    """Outer reductions: ``ceilDiv(rows, TIDx)`` column tiles of one block each, or (few tiles,
-    long columns) the split variant, ``gridDim.y`` blocks per tile, as many as are resident at
-    once (its barriers need every block resident; rows beyond the grid grid-stride)."""
+    """Outer reductions: ``ceilDiv(rows, TIDx * V)`` column tiles of one block each, or (few
+    tiles, long columns) the split variant, ``gridDim.y`` blocks per tile, as many as are
+    resident at once (its barriers need every block resident; rows beyond the grid
+    grid-stride). The vector variants (V adjacent columns per thread) run where ``vec``."""
     k = cg.kernel
     tx, ty = variants[0].block
-    lines = [f"block = ({tx}, {ty}, 1)", f"tiles = (rows + {tx - 1}) // {tx}"]
-    split = next((i for i, p in enumerate(variants) if p.split), None)
+    V = max(p.vector for p in variants)
+
+    def index(vector: int, split: bool):
+        return next((i for i, p in enumerate(variants) if p.vector == vector and p.split == split), None)
+
+    scalar, scalar_split = index(1, False), index(1, True)
+    wide, wide_split = (index(V, False), index(V, True)) if V > 1 else (None, None)
+    if wide is not None and (wide_split is None) == (scalar_split is None):
+        lines = [f"block = ({tx}, {ty}, 1)", f"cols = {tx * V} if vec else {tx}",
+                 f"j, js = ({wide}, {wide_split}) if vec else ({scalar}, {scalar_split})"]
+    else:
+        lines = [f"block = ({tx}, {ty}, 1)", f"cols = {tx}", f"j, js = {scalar}, {scalar_split}"]
+    lines.append("tiles = (rows + cols - 1) // cols")
     branch = "if True:"
-    if split is not None:
+    if scalar_split is not None:
         lines.append(f"if tiles < {OUTER_SPLIT_TILES} * _sms and nr >= {OUTER_SPLIT_MIN_ROWS}:")
-        lines.append(f"    f = _fns[{split} + o] or _load({split} + o)")
+        lines.append("    f = _fns[js + o] or _load(js + o)")
         lines.append(f"    cap = f.resident_blocks({tx * ty}, 0)")
         lines.append("    gx = tiles if tiles < cap else cap")
         lines.append(f"    gy, chunks = cap // gx, (nr + {ty - 1}) // {ty}")
@@ -313,7 +327,7 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
         lines.append("    a = a + (ws.data_ptr(), sem.data_ptr())")
         branch = "else:"
     lines.append(branch)
-    lines.append("    f = _fns[o] or _load(o)")
+    lines.append("    f = _fns[j + o] or _load(j + o)")
     lines.append(f"    cap = {_grid_cap(tx * ty)}")
     lines.append("    grid = (tiles if tiles < cap else cap, 1, 1)")
     return lines

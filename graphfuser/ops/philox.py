@@ -5,10 +5,12 @@ same numbers with int64 tensor arithmetic for the fallback (eager) path, so a gr
 its fallback draws exactly what its kernel would have drawn, and a backward that recomputes a
 dropout mask gets the forward's mask whichever path either of them took.
 
-Element ``i`` of a random op's output (row-major linear index) gets the Philox block of key
-``seed`` and counter ``(i, offset)`` (64 bits each: ``i`` in words 0-1, ``offset`` in words
-2-3), so two calls with different offsets draw from disjoint streams whatever their sizes; a
-float uniform uses the top 24 bits of word 0, a double uniform 53 bits of words 0-1.
+Element ``i`` of a random op's output (row-major linear index) draws from the Philox block of
+key ``seed`` and counter ``(c, offset)`` (64 bits each: ``c`` in words 0-1, ``offset`` in words
+2-3), so two calls with different offsets draw from disjoint streams whatever their sizes. A
+float uniform uses the top 24 bits of word ``i % 4`` of block ``c = i // 4`` (four elements per
+evaluation: the ten rounds are most of a dropout kernel's arithmetic), a double uniform 53 bits
+of words 0-1 of block ``c = i``.
 
 Where (seed, offset) come from (``philox_state``), per call, without a device sync:
 
@@ -47,13 +49,9 @@ def philox_state(x: torch.Tensor, n: int) -> tuple[int, int]:
     return seed, 0
 
 
-def philox_words(seed: int, offset: int, shape, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Words 0 and 1 of the Philox4x32-10 block of every element of ``shape`` (int64 tensors
-    holding unsigned 32-bit values)."""
-    n = 1
-    for s in shape:
-        n *= s
-    index = torch.arange(n, dtype=torch.int64, device=device)
+def _philox_block(seed: int, offset: int, index: torch.Tensor) -> list[torch.Tensor]:
+    """The four words of the Philox4x32-10 block of counter ``(index, offset)`` and key
+    ``seed``, per element of ``index`` (int64 tensors holding unsigned 32-bit values)."""
     c0, c1 = index & _LO, (index >> 32) & _LO
     c2 = torch.full_like(c0, offset & _LO)
     c3 = torch.full_like(c0, (offset >> 32) & _LO)
@@ -65,13 +63,32 @@ def philox_words(seed: int, offset: int, shape, device) -> tuple[torch.Tensor, t
         n2 = ((p0 >> 32) & _LO) ^ c3 ^ k1
         c1, c3, c0, c2 = p1 & _LO, p0 & _LO, n0, n2
         k0, k1 = (k0 + _W0) & _LO, (k1 + _W1) & _LO
-    return c0.view(shape), c1.view(shape)
+    return [c0, c1, c2, c3]
+
+
+def philox_words(seed: int, offset: int, shape, device, packed: bool = False) -> list[torch.Tensor]:
+    """Random words of every element of ``shape`` (int64 tensors holding unsigned 32-bit values):
+    words 0 and 1 of element ``i``'s own block (the fp64 draws), or (``packed``) the one word
+    ``i % 4`` of block ``i // 4``: four elements share a block, as the kernels' fp32 draws do
+    (one Philox evaluation per four elements)."""
+    n = 1
+    for s in shape:
+        n *= s
+    index = torch.arange(n, dtype=torch.int64, device=device)
+    if not packed:
+        c0, c1, _, _ = _philox_block(seed, offset, index)
+        return [c0.view(shape), c1.view(shape)]
+    words = _philox_block(seed, offset, index >> 2)
+    lane = index & 3
+    w = torch.where(lane == 0, words[0], torch.where(lane == 1, words[1], torch.where(lane == 2, words[2], words[3])))
+    return [w.view(shape)]
 
 
 def philox_uniform(seed: int, offset: int, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Uniform numbers in [0, 1) as the kernels draw them: fp32 (24 bits) or fp64 (53 bits)."""
-    w0, w1 = philox_words(seed, offset, shape, device)
     if dtype == torch.float64:
+        w0, w1 = philox_words(seed, offset, shape, device)
         bits = ((w0 << 21) | (w1 >> 11))                  # 53 bits, non-negative in int64
         return bits.to(torch.float64) * 2.0 ** -53
-    return (w0 >> 8).to(torch.float32) * 2.0 ** -24
+    (w,) = philox_words(seed, offset, shape, device, packed=True)
+    return (w >> 8).to(torch.float32) * 2.0 ** -24

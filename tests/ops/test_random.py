@@ -68,13 +68,15 @@ def test_uniform_range_and_moments():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_kernel_draws_the_reference_numbers(device):
-    """The C Philox of both dialects equals the torch one, bit for bit (rand_like in fp32/fp64)."""
+@pytest.mark.parametrize("shape", [(37, 19), (33, 64), (5, 3, 8)])
+def test_kernel_draws_the_reference_numbers(device, shape):
+    """The C Philox of both dialects equals the torch one, bit for bit (rand_like in fp32/fp64),
+    scalar and vector kernels (rows of a multiple of 8: lanes sharing a block, gf_lane4)."""
     def fn(x):
         return torch.rand_like(x) + 0.0
 
     for dt in (torch.float32, torch.float64):
-        x = torch.zeros(37, 19, dtype=dt, device=device)
+        x = torch.zeros(*shape, dtype=dt, device=device)
         sf, counts = _scripted(fn, x, seed=5)
         torch.manual_seed(5)
         out = sf(x)
@@ -232,7 +234,8 @@ def test_every_random_row_compiles_with_nvrtc():
                 nest = schedule_pointwise(k, PointwiseParams("cuda", vector=vec, block=128, unroll=2))
                 fns.append(render_function(k, nest, CUDA, f"k_{row}_{tname}_{vec}"))
                 assert "gf_philox_uniform_f" in fns[-1]
-                assert (" + (long long)v" in fns[-1]) == (vec > 1)
+                # 4 lanes from a multiple of 4: one Philox block for the four (gf_lane4)
+                assert ("gf_lane4{" in fns[-1]) == (vec > 1)
     ok, why = nvrtc.available()
     if not ok:
         pytest.skip(why)
@@ -602,7 +605,7 @@ def test_cuda_softmax_mask_dropout_fused(fn, dtype, monkeypatch):
     import graphfuser.executor.compiled as compiled
     from graphfuser.zoo_train import fused_groups
 
-    for rows in (37, 1030, 5000):          # register-persistent, wider and multi-pass rows
+    for rows in (37, 512, 1030, 5000):     # register-persistent (scalar, vector), wider and multi-pass rows
         for disable in ([], ["unroll_with_rng"]):
             monkeypatch.setattr(compiled, "_MEMORY", {})
             torch.manual_seed(0)

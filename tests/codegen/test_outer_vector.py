@@ -1,0 +1,77 @@
+"""Outer reductions with vector lanes (no GPU needed): column sums whose threads hold V adjacent
+columns (the bias gradient of bias + GELU, RMSNorm's and layer norm's weight gradients, channels-
+last statistics) render 16-byte accesses, V accumulators per thread combined lane by lane across
+threadIdx.y and through the split workspace; a per-reduced-index vector (RMSNorm's saved rstd)
+does not turn a column sum into an inner reduction. NVRTC compiles the variants and the
+launchers are valid Python. GPU runs: tests/cuda/test_cuda_outer_vector.py."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from graphfuser.executor.compiled_reduction import launcher_source
+from test_outer_split import _compile, _groups
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+import bench_train as bt  # noqa: E402
+
+
+def _outer(groups):
+    return [cg for cg in groups if cg.kernel.kind == "outer"]
+
+
+@pytest.mark.parametrize("dtype, V", [(torch.bfloat16, 8), (torch.float32, 4), (torch.float16, 8)])
+def test_bias_gelu_backward_column_sum_has_vector_variants(dtype, V):
+    x, b = torch.randn(33, 64, dtype=dtype).requires_grad_(), torch.randn(64, dtype=dtype).requires_grad_()
+    (cg,) = _outer(_groups(bt.bias_gelu, x, b, backward=True))
+    tags = [v[2].tag for v in cg.variants]
+    assert tags[:4] == ["outer_v1", "outer_split_v1", f"outer_v{V}", f"outer_split_v{V}"], tags
+    names = [v[0] for v in cg.variants]
+    src = cg.variant_sources[tags.index(f"outer_split_v{V}")]
+    assert f"float acc0[{V}];" in src and f"gf_load<{V}>(" in src and f"gf_store<{V}>(" in src
+    assert "gf_block_reduce_y<gf_op_sum>(acc0[v], gf_smem)" in src
+    assert "gf_grid_combine_y<gf_op_sum, float>(gf_work + 0 * gridDim.y * n0 + (x2 + v)" in src
+    _compile(cg, names)
+    launcher = launcher_source(cg)
+    compile(launcher, "<launcher>", "exec")
+    assert f"cols = {32 * V} if vec else 32" in launcher
+
+
+def test_rmsnorm_weight_gradient_is_an_outer_reduction():
+    mod = bt.RMSNorm(64)
+    x = torch.randn(32, 64).to(torch.bfloat16).requires_grad_()
+    groups = _groups(mod, x, backward=True)
+    outer = _outer(groups)
+    assert len(outer) == 1, [cg.kernel.kind for cg in groups]
+    cg = outer[0]
+    tags = [v[2].tag for v in cg.variants]
+    assert "outer_split_v4" in tags                     # fp32 upstream gradient: 16-byte float4
+    src = cg.variant_sources[tags.index("outer_split_v4")]
+    assert "const float s_t1 = t1[" in src              # rstd: one scalar per reduced index
+    _compile(cg, [v[0] for v in cg.variants])
+
+
+def test_strided_columns_get_no_vector_variant():
+    x = torch.randn(33, 128)[:, ::2].requires_grad_()        # every other column: stride 2
+    b = torch.randn(64).requires_grad_()
+    groups = _outer(_groups(bt.bias_gelu, x, b, backward=True))
+    assert groups
+    for cg in groups:
+        assert all(v[2].vector == 1 for v in cg.variants)
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+
+def test_layer_norm_parameter_gradients_vectorized():
+    x = torch.randn(40, 96).requires_grad_()
+    w, b = torch.rand(96).requires_grad_(), torch.randn(96).requires_grad_()
+    outer = _outer(_groups(layer_norm, x, w, b, backward=True))
+    assert outer and all(any(v[2].vector == 4 for v in cg.variants) for cg in outer)
+    for cg in outer:
+        _compile(cg, [v[0] for v in cg.variants])

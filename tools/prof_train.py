@@ -1,0 +1,90 @@
+"""Per-kernel CUDA times of the training cases (``tools/bench_train.py``), graphfuser against
+torch.compile, one forward + backward step at a time::
+
+    python tools/prof_train.py --only RMSNorm,GELU        # case names containing any of these
+
+For each case and backend: a few warm steps (profiling runs, compilation), then ``--steps``
+steps under ``torch.profiler``; prints every CUDA kernel's time per step, slowest first, and the
+total. Gradients are compared with eager's where the case has no randomness.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_train  # noqa: E402
+
+
+def _backends(fn) -> dict:
+    import graphfuser
+
+    return {"compile": torch.compile(fn), "graphfuser": graphfuser.script(fn)}
+
+
+def profile_case(case: bench_train.TrainCase, steps: int, warm: int) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = "cuda"
+    module = case.fn.to(dev) if isinstance(case.fn, torch.nn.Module) else None
+    if module is not None:
+        module.train()
+    args = case.make(dev)
+    ref_out = case.fn(*args) if case.autocast is None else bench_train._autocast_call(case, args, dev)
+    grad = torch.randn_like(ref_out)
+    bench_train._zero(module, args)
+    ref_out.backward(grad)
+    ref = [g.clone() if g is not None else None for g in bench_train._grads(module, args)]
+    for name, f in _backends(case.fn).items():
+        for _ in range(warm):
+            bench_train._zero(module, args)
+            bench_train._step(f, args, grad, case.autocast, dev)
+        err = ""
+        if case.exact:
+            worst = 0.0
+            for a, b in zip(bench_train._grads(module, args), ref):
+                if a is not None and b is not None:
+                    worst = max(worst, ((a.double() - b.double()).norm() / (b.double().norm() + 1e-30)).item())
+                elif (a is None) != (b is None):
+                    worst = float("inf")
+            err = f" grad rel err {worst:.2e}"
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                bench_train._zero(module, args)
+                bench_train._step(f, args, grad, case.autocast, dev)
+            torch.cuda.synchronize()
+        times: dict = collections.defaultdict(float)
+        counts: dict = collections.Counter()
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                times[ev.name] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+                counts[ev.name] += 1
+        total = sum(times.values()) / steps / 1e3
+        print(f"== {case.name} [{name}] kernel total/step {total:.3f} ms{err}")
+        for k, t in sorted(times.items(), key=lambda kv: -kv[1]):
+            print(f"   {t / steps / 1e3:8.3f} ms  x{counts[k] // steps}  {k[:110]}")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="", help="comma-separated substrings of case names")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warm", type=int, default=6)
+    a = ap.parse_args()
+    keys = [k for k in a.only.split(",") if k]
+    for case in bench_train.cases("cuda"):
+        if keys and not any(k.lower() in case.name.lower() for k in keys):
+            continue
+        torch.manual_seed(0)
+        profile_case(case, a.steps, a.warm)
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
