@@ -226,6 +226,71 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
         torch.cuda.empty_cache()
 
 
+NOOP = r"""
+extern "C" __global__ void noop(const float* x, float* out, long long n, long long s0, long long s1) {
+  if (threadIdx.x == 0 && blockIdx.x == 0 && n < 0) out[0] = x[s0 + s1];
+}
+"""
+
+
+def launch_bench(n: int = 20000, cprofile: bool = False) -> None:
+    """Host us per launch of an empty kernel (5 arguments) through each launch API, per
+    ``torch.empty_strided``, and per call of a one-group fused function on 1k elements (guard,
+    allocation, launch) against eager's two ops."""
+    from graphfuser.runtime import cuda_driver, nvrtc
+
+    cubin = nvrtc.compile_cubin(NOOP, "noop", cuda_driver.device_arch(0))
+    x = torch.zeros(16, device="cuda")
+    stream = cuda_driver.raw_stream(0)
+    for api in ("bindings", "ctypes"):
+        k = cuda_driver.CudaKernel(cubin, "noop", 0, ["ptr", "ptr", "i64", "i64", "i64"], api=api)
+        launch, p = k.launch, x.data_ptr()
+        for _ in range(100):
+            launch((1, 1, 1), (32, 1, 1), stream, p, p, 16, 1, 2)
+        best = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n // 5):
+                launch((1, 1, 1), (32, 1, 1), stream, p, p, 16, 1, 2)
+            best.append(1e6 * (time.perf_counter() - t0) / (n // 5))
+        print(f"   launch api {k.launch_api:8s}: {min(best):.2f} us per launch (best of 5 x {n // 5})")
+    torch.cuda.synchronize()
+    for label, stmt in (("empty_strided", lambda: torch.empty_strided((64, 96, 28, 28), (75264, 784, 28, 1),
+                                                                    dtype=torch.float32, device=x.device)),
+                        ("empty", lambda: torch.empty((64, 96, 28, 28), dtype=torch.float32, device=x.device))):
+        t0 = time.perf_counter()
+        for _ in range(n // 4):
+            stmt()
+        print(f"   {label}: {1e6 * (time.perf_counter() - t0) / (n // 4):.2f} us")
+
+    def f(a, b):
+        return (a + b).relu()
+
+    a, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
+    sf = graphfuser.script(f)
+    for fn, label in ((lambda: f(a, b), "eager add+relu"), (lambda: sf(a, b), "graphfuser one group")):
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n // 4):
+            fn()
+        us = 1e6 * (time.perf_counter() - t0) / (n // 4)
+        torch.cuda.synchronize()
+        print(f"   {label}: {us:.2f} us per call (enqueue)")
+    if cprofile:
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(2000):
+            sf(a, b)
+        pr.disable()
+        torch.cuda.synchronize()
+        out = io.StringIO()
+        pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(12)
+        print("\n".join("      " + ln for ln in out.getvalue().splitlines()[4:22] if ln.strip()))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -237,9 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--cprofile", action="store_true", help="cProfile of graphfuser calls")
     p.add_argument("--launch-times", action="store_true", help="host time of every fused launch")
+    p.add_argument("--launch-bench", action="store_true", help="host us per launch per API, allocation, one group")
     args = p.parse_args(argv)
+    if args.launch_bench and args.device == "cuda":
+        launch_bench(cprofile=args.cprofile)
     samples = launch_timer() if args.launch_times and args.device == "cuda" else None
-    for name in args.models.split(","):
+    for name in filter(None, args.models.split(",")):
         try:
             profile_model(name.strip(), args, samples)
         except Exception as e:  # noqa: BLE001 - one model's failure is its line

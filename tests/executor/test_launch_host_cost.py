@@ -97,6 +97,7 @@ def test_launch_source_device_check(monkeypatch):
         monkeypatch.setattr(cuda_driver, "single_device", lambda s=single: s)
         k = object.__new__(cuda_driver.CudaKernel)
         k.name, k.cooperative, k.device_index, k.arg_kinds = "k", False, 0, ("ptr", "i32")
+        k.api, k.func = "bindings", None
         k.slots, k.params_address = ctypes.create_string_buffer(16), 0
         import struct
 
@@ -110,3 +111,43 @@ def test_launch_source_device_check(monkeypatch):
             pytest.skip("cuda-bindings not importable")
         compile(src, "<launch>", "exec")
         assert ("_get_device()" in src) is (not single), src
+
+
+@pytest.mark.parametrize("cooperative", [False, True])
+def test_ctypes_launch_packs_slots_and_passes_the_prebuilt_array(monkeypatch, cooperative):
+    """The ctypes launch (a stand-in driver function here) gets the function handle as an int,
+    the prebuilt ``void*[]`` and the argument values packed into their slots; a non-zero result
+    raises LaunchError naming the kernel."""
+    import struct
+
+    from graphfuser.runtime import cuda_driver
+    from graphfuser.runtime.errors import LaunchError
+
+    calls = []
+
+    def fake(*args):
+        calls.append(args)
+        return 0 if args[4] <= 1024 else 1      # CUDA_ERROR_INVALID_VALUE for a too-large block
+
+    monkeypatch.setattr(cuda_driver, "driver_launchers", lambda: (fake, fake))
+    monkeypatch.setattr(cuda_driver, "single_device", lambda: True)
+    monkeypatch.setattr(cuda_driver, "error_string", lambda err: f"code {int(err)}")
+    kinds = ("ptr", "i32", "i64", "f32", "f64")
+    k = object.__new__(cuda_driver.CudaKernel)
+    k.name, k.cooperative, k.device_index, k.arg_kinds = "k_fake", cooperative, 0, kinds
+    k.api, k.func = "ctypes", 0xABC
+    fmt = "@" + "".join(cuda_driver._STRUCT_CODES[x] for x in kinds)
+    k._struct = struct.Struct(fmt)
+    k.slots = ctypes.create_string_buffer(k._struct.size)
+    k.params_address = 0x5000
+    k._raise = cuda_driver.CudaKernel._raise.__get__(k)
+    k._launch_elsewhere = None
+    launch = k._build_launch()
+    assert k.launch_api == "ctypes" and ")[0]" not in k.launch_source
+    launch((3, 2, 1), (128, 1, 1), 0x77, 0xDEAD0, -5, 1 << 40, 1.5, -2.25, shared_mem=64)
+    (args,) = calls
+    assert args[0] == 0xABC and args[1:7] == (3, 2, 1, 128, 1, 1) and args[7:10] == (64, 0x77, 0x5000)
+    assert len(args) == (10 if cooperative else 11)
+    assert k._struct.unpack(k.slots.raw[:k._struct.size]) == (0xDEAD0, -5, 1 << 40, 1.5, -2.25)
+    with pytest.raises(LaunchError, match="k_fake.*code 1"):
+        launch((1, 1, 1), (4096, 1, 1), 0, 1, 2, 3, 4.0, 5.0)
