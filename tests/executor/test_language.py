@@ -384,3 +384,34 @@ def test_enum_constants_run_in_the_host_program():
         for _ in range(3):
             same(sf(x), m(x))
     assert sf.graph is not None
+
+
+def slice_assign_numbers(x: torch.Tensor, k: int, f: float):
+    m = x.new_zeros((6, 5))
+    m[0:2, 1:3] = k
+    m[2:, :] = f
+    m[5, 4] = True
+    n = torch.zeros(3, dtype=torch.int64, device=x.device)
+    n[1:] = f                       # float into int64: truncated as torch.tensor(f, dtype=int64)
+    return m, n, torch.tensor(k, device=x.device), torch.tensor(f, device=x.device), \
+        torch.tensor(True, device=x.device), torch.tensor(f, dtype=torch.float16, device=x.device)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_tensor_of_a_number(device):
+    """``aten::tensor`` of a number (what TorchScript makes of ``t[...] = 3``) has torch.tensor's
+    dtype and device; on CUDA it is filled on the device, never copied from the host (a pageable
+    copy waits for the stream)."""
+    x = torch.rand(2, device=device)
+    run_both(slice_assign_numbers, x, 3, -2.75)
+    if device == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        sf = graphfuser.script(slice_assign_numbers)
+        for _ in range(3):
+            sf(x, 3, -2.75)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as p:
+            sf(x, 3, -2.75)
+            torch.cuda.synchronize()
+        assert not [e.name for e in p.events() if "HtoD" in e.name]
