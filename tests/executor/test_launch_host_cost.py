@@ -151,3 +151,23 @@ def test_ctypes_launch_packs_slots_and_passes_the_prebuilt_array(monkeypatch, co
     assert k._struct.unpack(k.slots.raw[:k._struct.size]) == (0xDEAD0, -5, 1 << 40, 1.5, -2.25)
     with pytest.raises(LaunchError, match="k_fake.*code 1"):
         launch((1, 1, 1), (4096, 1, 1), 0, 1, 2, 3, 4.0, 5.0)
+
+
+@pytest.mark.parametrize("layout", ["dense", "permuted", "empty"])
+def test_outputs_allocated_with_eagers_strides(layout):
+    """Default-order outputs come from torch.empty (cheaper than empty_strided), others from
+    empty_strided; either way they have eager's sizes and strides, empty dims included."""
+    x = {"dense": torch.randn(4, 6, 8), "permuted": torch.randn(8, 6, 4).permute(2, 1, 0),
+         "empty": torch.randn(4, 0, 8)}[layout]
+    y = torch.randn(4, 6 if layout != "empty" else 0, 8)
+    sf = check(_fn, x, y)
+    src = "".join(getattr(r.compiled, "launcher_source", "") for r in sf._runners.values()
+                  if hasattr(r, "compiled"))
+    if layout == "dense":
+        assert "_empty_c(" in src and "_empty((" not in src, src
+    if layout == "permuted":
+        assert "_empty((" in src, src
+    for _ in range(2):
+        got, want = sf(x, y), _fn(x, y)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        torch.testing.assert_close(got, want)
