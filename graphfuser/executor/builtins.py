@@ -249,7 +249,32 @@ def resolve_aten(kind: str, schema: Optional[str], tensor_args: Optional[bool] =
     except (AttributeError, RuntimeError):
         return None
     kw = tuple(a.name if a.kwarg_only else None for a in parsed.arguments)
+    if kind.startswith("aten::"):
+        op = python_binding(name, overload) or op
     return AtenCall(op=op, kwarg_names=kw, schema=schema)
+
+
+# Hot tensor ops whose torch Python binding takes the schema's arguments as the host program
+# passes them (positional, keyword-only ones by name) and resolves to the same overload: called
+# through it, an op costs a third less host time than through the OpOverload's ``_op``, which
+# builds a stack from the schema (conv2d 4.1 against 5.8 us, unsqueeze 0.8 against 1.2 us).
+# Ops with ScalarType / MemoryFormat / Layout / Device arguments are left out: TorchScript
+# passes those as int codes, which the bindings refuse.
+_BINDINGS: dict[tuple[str, str], tuple[Any, str]] = {
+    **{(n, o): (torch._C._VariableFunctions, n) for n, o in (
+        ("conv1d", ""), ("conv2d", ""), ("conv3d", ""), ("conv1d", "padding"), ("conv2d", "padding"),
+        ("conv3d", "padding"), ("matmul", ""), ("mm", ""), ("bmm", ""), ("addmm", ""), ("baddbmm", ""),
+        ("unsqueeze", ""), ("flatten", "using_ints"), ("transpose", "int"), ("permute", ""), ("reshape", ""),
+        ("cat", ""), ("roll", ""), ("layer_norm", ""), ("max_pool2d", ""), ("select", "int"))},
+    ("linear", ""): (torch._C._nn, "linear"), ("gelu", ""): (torch._C._nn, "gelu"),
+    ("view", ""): (torch._C.TensorBase, "view"),
+}
+
+
+def python_binding(name: str, overload: str) -> Any:
+    """The torch Python binding that runs ``aten::name.overload`` (``_BINDINGS``), or None."""
+    where = _BINDINGS.get((name, overload))
+    return getattr(where[0], where[1], None) if where is not None else None
 
 
 def describe(call: AtenCall) -> str:
