@@ -9,7 +9,8 @@ Per model (``eval()``, ``torch.no_grad()``): whether ``torch.jit.script`` accept
 ``graphfuser.script`` runs it and matches eager at batch 2 and, after re-specialization, at
 batch 3; the fusion groups and fused nodes of its optimized graph; with ``--time``, ms per call
 at ``--batch`` (default 64) for eager, TorchScript, graphfuser and (with ``--compile``)
-``torch.compile`` — fp32, and bf16 under ``torch.autocast`` for transformer models. Writes
+``torch.compile`` — fp32, and bf16 under ``torch.autocast`` for transformer models; each the
+median of rounds that interleave the backends (``time_interleaved``). Writes
 ``logs/zoo-<device>[-<gpu>].json`` (``{"models": [{"model", "status", "groups", ...}]}``) and a
 markdown table beside it. torchvision and timm are imported lazily: the package never needs them.
 """
@@ -164,45 +165,79 @@ def fusion_stats(sf: Any) -> tuple[int, int]:
 
 
 # -- timing --------------------------------------------------------------------------------------
-def time_ms(fn: Callable[[], Any], device: str, reps: int = 20, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
+ROUND_MS = 25.0     # a round of one backend lasts at least about this long (host-bound models: more calls)
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], device: str, reps: int = 20, rounds: int = 7,
+                     warmup: int = 3) -> dict[str, float]:
+    """ms per call of each backend: the median over ``rounds`` rounds, each round timing every
+    backend in turn (eager, jit, graphfuser, eager, ...), so a slow moment of the machine (clock
+    changes, another process) lands in one round of every backend instead of deciding one
+    backend's number. A round is ``max(ceil(reps / rounds), calls filling ROUND_MS)`` calls
+    back to back between two synchronizations (CUDA events on the GPU)."""
+    per_call: dict[str, float] = {}
+    for label, fn in fns.items():
+        for _ in range(warmup):
             fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        return statistics.median(times)
-    times = []
-    for _ in range(reps):
+        _sync(device)
         t0 = time.perf_counter()
         fn()
-        times.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(times)
+        _sync(device)
+        per_call[label] = 1e3 * (time.perf_counter() - t0)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for label, fn in fns.items():
+            calls = max(math.ceil(reps / rounds), min(50, math.ceil(ROUND_MS / max(per_call[label], 1e-3))))
+            times[label].append(_time_calls(fn, device, calls))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time_calls(fn: Callable[[], Any], device: str, calls: int) -> float:
+    """ms per call of ``calls`` calls back to back (the device idle before the first)."""
+    _sync(device)
+    if device == "cuda":
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(calls):
+            fn()
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) / calls
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return 1e3 * (time.perf_counter() - t0) / calls
+
+
+def time_ms(fn: Callable[[], Any], device: str, reps: int = 20, warmup: int = 5) -> float:
+    """ms per call of one function (median of rounds, as :func:`time_interleaved`)."""
+    return time_interleaved({"fn": fn}, device, reps, warmup=warmup)["fn"]
 
 
 def _timings(model: torch.nn.Module, jit: Any, sf: Any, x: torch.Tensor, device: str, compile_: bool,
-             reps: int) -> dict[str, Optional[float]]:
-    out: dict[str, Optional[float]] = {}
-    out["eager_ms"] = time_ms(lambda: model(x), device, reps)
-    out["jit_ms"] = time_ms(lambda: jit(x), device, reps) if jit is not None else None
-    out["graphfuser_ms"] = time_ms(lambda: sf(x), device, reps) if sf is not None else None
-    out["compile_ms"] = None
+             reps: int, rounds: int = 7) -> dict[str, Optional[float]]:
+    fns: dict[str, Callable[[], Any]] = {"eager_ms": lambda: model(x)}
+    if jit is not None:
+        fns["jit_ms"] = lambda: jit(x)
+    if sf is not None:
+        fns["graphfuser_ms"] = lambda: sf(x)
+    out: dict[str, Optional[float]] = {"eager_ms": None, "jit_ms": None, "graphfuser_ms": None, "compile_ms": None}
     if compile_:
         try:
             import torch._dynamo
 
             torch._dynamo.reset()
             comp = torch.compile(model)
-            out["compile_ms"] = time_ms(lambda: comp(x), device, reps, warmup=3)
+            comp(x)                      # builds it: outside the timed rounds
+            fns["compile_ms"] = lambda: comp(x)
         except Exception as e:  # noqa: BLE001 - recorded, not fatal
-            out["compile_ms"] = None
             out["compile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    out.update(time_interleaved(fns, device, reps, rounds))
     return out
 
 
@@ -222,7 +257,7 @@ def _exact_fp32():
 
 
 def run_model(name: str, device: str, batch: int, do_time: bool, compile_: bool, reps: int,
-              tol: float) -> ZooResult:
+              tol: float, rounds: int = 7) -> ZooResult:
     import graphfuser
 
     res = ZooResult(name)
@@ -256,7 +291,7 @@ def run_model(name: str, device: str, batch: int, do_time: bool, compile_: bool,
             res.status = "ok" if worst <= tol else "mismatch"
             if do_time and res.status == "ok":
                 x = torch.randn(batch, *size, device=device)
-                res.__dict__.update({k: v for k, v in _timings(model, jit, sf, x, device, compile_, reps).items()
+                res.__dict__.update({k: v for k, v in _timings(model, jit, sf, x, device, compile_, reps, rounds).items()
                                      if k in res.__dict__})
                 if device == "cuda" and any(h in name for h in TRANSFORMER_HINTS):
                     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -267,7 +302,7 @@ def run_model(name: str, device: str, batch: int, do_time: bool, compile_: bool,
                         # with nn.MultiheadAttention (torch 2.11, torchvision vit_b_16; eager and
                         # graphfuser run): its bf16 column is left empty there, never the run lost
                         mha = any(isinstance(mod, torch.nn.MultiheadAttention) for mod in model.modules())
-                        res.bf16 = _timings(model, None if mha else jit, sf16, x, device, compile_, reps)
+                        res.bf16 = _timings(model, None if mha else jit, sf16, x, device, compile_, reps, rounds)
     except Exception as e:  # noqa: BLE001 - one model's failure is its row
         res.status = "error"
         tb = traceback.format_exception(e)
@@ -376,7 +411,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--time", action="store_true", help="time eager / jit / graphfuser at --batch")
     p.add_argument("--compile", action="store_true", help="also time torch.compile (slow to build)")
-    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--reps", type=int, default=20, help="calls per backend at least (spread over the rounds)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds; each backend's time is their median")
     p.add_argument("--tol", type=float, default=1e-3, help="largest ||got - eager|| / ||eager|| for ok")
     p.add_argument("--out", default="logs")
     p.add_argument("--tag", default=None, help="file name tag (default: device and GPU)")
@@ -397,7 +433,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.budget and time.perf_counter() - start > args.budget:
             print(f"budget reached: {len(names) - len(results)} models not run")
             break
-        r = run_model(name, args.device, args.batch, args.time, args.compile, args.reps, args.tol)
+        r = run_model(name, args.device, args.batch, args.time, args.compile, args.reps, args.tol, args.rounds)
         results.append(r)
         print(f"{r.model:40s} {r.status:14s} groups={r.groups:3d} err={r.max_rel_err} "
               f"{_fmt(r.eager_ms)}/{_fmt(r.jit_ms)}/{_fmt(r.compile_ms)}/{_fmt(r.graphfuser_ms)} ms "

@@ -15,7 +15,7 @@ import hashlib
 import os
 import time
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -161,16 +161,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
         rank = len(sizes)
         off = plan.out_rank - rank
         sz = ["1" if s == 1 else size[off + d] for d, s in enumerate(sizes)]
-        full = full_stride_order(order, len(sizes))
-        st = [""] * rank
-        acc = "1"
-        for d in reversed(full):
-            st[d] = acc
-            # as torch's contiguous strides: a size-0 dim counts as 1 for the dims outside it
-            nz = sz[d] if sz[d] == "1" else f"({sz[d]} or 1)"
-            acc = f"{acc} * {nz}" if acc != "1" else nz
-        L.append(f"    o{j} = _empty(({', '.join(sz)}{',' if rank == 1 else ''}), "
-                 f"({', '.join(st)}{',' if rank == 1 else ''}), dtype=_odt{j}, device=_dev)")
+        L.append(f"    o{j} = {allocation(j, sz, order)}")
         outs.append(f"o{j}")
     args = []
     for p, (t, tp) in enumerate(zip(k.tensors, plan.tensors)):
@@ -248,6 +239,27 @@ def _launcher_source(cg: CompiledGroup) -> str:
                      + ["    except Exception as e:", f"        return _fail(e, ({params}{',' if n_in == 1 else ''}))"]) + "\n"
 
 
+def allocation(j: int, sz: list[str], order: Sequence[int]) -> str:
+    """The expression allocating output ``j`` of sizes ``sz`` (Python expressions) dense in
+    stride order ``order``: ``torch.empty`` where that order is the default one (contiguous; a
+    third less host time than ``torch.empty_strided`` on an H100 host: 6.1 against 8.6 us), else
+    ``empty_strided`` with the strides torch gives such a tensor (a size-0 dim counts as 1 for
+    the dims outside it). The launcher's namespace binds ``_empty``, ``_empty_c``, ``_odt{j}``
+    and ``_dev``."""
+    rank = len(sz)
+    full = full_stride_order(order, rank)
+    comma = "," if rank == 1 else ""
+    if full == list(range(rank)):
+        return f"_empty_c(({', '.join(sz)}{comma}), dtype=_odt{j}, device=_dev)"
+    st = [""] * rank
+    acc = "1"
+    for d in reversed(full):
+        st[d] = acc
+        nz = sz[d] if sz[d] == "1" else f"({sz[d]} or 1)"
+        acc = f"{acc} * {nz}" if acc != "1" else nz
+    return f"_empty(({', '.join(sz)}{comma}), ({', '.join(st)}{comma}), dtype=_odt{j}, device=_dev)"
+
+
 def _stride_reads(k: Kernel, plan: LaunchPlan, L: list[str]) -> list[str]:
     """The stride arguments' expressions. A tensor read at two or more strides is asked once
     (``t{n} = x.stride()``, a line appended to ``L``) and indexed; one read stays ``x.stride(d)``."""
@@ -306,7 +318,7 @@ def magic_divisor(d: int) -> tuple[int, int]:
 
 def _build_launcher(cg: CompiledGroup) -> Callable:
     k, plan = cg.kernel, cg.plan
-    ns: dict[str, Any] = {"_empty": torch.empty_strided, "_dev": cg.device}
+    ns: dict[str, Any] = {"_empty": torch.empty_strided, "_empty_c": torch.empty, "_dev": cg.device}
     for j, (dtype, *_rest) in enumerate(plan.outputs):
         ns[f"_odt{j}"] = dtype
     n_index = k.n_dims + len(stride_args(k))

@@ -41,10 +41,10 @@ from ..codegen.kir import kernel_ir_text
 from ..codegen.reduction import lower_reduction_group
 from ..codegen.reduction_schedule import (MAX_THREADS, SCRATCH_ROWS, ReductionParams,
                                           reduction_variants, schedule_reduction, vector_root)
-from ..ir.types import full_stride_order
 from ..ir.graph import Graph
 from ..config import config
 from ..log import dump
+from .compiled import allocation
 
 class DeferToEager(Exception):
     """Raised inside a launcher for a call the kernel does not compute (see ``launcher_source``);
@@ -146,14 +146,8 @@ def launcher_source(cg: ReductionGroup) -> str:
         if j in plan.aliases:
             outs.append(f"x{plan.aliases[j]}" + (".detach()" if j in plan.detached else ""))
             continue
-        rank = len(op.axes)
         sz = ["1" if a is None else size[a] for a in op.axes]
-        st, acc = [""] * rank, "1"
-        for d in reversed(full_stride_order(op.order, rank)):
-            st[d] = acc
-            acc = sz[d] if acc == "1" else f"{acc} * {sz[d]}"
-        comma = "," if rank == 1 else ""
-        L.append(f"    o{j} = _empty(({', '.join(sz)}{comma}), ({', '.join(st)}{comma}), dtype=_odt{j}, device=_dev)")
+        L.append(f"    o{j} = {allocation(j, sz, op.order)}")
         outs.append(f"o{j}")
     args = [f"o{tp.position}.data_ptr()" if t.is_output else f"x{tp.position}.data_ptr()"
             for t, tp in zip(k.tensors, plan.tensors)]
@@ -402,7 +396,7 @@ def _lazy_fallback(cg: ReductionGroup) -> Callable:
 
 def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     k, plan = cg.kernel, cg.plan
-    ns: dict[str, Any] = {"_empty": torch.empty_strided, "_dev": cg.device, "_Defer": DeferToEager,
+    ns: dict[str, Any] = {"_empty": torch.empty_strided, "_empty_c": torch.empty, "_dev": cg.device, "_Defer": DeferToEager,
                            "_fallback": _lazy_fallback(cg)}
     for j, op in enumerate(plan.outputs):
         ns[f"_odt{j}"] = op.dtype

@@ -17,13 +17,20 @@ _SHAPE_USES = ("aten::size", "aten::dim", "aten::numel")
 def _shape_source(v: Value) -> Value:
     """The earliest value known to have ``v``'s shape on every input: walk back through
     elementwise ops with a single tensor data argument (unary pointwise ops, casts), whose output
-    shape is their input's shape whatever the sizes."""
+    shape is their input's shape whatever the sizes, and through single-output normalizations
+    (batch / layer / group norm, softmax), whose output has their first input's shape. Stopping
+    at a normalization would leave the shape read on a value in the middle of a group
+    (``bn -> hardswish_ -> x.shape``: the batch norm's output), written out as an extra group
+    output for nothing but its sizes."""
     while v.node is not None:
         row = lookup(v.node.kind)
-        if row is None or row.kind not in ("pointwise", "cast") or len(v.node.outputs) != 1:
+        if row is None or row.kind not in ("pointwise", "cast", "normalization") or len(v.node.outputs) != 1:
             break
-        skip = dtype_only([v.node])
-        tensors = [i for i in v.node.inputs if i.type.is_tensor and i not in skip]
+        if row.kind == "normalization":
+            tensors = v.node.inputs[:1]
+        else:
+            skip = dtype_only([v.node])
+            tensors = [i for i in v.node.inputs if i.type.is_tensor and i not in skip]
         if len(tensors) != 1 or not isinstance(tensors[0].type, TensorType) or tensors[0].type.rank != v.type.rank:
             break
         v = tensors[0]

@@ -384,3 +384,66 @@ def test_enum_constants_run_in_the_host_program():
         for _ in range(3):
             same(sf(x), m(x))
     assert sf.graph is not None
+
+
+def slice_assign_numbers(x: torch.Tensor, k: int, f: float):
+    m = x.new_zeros((6, 5))
+    m[0:2, 1:3] = k
+    m[2:, :] = f
+    m[5, 4] = True
+    n = torch.zeros(3, dtype=torch.int64, device=x.device)
+    n[1:] = f                       # float into int64: truncated as torch.tensor(f, dtype=int64)
+    return m, n, torch.tensor(k, device=x.device), torch.tensor(f, device=x.device), \
+        torch.tensor(True, device=x.device), torch.tensor(f, dtype=torch.float16, device=x.device)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_tensor_of_a_number(device):
+    """``aten::tensor`` of a number (what TorchScript makes of ``t[...] = 3``) has torch.tensor's
+    dtype and device; on CUDA it is filled on the device, never copied from the host (a pageable
+    copy waits for the stream)."""
+    x = torch.rand(2, device=device)
+    run_both(slice_assign_numbers, x, 3, -2.75)
+    if device == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        sf = graphfuser.script(slice_assign_numbers)
+        for _ in range(3):
+            sf(x, 3, -2.75)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as p:
+            sf(x, 3, -2.75)
+            torch.cuda.synchronize()
+        assert not [e.name for e in p.events() if "HtoD" in e.name]
+
+
+def hot_ops(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, m: torch.Tensor):
+    c = torch.nn.functional.conv2d(x, w, b, 1, 1)
+    c2 = torch.nn.functional.conv2d(x, w, None, 1, "same")
+    p = torch.nn.functional.max_pool2d(c, 2, 2, 0, 1, False)
+    f = p.flatten(1)
+    l = torch.nn.functional.linear(f, m, None)
+    g = torch.nn.functional.gelu(l, approximate="tanh")
+    n = torch.nn.functional.layer_norm(g, [g.size(-1)], None, None, 1e-5)
+    v = c.view(c.size(0), -1).unsqueeze(1).transpose(1, 2).permute(0, 2, 1).reshape(c.size(0), -1)
+    mm = torch.mm(n, n.t())
+    a = torch.addmm(mm, n, n.t(), beta=0.5, alpha=2.0)
+    bb = torch.bmm(c.flatten(2), c.flatten(2).transpose(1, 2))
+    ba = torch.baddbmm(bb, bb, bb, beta=0.25)
+    return torch.cat([v, v], 1), torch.roll(c2, [1, -2], [2, 3]), c.select(1, 2), a, ba, torch.matmul(g, m)
+
+
+def test_hot_ops_through_python_bindings():
+    """The ops the host program calls through torch's Python bindings (cheaper than the
+    OpOverload) return what TorchScript returns."""
+    from graphfuser.executor.builtins import _BINDINGS, python_binding
+
+    args = (torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4), torch.randn(64, 64))
+    run_both(hot_ops, *args)
+    sf = graphfuser.script(hot_ops)
+    sf(*args)
+    bound = {id(v) for v in sf._profiling.fn.__globals__.values()}
+    for name, overload in [("conv2d", ""), ("conv2d", "padding"), ("linear", ""), ("view", ""), ("unsqueeze", ""),
+                           ("gelu", ""), ("roll", ""), ("addmm", ""), ("baddbmm", ""), ("select", "int")]:
+        assert (name, overload) in _BINDINGS
+        assert id(python_binding(name, overload)) in bound, name

@@ -97,6 +97,7 @@ def test_launch_source_device_check(monkeypatch):
         monkeypatch.setattr(cuda_driver, "single_device", lambda s=single: s)
         k = object.__new__(cuda_driver.CudaKernel)
         k.name, k.cooperative, k.device_index, k.arg_kinds = "k", False, 0, ("ptr", "i32")
+        k.api, k.func = "bindings", None
         k.slots, k.params_address = ctypes.create_string_buffer(16), 0
         import struct
 
@@ -110,3 +111,63 @@ def test_launch_source_device_check(monkeypatch):
             pytest.skip("cuda-bindings not importable")
         compile(src, "<launch>", "exec")
         assert ("_get_device()" in src) is (not single), src
+
+
+@pytest.mark.parametrize("cooperative", [False, True])
+def test_ctypes_launch_packs_slots_and_passes_the_prebuilt_array(monkeypatch, cooperative):
+    """The ctypes launch (a stand-in driver function here) gets the function handle as an int,
+    the prebuilt ``void*[]`` and the argument values packed into their slots; a non-zero result
+    raises LaunchError naming the kernel."""
+    import struct
+
+    from graphfuser.runtime import cuda_driver
+    from graphfuser.runtime.errors import LaunchError
+
+    calls = []
+
+    def fake(*args):
+        calls.append(args)
+        return 0 if args[4] <= 1024 else 1      # CUDA_ERROR_INVALID_VALUE for a too-large block
+
+    monkeypatch.setattr(cuda_driver, "driver_launchers", lambda: (fake, fake))
+    monkeypatch.setattr(cuda_driver, "single_device", lambda: True)
+    monkeypatch.setattr(cuda_driver, "error_string", lambda err: f"code {int(err)}")
+    kinds = ("ptr", "i32", "i64", "f32", "f64")
+    k = object.__new__(cuda_driver.CudaKernel)
+    k.name, k.cooperative, k.device_index, k.arg_kinds = "k_fake", cooperative, 0, kinds
+    k.api, k.func = "ctypes", 0xABC
+    fmt = "@" + "".join(cuda_driver._STRUCT_CODES[x] for x in kinds)
+    k._struct = struct.Struct(fmt)
+    k.slots = ctypes.create_string_buffer(k._struct.size)
+    k.params_address = 0x5000
+    k._raise = cuda_driver.CudaKernel._raise.__get__(k)
+    k._launch_elsewhere = None
+    launch = k._build_launch()
+    assert k.launch_api == "ctypes" and ")[0]" not in k.launch_source
+    launch((3, 2, 1), (128, 1, 1), 0x77, 0xDEAD0, -5, 1 << 40, 1.5, -2.25, shared_mem=64)
+    (args,) = calls
+    assert args[0] == 0xABC and args[1:7] == (3, 2, 1, 128, 1, 1) and args[7:10] == (64, 0x77, 0x5000)
+    assert len(args) == (10 if cooperative else 11)
+    assert k._struct.unpack(k.slots.raw[:k._struct.size]) == (0xDEAD0, -5, 1 << 40, 1.5, -2.25)
+    with pytest.raises(LaunchError, match="k_fake.*code 1"):
+        launch((1, 1, 1), (4096, 1, 1), 0, 1, 2, 3, 4.0, 5.0)
+
+
+@pytest.mark.parametrize("layout", ["dense", "permuted", "empty"])
+def test_outputs_allocated_with_eagers_strides(layout):
+    """Default-order outputs come from torch.empty (cheaper than empty_strided), others from
+    empty_strided; either way they have eager's sizes and strides, empty dims included."""
+    x = {"dense": torch.randn(4, 6, 8), "permuted": torch.randn(8, 6, 4).permute(2, 1, 0),
+         "empty": torch.randn(4, 0, 8)}[layout]
+    y = torch.randn(4, 6 if layout != "empty" else 0, 8)
+    sf = check(_fn, x, y)
+    src = "".join(getattr(r.compiled, "launcher_source", "") for r in sf._runners.values()
+                  if hasattr(r, "compiled"))
+    if layout == "dense":
+        assert "_empty_c(" in src and "_empty((" not in src, src
+    if layout == "permuted":
+        assert "_empty((" in src, src
+    for _ in range(2):
+        got, want = sf(x, y), _fn(x, y)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        torch.testing.assert_close(got, want)

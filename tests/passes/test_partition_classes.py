@@ -168,8 +168,33 @@ def _size_of_cast(x):
     return z, y.size(-1)
 
 
-@pytest.mark.parametrize("fn", [_size_only, _size_of_cast])
+def _size_after_batch_norm(x, w, b, m, v):
+    # torchvision's conv -> bn -> hardswish_ -> squeeze-excite reads the activation's shape
+    # (adaptive_avg_pool2d's dim check): it reaches back past the batch norm, never a group output
+    y = F.batch_norm(x, m, v, w, b, False, 0.1, 1e-5)
+    z = F.hardswish(y, inplace=True)
+    return z * 2.0, z.dim(), z.size(1)
+
+
+def _size_after_softmax(x):
+    y = F.softmax(x * 2.0, dim=-1)
+    z = y.sigmoid()
+    return z + 1.0, z.size(-1), y.numel()
+
+
+@pytest.mark.parametrize("fn", [_size_only, _size_of_cast, _size_after_batch_norm, _size_after_softmax])
 def test_output_used_only_for_its_shape_is_not_a_group_output(fn):
+    if fn is _size_after_batch_norm:
+        c = 8
+        params = [make_input(c), make_input(c), make_input(c), make_input(c).abs() + 0.5]
+        sf = check(fn, make_input(4, c, 5, 3), *params, fused=True)
+        assert _group_outputs(sf) == [1]
+        for shape in [(3, c, 2, 7), (1, c, 1, 1)]:
+            x = make_input(*shape)
+            got, want = sf(x, *params), fn(x, *params)
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1:] == want[1:]
+        return
     sf = check(fn, make_input(4, 8), fused=True)
     assert _group_outputs(sf) == [1]
     for shape in [(3, 5), (1, 8), (6, 1)]:

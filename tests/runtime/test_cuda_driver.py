@@ -187,3 +187,53 @@ def test_cooperative_launch_runs_and_refuses_grids_that_do_not_fit():
     torch.testing.assert_close(out, x + 1)
     with pytest.raises(LaunchError, match="cuLaunchCooperativeKernel"):
         k.launch((fit * 2 + 1, 1, 1), (BLOCK, 1, 1), cuda_driver.raw_stream(0), x.data_ptr(), out.data_ptr(), n)
+
+
+@pytest.mark.parametrize("api", ["ctypes", "bindings"])
+def test_both_launch_apis(api):
+    """The driver library through ctypes and cuda-bindings launch the same kernels the same way:
+    scalar kinds, a refused launch's error, cooperative launches, CUDA graph capture."""
+    from graphfuser.runtime import cuda_driver, nvrtc
+
+    if api == "ctypes" and cuda_driver.driver_launchers() is None:
+        pytest.skip("the driver library cannot be opened through ctypes")
+
+    def kernel(source, name, kinds, cooperative=False):
+        cubin = nvrtc.compile_cubin(source, name, cuda_driver.device_arch(0))
+        k = cuda_driver.CudaKernel(cubin, name, 0, list(kinds), cooperative=cooperative, api=api)
+        assert k.launch_api == api
+        return k
+
+    stream = cuda_driver.raw_stream(0)
+    k = kernel(SCALE_ADD, "scale_add", ("ptr", "ptr", "f64", "f32", "i32"))
+    x = torch.randn(300, device="cuda", dtype=torch.float64)
+    out = torch.empty_like(x)
+    k.launch(_grid(300), (BLOCK, 1, 1), stream, x.data_ptr(), out.data_ptr(), -1.5, 0.25, 300)
+    torch.testing.assert_close(out, -1.5 * x + 0.25)
+    with pytest.raises(LaunchError, match="scale_add.*CUDA_ERROR_INVALID_VALUE"):
+        k.launch((1, 1, 1), (4096, 1, 1), stream, x.data_ptr(), out.data_ptr(), 1.0, 1.0, 300)
+
+    a = kernel(ADD_ONE, "add_one", ("ptr", "ptr", "i64"))
+    y = torch.randn(4096, device="cuda")
+    o = torch.empty_like(y)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        _add_one(a, y, o)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        _add_one(a, y, o)
+    y.fill_(2.0)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(o, torch.full_like(y, 3.0))
+
+    c = kernel(ADD_ONE, "add_one", ("ptr", "ptr", "i64"), cooperative=True)
+    fit = c.resident_blocks(BLOCK)
+    z = torch.randn(fit * BLOCK, device="cuda")
+    oz = torch.empty_like(z)
+    c.launch((fit, 1, 1), (BLOCK, 1, 1), stream, z.data_ptr(), oz.data_ptr(), z.numel())
+    torch.testing.assert_close(oz, z + 1)
+    with pytest.raises(LaunchError, match="cuLaunchCooperativeKernel"):
+        c.launch((fit * 2 + 1, 1, 1), (BLOCK, 1, 1), stream, z.data_ptr(), oz.data_ptr(), z.numel())
