@@ -348,6 +348,15 @@ def _recompute_after_view_write(x0, x1):
     return v0.mean(-1), v1
 
 
+def _recompute_var_mean_after_add(x0, x1):
+    v0 = torch.trunc(x0 * 4.0)
+    v1 = x0.reshape(-1)
+    x0.add_(1)
+    v2 = F.relu6(v0)
+    v3, v4 = torch.var_mean(v0, [2], unbiased=False, keepdim=False)
+    return v4, v1
+
+
 def _recompute_after_write_in_if(x0, x1, flag: bool):
     v0 = x0 * x1
     v1 = v0 - 1.0
@@ -356,7 +365,8 @@ def _recompute_after_write_in_if(x0, x1, flag: bool):
     return v0.amax([0]), v1
 
 
-@pytest.mark.parametrize("fn", [_recompute_after_sub, _recompute_after_copy, _recompute_after_view_write])
+@pytest.mark.parametrize("fn", [_recompute_after_sub, _recompute_after_copy, _recompute_after_view_write,
+                                _recompute_var_mean_after_add])
 def test_reduction_does_not_recompute_its_chain_after_an_in_place_write(fn):
     # a lone reduction may recompute the pointwise chain it reads (partition's reduction_split);
     # an in-place write between the chain and the reduction makes that copy read written data
