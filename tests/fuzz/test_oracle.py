@@ -109,3 +109,27 @@ def test_exact_moments_reference_is_exact_for_constant_channels():
         ln = F.layer_norm(x.float(), [16], eps=1e-12)
     assert torch.equal(y, torch.zeros_like(y)) and torch.equal(ln, torch.zeros_like(ln))
     assert torch.allclose(rm, torch.full((4,), 0.2 / 3, dtype=torch.float64))   # eager's update ran
+
+
+def test_cases_at_replays_one_graph_of_a_campaign():
+    assert campaign.cases_at(5, [7, 3]) == [campaign.generate(8, 5)[7], campaign.generate(8, 5)[3]]
+
+
+def test_report_keeps_each_failing_case_and_replay_reruns_it(tmp_path, capsys):
+    import json
+
+    from graphfuser.fuzz import report
+    from graphfuser.fuzz.cli import main
+
+    case = _case("    return x0 + 1.0\n", [X])
+    failing = {"findings": [{"category": "wrong_value", "call": 2, "detail": "made up"}], "deviations": []}
+    res = {"device": "cpu", "graphs": 2, "seed": 1, "knobs": {}, "seconds": 0.0, "counts": {"wrong_value": 1},
+           "failed_graphs": 1, "deviations": {}, "kernel_ran": 0, "invalid": 0, "runnable": 2, "fusion_rate": 0.0,
+           "per_op": {}, "known": {}, "unknown": [], "classes": [],
+           "cases": [case, case], "results": [{"findings": [], "deviations": []}, failing]}
+    _, js = report.write(res, str(tmp_path), str(tmp_path / "repros"))
+    saved = json.load(open(js))["failures"]
+    assert [f["graph"] for f in saved] == [1] and saved[0]["case"] == case
+    assert main(["--replay", js, "--graph", "1"]) == 0          # x0 + 1.0 does not fail
+    out = capsys.readouterr().out
+    assert "graph 1" in out and "no difference from eager" in out and "1 graph(s): 0 failing" in out
