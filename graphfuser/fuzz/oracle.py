@@ -314,15 +314,20 @@ def _emulating() -> bool:
 
 
 def _torchscript_answers(fn, case: dict, call: int, device: str) -> bool:
-    """Does torch.jit.script's own function return (not raise) on this call's inputs? Then an error
-    eager raises was lost before graphfuser saw the graph (TorchScript drops unused ops)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.jit.script(fn)(*make_args(case, call, device))
-        return True
-    except Exception:  # noqa: BLE001 - TorchScript raises too: graphfuser lost the error
-        return False
+    """Does torch.jit.script's own function return (not raise) on this call's inputs, when it has
+    run the calls before it too? Then an error eager raises was lost before graphfuser saw the
+    graph (TorchScript drops unused ops; its optimized executor, from its second call on, drops
+    dead in-place writes of fresh values: graphfuser's recovery runs such calls through it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(fn)
+        for c in range(call + 1):
+            try:
+                scripted(*make_args(case, c, device))
+            except Exception:  # noqa: BLE001 - TorchScript raises too on the call judged
+                if c == call:
+                    return False
+    return True
 
 
 def _split_precision_deviations(case: dict, device: str, workdir: str, tag: str, findings: list,

@@ -133,3 +133,24 @@ def test_report_keeps_each_failing_case_and_replay_reruns_it(tmp_path, capsys):
     assert main(["--replay", js, "--graph", "1"]) == 0          # x0 + 1.0 does not fail
     out = capsys.readouterr().out
     assert "graph 1" in out and "no difference from eager" in out and "1 graph(s): 0 failing" in out
+
+
+def test_torchscript_semantics_are_judged_after_the_calls_before(monkeypatch):
+    # TorchScript's optimized executor (from its second call on) may drop a dead in-place write
+    # that raises in eager; graphfuser, recovering through it, answers as it does on that call
+    from graphfuser.fuzz import oracle
+
+    class FirstCallRaises:
+        def __init__(self, fn):
+            self.calls = 0
+
+        def __call__(self, *args):
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("result type Float can't be cast to the desired output type Bool")
+            return args[0]
+
+    monkeypatch.setattr(oracle.torch.jit, "script", FirstCallRaises)
+    case = _case("    return x0\n", [X])
+    assert not oracle._torchscript_answers(None, case, 0, "cpu")
+    assert oracle._torchscript_answers(None, case, 1, "cpu")
