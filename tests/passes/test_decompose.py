@@ -270,3 +270,18 @@ def test_group_norm_with_optional_weight_and_bias_uses_them(with_w, with_b):
     w = torch.randn(6, generator=gen) if with_w else None
     b = torch.randn(6, generator=gen) if with_b else None
     check(_gn2_optional, x, w, b, fused=None)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("groups", [2, 3])
+@pytest.mark.parametrize("xdt,wdt,wshape", [(torch.float32, torch.float64, (6,)), (torch.float16, torch.bfloat16, (6,)),
+                                           (torch.float32, torch.float32, (3,)), (torch.bfloat16, torch.float32, (6,))])
+def test_group_norm_keeps_eagers_errors_on_cuda(groups, xdt, wdt, wshape):
+    fn = [_gn2_nb, _gn3_nb][groups - 2]
+    sf = graphfuser.script(fn)
+    x, w = torch.randn(4, 6, 5, device="cuda").to(xdt), torch.randn(wshape, device="cuda").to(wdt)
+    for _ in range(4):
+        e, g_ = _outcome(fn, x, w), _outcome(sf, x, w)
+        assert e[0] == g_[0], (e, g_)
+        if e[0] == "ok":
+            torch.testing.assert_close(g_[1], e[1], atol=2e-2, rtol=2e-2)
