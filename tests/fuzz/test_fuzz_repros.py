@@ -387,3 +387,23 @@ def _pairs(make):
         count[0] += 1
         return make(torch.Generator().manual_seed((count[0] - 1) // 2))
     return pair
+
+
+def _int_isinf_of_amin(x):
+    return torch.amin(x, [], keepdim=False).isinf()
+
+
+def _int_isfinite_of_sum(x):
+    return x.sum(-1).isfinite(), torch.isnan(x.amax(0))
+
+
+@pytest.mark.parametrize("fn", [_int_isinf_of_amin, _int_isfinite_of_sum])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int64, torch.bool])
+def test_float_class_of_an_integer_reduction_compiles(fn, dtype):
+    # isinf / isnan / isfinite of an integer are constants; the reduction feeding one must still
+    # lower (was: "reduced loop axes without a reduction", a compile fallback)
+    from graphfuser.config import config
+
+    x = torch.arange(32).reshape(4, 8)[:, ::2].to(dtype)
+    with config.override(disable=["fallback"]):
+        _run(fn, lambda: (x.clone(),), calls=4)
