@@ -224,6 +224,14 @@ def _philox_state(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     gen.emit(indent, f"{gen.outs(node)} = {gen.bind(philox_state, 'philox')}({a[0]}, {a[0]}.numel())")
 
 
+def _group_norm_check(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    """``graphfuser::group_norm_check(x, num_groups, weight, bias)``: eager group_norm's errors
+    where the op was decomposed (``ops.norms.check_group_norm``)."""
+    from ..ops.norms import check_group_norm
+
+    gen.emit(indent, f"{gen.bind(check_group_norm, 'check_group_norm')}({', '.join(a)})")
+
+
 def _template(template: str) -> Handler:
     def emit(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
         gen.assign(node, indent, gen.fill(template, a))
@@ -236,7 +244,7 @@ HANDLERS: dict[str, Handler] = {
     "prim::If": _if, "prim::Loop": _loop, "prim::RaiseException": _raise_exception,
     "prim::isinstance": _isinstance, "prim::CallMethod": _call_method, "prim::CallFunction": _call_function,
     "prim::CreateObject": _create_object, "prim::Enter": _enter, "prim::Exit": _exit,
-    "graphfuser::philox_state": _philox_state,
+    "graphfuser::philox_state": _philox_state, "graphfuser::group_norm_check": _group_norm_check,
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }
 _OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::", "graphfuser::")

@@ -57,6 +57,13 @@ def generate(n: int, seed: int, max_ops: int = 5, batch: int = 6) -> list[dict]:
     return out[:n]
 
 
+def cases_at(seed: int, graphs: list[int], max_ops: int = 5) -> list[dict]:
+    """The cases a campaign from ``seed`` runs as its graphs number ``graphs`` (generation is
+    deterministic: the first ``max(graphs) + 1`` cases are generated again)."""
+    cases = generate(max(graphs) + 1, seed, max_ops)
+    return [cases[i] for i in graphs]
+
+
 def run_cases(cases: list[dict], workers: list[Worker], progress: Optional[Callable[[int], None]] = None
               ) -> list[dict]:
     """Run every case, ``len(workers)`` at a time; results in case order."""

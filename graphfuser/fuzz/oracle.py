@@ -183,6 +183,15 @@ def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], 
             closer = ((x - z).abs() <= (y - z).abs() + tight + ref_floor) | (x == zr) | (x.isnan() & z.isnan())
             g_faithful = ((x - z).abs() <= loose) | (x.isnan() & z.isnan()) | (x == zr)
             same = same | g_faithful | (faithful & closer)
+            if not bool(same.all()):
+                # no worse than eager in the max norm: graphfuser's error on each element left is no
+                # larger than eager's own worst error on this output (both finite against a finite
+                # reference): ill-conditioned outputs (a normalization of near-constant groups, a
+                # pole of lgamma) are judged by the error eager itself makes there
+                ok = torch.isfinite(y) & torch.isfinite(z)
+                bound = float((y - z)[ok].abs().max()) if bool(ok.any()) else 0.0
+                within = torch.isfinite(x) & ok & ((x - z).abs() <= bound + ref_floor)
+                same = same | within
         if bool(same.all()):
             return _strides(g, e) if check_strides else None
         bad = (~same).nonzero()[0].tolist()
@@ -294,10 +303,16 @@ def _exact_instance_norm(input, running_mean=None, running_var=None, weight=None
 
 
 def _exact_group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, *rest):
-    if num_groups != 1 or input.dim() < 2 or input.numel() == 0 or rest:
+    if num_groups < 1 or input.dim() < 2 or input.numel() == 0 or rest or input.shape[1] % num_groups:
         return NotImplemented
-    dims = tuple(range(1, input.dim()))
-    return _exact_channels(input, weight, bias, eps, dims, max(1, math.prod(input.shape[1:])))
+    n, c = input.shape[0], input.shape[1]
+    grouped = input.reshape(n, num_groups, -1)      # per (sample, group): C/G channels x spatial
+    mean, m2 = _two_pass(grouped, (2,))
+    y = ((grouped - mean) * torch.rsqrt(m2 / max(1, grouped.shape[2]) + eps)).reshape(input.shape)
+    shape = [1, c] + [1] * (input.dim() - 2)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    return y + bias.reshape(shape) if bias is not None else y
 
 
 _EXACT = {"layer_norm": _exact_layer_norm, "batch_norm": _exact_batch_norm,
@@ -314,15 +329,20 @@ def _emulating() -> bool:
 
 
 def _torchscript_answers(fn, case: dict, call: int, device: str) -> bool:
-    """Does torch.jit.script's own function return (not raise) on this call's inputs? Then an error
-    eager raises was lost before graphfuser saw the graph (TorchScript drops unused ops)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.jit.script(fn)(*make_args(case, call, device))
-        return True
-    except Exception:  # noqa: BLE001 - TorchScript raises too: graphfuser lost the error
-        return False
+    """Does torch.jit.script's own function return (not raise) on this call's inputs, when it has
+    run the calls before it too? Then an error eager raises was lost before graphfuser saw the
+    graph (TorchScript drops unused ops; its optimized executor, from its second call on, drops
+    dead in-place writes of fresh values: graphfuser's recovery runs such calls through it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(fn)
+        for c in range(call + 1):
+            try:
+                scripted(*make_args(case, c, device))
+            except Exception:  # noqa: BLE001 - TorchScript raises too on the call judged
+                if c == call:
+                    return False
+    return True
 
 
 def _split_precision_deviations(case: dict, device: str, workdir: str, tag: str, findings: list,

@@ -86,7 +86,8 @@ def write(res: dict, out_dir: str, repro_dir: str) -> tuple[str, str]:
     with open(md, "w") as f:
         f.write(render_markdown(res))
     slim = {k: v for k, v in res.items() if k not in ("cases", "results")}
-    slim["failures"] = [{"graph": i, "ops": c["ops"], "findings": r["findings"]}
+    # each failing graph with its whole case (source, inputs, calls, seed): ``--replay`` reruns it
+    slim["failures"] = [{"graph": i, "ops": c["ops"], "findings": r["findings"], "case": c}
                         for i, (c, r) in enumerate(zip(res["cases"], res["results"])) if r["findings"]]
     with open(js, "w") as f:
         json.dump(slim, f, indent=1, default=str)

@@ -230,6 +230,30 @@ def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
     return need_const("eps")(node, args, consts)
 
 
+_REDUCED_FLOATS = (torch.float16, torch.bfloat16)
+
+
+def check_group_norm(input: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor],
+                     bias: Optional[torch.Tensor]) -> None:
+    """Raise eager ``group_norm``'s error for these arguments, if it has one (the host program
+    calls this where ``group_norm`` was decomposed into an instance norm of a grouped view,
+    which checks none of it: ``passes/decompose.py``).
+
+    A cheap screen of eager's preconditions (rank, ``C % num_groups``, 1-D weight and bias of C
+    elements on the input's device, and the mixed-dtype rule: parameters of another dtype than
+    the input must all be float32 with a float16 / bfloat16 input) decides whether eager's own
+    ``group_norm`` runs on the arguments; it raises eager's exact error."""
+    suspect = input.dim() < 2 or not input.is_floating_point() or num_groups <= 0 \
+        or input.shape[1] % num_groups != 0
+    params = [p for p in (weight, bias) if p is not None]
+    if not suspect:
+        c = input.shape[1]
+        suspect = any(p.dim() != 1 or p.shape[0] != c or p.device != input.device for p in params)
+    if not suspect and any(p.dtype != input.dtype for p in params):
+        suspect = input.dtype not in _REDUCED_FLOATS or any(p.dtype != torch.float32 for p in params)
+    if suspect:
+        torch.group_norm(input, num_groups, weight, bias)
+
 
 _LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")
 reduction("layer_norm", ("aten::layer_norm",), "normalization", _LN, _layer_norm, planner=_layer_norm_plan,

@@ -509,7 +509,10 @@ register(OpRow("bitwise_not", ("aten::bitwise_not",), "pointwise", ("self",), "d
 def _float_class(prim: str, int_value: bool):
     def lower(call: OpCall) -> Expr:
         if not call.compute.is_floating_point:
-            return call.const(int_value, torch.bool)
+            # x == x / x != x: the constant, still reading x (a constant would leave a reduction
+            # that feeds it with nothing to compute: "reduced loop axes without a reduction")
+            x = call.x("self")
+            return call.b.call("eq" if int_value else "ne", x, x)
         return call.b.call(prim, call.x("self"))
     lower.__doc__ = f"{prim}(self)"
     return lower

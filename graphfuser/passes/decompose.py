@@ -19,6 +19,10 @@ input's dtype when the weight's differs, as eager's mixed-type kernel does):
           %wg = aten::unsqueeze(aten::unflatten(%w, 0, [G, -1]), -1)               [G, C/G, 1]; %bg alike
           %y  = aten::type_as(aten::reshape_as(aten::flatten(%yg * %wg + %bg, 1, 2), %x), %x)
 
+The rewrite checks none of eager's preconditions, so a ``graphfuser::group_norm_check(%x, G, %w,
+%b)`` node (no outputs, kept by dce) goes first: the host program raises eager's error there
+(``ops.norms.check_group_norm``).
+
 Opt-in (``PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition``, as nvFuser had): the
 bias add of every linear / conv whose bias is typed ``Tensor`` is split off before profiling and
 stays split. Without the knobs, ``passes/bias.py`` splits the biases whose add would fuse with the
@@ -127,7 +131,11 @@ def _group_norm(block: Block, node: Node) -> bool:
     if not groups.is_constant or not isinstance(groups.constant(), int) or isinstance(groups.constant(), bool) \
             or groups.constant() <= 1:
         return False
+    if any(not p.type.is_tensor and not (p.is_constant and p.constant() is None) for p in (w, b)):
+        return False        # an Optional[Tensor] weight / bias: known only at run time
     e = _Emitter(block, node)
+    # the rewrite checks none of eager's preconditions (weight of C elements, C % G, mixed dtypes)
+    e.add(block.graph.create("graphfuser::group_norm_check", [x, groups, w, b], [], source=node.source))
     none = e.const(None, "NoneType")
     one, minus_one = e.const(1, "int"), e.const(-1, "int")
     split = e.add(block.graph.create("prim::ListConstruct", [groups, minus_one], [Type("int[]")])).output

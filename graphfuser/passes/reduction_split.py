@@ -112,6 +112,16 @@ def _chain(part: "_BlockPartition", v: Value, members: set[Node]) -> Optional[tu
     return sorted(nodes, key=part.index.__getitem__), cost
 
 
+def _write_between(part: "_BlockPartition", first: Node, last: Node) -> Optional[Node]:
+    """A node between ``first`` and ``last`` (block order) that writes memory (an in-place op, a
+    running-stats update, a side effect): a copy of the chain moved from ``first``'s place to
+    ``last``'s would read what that node wrote, where eager read the value before it."""
+    from .partition import _mutates
+
+    lo, hi = part.index[first], part.index[last]
+    return next((n for n in part.nodes[lo + 1:hi] if _mutates(n)), None)
+
+
 def split_reduction_chains(part: "_BlockPartition", next_id: int) -> None:
     """Form a group of each lone reduction and a copy of the chain that feeds it where that
     moves fewer bytes than reading the value from its producer's group (module docstring)."""
@@ -135,6 +145,11 @@ def split_reduction_chains(part: "_BlockPartition", next_id: int) -> None:
         chain, cost = found
         if cost > 2 * _bytes(v.type):
             continue                        # (a tie recomputes: one write and one kernel fewer)
+        writer = _write_between(part, chain[0], r)
+        if writer is not None:
+            # the copy would read the chain's leaves at the reduction's place, after the write
+            jit_log("partition", 1, f"{r.where()} keeps reading %{v.name}: {writer.where()} writes in between")
+            continue
         if members & part._closure({r}, part.succ):
             continue                        # the group reads the reduction's result: a cycle
         vmap: dict[Value, Value] = {}

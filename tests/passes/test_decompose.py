@@ -1,6 +1,8 @@
 """Bias decomposition: the bias add leaves linear / conv and fuses with what follows. Automatic
 where the only consumer is fusible (folded back where no group took it, or under autocast);
 PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition splits every bias; results equal eager's."""
+from typing import Optional
+
 import pytest
 import torch
 import torch.nn as nn
@@ -183,3 +185,103 @@ def test_pools_to_other_sizes_are_kept():
 
     sf = check(f, torch.randn(2, 3, 6, 6), fused=None)
     assert "adaptive_avg_pool2d" in str(sf._optimized)
+
+
+def _gn1(x, w, b):
+    return F.group_norm(x.sin(), 1, w, b, 1e-5).relu()
+
+
+def _gn2(x, w, b):
+    return F.group_norm(x.sin(), 2, w, b, 1e-5).relu()
+
+
+def _gn3(x, w, b):
+    return F.group_norm(x.sin(), 3, w, b, 1e-5).relu()
+
+
+def _gn1_nb(x, w):
+    return F.group_norm(x.sin(), 1, w, None, 1e-5).relu()
+
+
+def _gn2_nb(x, w):
+    return F.group_norm(x.sin(), 2, w, None, 1e-5).relu()
+
+
+def _gn3_nb(x, w):
+    return F.group_norm(x.sin(), 3, w, None, 1e-5).relu()
+
+
+def _gn2_optional(x, w: Optional[torch.Tensor], b: Optional[torch.Tensor]):
+    return F.group_norm(x.sin(), 2, w, b, 1e-5)
+
+
+def _outcome(f, *args):
+    try:
+        return "ok", f(*args)
+    except Exception as e:  # noqa: BLE001 - compared with eager's
+        return "error", str(e).splitlines()[0]
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3])
+@pytest.mark.parametrize("xshape,xdt,wshape,wdt,bshape,bdt", [
+    ((4, 6, 5), torch.float64, (6,), torch.float32, None, None),          # mixed dtypes (CPU rule)
+    ((4, 6, 5), torch.float32, (6,), torch.float64, (6,), torch.float64),
+    ((4, 6, 5), torch.bfloat16, (6,), torch.float32, (6,), torch.bfloat16),  # one float32, one not
+    ((4, 6, 5), torch.float16, (6,), torch.bfloat16, None, None),
+    ((4, 6, 5), torch.float32, (3,), torch.float32, None, None),          # weight of G, not C, elements
+    ((4, 6, 5), torch.float32, (6,), torch.float32, (2,), torch.float32),
+    ((4, 6, 5), torch.float32, (2, 3), torch.float32, None, None),        # a 2-D weight of C elements
+    ((1, 0), torch.float32, (2,), torch.float32, None, None),             # empty input, weight of 2
+    ((4, 6), torch.float32, (6,), torch.float32, None, None),             # valid
+    ((4, 6, 2, 3), torch.bfloat16, (6,), torch.float32, (6,), torch.float32),  # valid mixed precision
+])
+def test_group_norm_keeps_eagers_errors(groups, xshape, xdt, wshape, wdt, bshape, bdt):
+    # num_groups > 1 is decomposed before profiling into an instance norm of a grouped view, which
+    # checks nothing: a check node raises eager's error (C % G, weight / bias of C elements, dtypes)
+    fn = [[_gn1_nb, _gn2_nb, _gn3_nb], [_gn1, _gn2, _gn3]][bshape is not None][groups - 1]
+    sf = graphfuser.script(fn)
+    gen = torch.Generator().manual_seed(0)
+    args = [torch.randn(xshape, generator=gen).to(xdt), torch.randn(wshape, generator=gen).to(wdt)]
+    if bshape:
+        args.append(torch.randn(bshape, generator=gen).to(bdt))
+    for _ in range(4):
+        e, g_ = _outcome(fn, *args), _outcome(sf, *args)
+        assert e[0] == g_[0], (e, g_)
+        if e[0] == "error":
+            assert e[1] == g_[1]
+        else:
+            torch.testing.assert_close(g_[1], e[1], equal_nan=True, atol=2e-2, rtol=2e-2)
+
+
+def test_group_norm_check_runs_on_the_host_and_keeps_fusion():
+    x, w = torch.randn(4, 6, 5), torch.randn(6)
+    sf = graphfuser.script(_gn3_nb)
+    for _ in range(3):
+        sf(x, w)
+    text = str(sf.graph_for(x, w))
+    assert "graphfuser::group_norm_check" in text and "FusionGroup" in text
+
+
+@pytest.mark.parametrize("with_w,with_b", [(True, True), (False, True), (True, False), (False, False)])
+def test_group_norm_with_optional_weight_and_bias_uses_them(with_w, with_b):
+    # an Optional[Tensor] weight / bias is known only at run time: not decomposed (was: dropped)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 6, 2, 3, generator=gen)
+    w = torch.randn(6, generator=gen) if with_w else None
+    b = torch.randn(6, generator=gen) if with_b else None
+    check(_gn2_optional, x, w, b, fused=None)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("groups", [2, 3])
+@pytest.mark.parametrize("xdt,wdt,wshape", [(torch.float32, torch.float64, (6,)), (torch.float16, torch.bfloat16, (6,)),
+                                           (torch.float32, torch.float32, (3,)), (torch.bfloat16, torch.float32, (6,))])
+def test_group_norm_keeps_eagers_errors_on_cuda(groups, xdt, wdt, wshape):
+    fn = [_gn2_nb, _gn3_nb][groups - 2]
+    sf = graphfuser.script(fn)
+    x, w = torch.randn(4, 6, 5, device="cuda").to(xdt), torch.randn(wshape, device="cuda").to(wdt)
+    for _ in range(4):
+        e, g_ = _outcome(fn, x, w), _outcome(sf, x, w)
+        assert e[0] == g_[0], (e, g_)
+        if e[0] == "ok":
+            torch.testing.assert_close(g_[1], e[1], atol=2e-2, rtol=2e-2)
