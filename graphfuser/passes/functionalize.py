@@ -204,14 +204,25 @@ def restore_in_fallback(sub: Graph, group: Optional[Node] = None) -> None:
     that run before ``group`` in its block: the fallback writes the outer tensor, as eager did."""
     nodes = list(sub.block.nodes)
     outer_of = dict(zip(sub.inputs, group.inputs)) if group is not None else {}
+    sets = AliasSets(sub)
+    values = list(sub.inputs) + [o for n in nodes for o in n.outputs]
+
+    def seen_later(v: Value, node: Node, k: int) -> bool:
+        return v in sub.block.returns or any(
+            u is not node and (u.owner is not sub.block or nodes.index(u) > k) for u, _ in v.uses)
+
     for k, node in enumerate(nodes):
         kind = FUNCTIONALIZED.get(node)
         if kind is None or not node.inputs:
             continue
         target = node.inputs[0]
-        if target in sub.block.returns:
+        if seen_later(target, node, k):
             continue
-        if any(u is not node and (u.owner is not sub.block or nodes.index(u) > k) for u, _ in target.uses):
+        # a write into the target is a write into every value it may alias (``type_as`` or
+        # ``.float()`` of the same dtype return their input): none may be read after it
+        root = sets.find(target)
+        if any(v is not target and sets.find(v) is root and (v.node is None or seen_later(v, node, k))
+               for v in values):
             continue
         if target.node is None and not _read_only_before(outer_of.get(target), group):
             continue

@@ -462,3 +462,30 @@ def test_sum_to_size_to_its_own_shape_returns_the_input(fn):
     out_g, out_e = sf(x), fn(x)
     assert out_g[0].stride() == out_e[0].stride() == x.stride()
     assert out_g[0].data_ptr() == x.data_ptr()
+
+
+def _write_through_identity_alias_after_a_read(x0):
+    v0 = x0 * torch.rsqrt(x0.pow(2).mean(-1, keepdim=True) + 0.1)
+    v1 = v0 * v0.size(-1)
+    v2 = v1.float()
+    v1.mul_(0.5)
+    v3 = v0.type_as(v0)
+    v3.mul_(2)
+    v4 = F.dropout(v3, 0.5, False)
+    v3.mul_(0.5)
+    return v4, v1
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fallback_does_not_write_an_alias_that_is_read_later(dtype):
+    # ``v3 = v0.type_as(v0)`` is ``v0`` itself; the group holding ``v3.mul_(2)`` returns ``v0``
+    # from before the write (``v1`` reads it). Its fallback ran the write in place again, into
+    # that returned ``v0``: the first guard miss (a new batch size and layout) gave v1 twice over
+    calls = iter([(1, False)] * 8 + [(3, True)] * 6)
+
+    def make():
+        b, t = next(calls)
+        x = torch.full((b, 2, 3, 1), 1e6, dtype=dtype)
+        return (x.transpose(1, 2).contiguous().transpose(1, 2) if t else x,)
+
+    _run(_write_through_identity_alias_after_a_read, make, calls=7)
