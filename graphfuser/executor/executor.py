@@ -460,4 +460,9 @@ def _same_layout_copy(x: Any) -> Any:
             dst.copy_(src)
         except RuntimeError:      # another self-overlapping layout: profile on the tensor itself
             return x
-    return y.requires_grad_(x.requires_grad) if x.requires_grad else y
+    if not x.requires_grad:
+        return y
+    # a non-leaf with the same layout: the template may write into it in place, which a leaf
+    # that requires grad refuses (a view of a non-leaf takes the write)
+    flat = torch.empty(0, dtype=y.dtype, device=y.device).set_(y.untyped_storage())
+    return flat.requires_grad_().clone().as_strided(y.size(), y.stride(), y.storage_offset())

@@ -157,6 +157,9 @@ def _sum_to_size_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, st
             out.append(None)
         else:
             out.append(d)
+    if not red:
+        # eager returns ``self`` itself there (an alias, with its strides): nothing to fuse
+        return "sum_to_size to the input's own shape returns the input itself"
     return DimPlan(rank, {"self": tuple(range(rank))}, [tuple(out)], tuple(red))
 
 

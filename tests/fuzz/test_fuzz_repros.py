@@ -407,3 +407,58 @@ def test_float_class_of_an_integer_reduction_compiles(fn, dtype):
     x = torch.arange(32).reshape(4, 8)[:, ::2].to(dtype)
     with config.override(disable=["fallback"]):
         _run(fn, lambda: (x.clone(),), calls=4)
+
+
+def _bn_train_then_writes(x0, x1, x2, x3):
+    v0 = F.batch_norm(x1, x2, x3, None, None, True, 0.1, 0.1)
+    x0.mul_(1)
+    v0.add_(-1.5)
+    v1 = torch._log_softmax(v0, 0, False)
+    x0.fill_(0)
+    return v1, v0
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_respecialization_of_a_group_whose_input_requires_grad(n):
+    # a layout change re-profiles the template on copies of the call's inputs; a copy of an
+    # input that requires grad was a leaf, and the template's in-place write into it raised
+    # "a leaf Variable that requires grad is being used in an in-place operation"
+    calls = iter([False] * 8 + [True] * 6)
+
+    def make():
+        cl = next(calls)
+        torch.manual_seed(0)
+        x1 = torch.randn(n, 16, 33, dtype=torch.float64)
+        if cl:
+            x1 = x1.transpose(1, 2).contiguous().transpose(1, 2)
+        return (torch.randn(1, 16, 33), x1.requires_grad_(), torch.randn(16, dtype=torch.float64),
+                torch.rand(16, dtype=torch.float64) + 0.5)
+
+    _run(_bn_train_then_writes, make, calls=7)
+
+
+def _sum_to_own_size(x):
+    v0 = x <= 1e30
+    return x.sum_to_size([33]), v0
+
+
+def _sum_to_own_size_2d(x):
+    return x.sum_to_size([4, 33]), x.sum_to_size([4, 33]) * 1.0, x.sum_to_size([1, 33]) + 1.0
+
+
+@pytest.mark.parametrize("fn", [_sum_to_own_size, _sum_to_own_size_2d])
+def test_sum_to_size_to_its_own_shape_returns_the_input(fn):
+    # eager returns ``self`` for a sum_to_size to its own shape: the output is the input (strides
+    # included, a write into one is seen in the other), never a fused copy
+    rank = 1 if fn is _sum_to_own_size else 2
+
+    def make():
+        torch.manual_seed(0)
+        base = torch.randn(4, 66) if rank == 2 else torch.randn(66)
+        return (base[..., ::2],)
+
+    sf = _run(fn, make)
+    x = make()[0]
+    out_g, out_e = sf(x), fn(x)
+    assert out_g[0].stride() == out_e[0].stride() == x.stride()
+    assert out_g[0].data_ptr() == x.data_ptr()
