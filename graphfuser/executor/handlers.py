@@ -224,12 +224,16 @@ def _philox_state(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     gen.emit(indent, f"{gen.outs(node)} = {gen.bind(philox_state, 'philox')}({a[0]}, {a[0]}.numel())")
 
 
-def _group_norm_check(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
-    """``graphfuser::group_norm_check(x, num_groups, weight, bias)``: eager group_norm's errors
-    where the op was decomposed (``ops.norms.check_group_norm``)."""
-    from ..ops.norms import check_group_norm
+def _norms_call(name: str) -> Handler:
+    """A node that calls ``ops.norms.<name>`` with its inputs, where group_norm was decomposed
+    (``passes/decompose.py``): ``graphfuser::group_norm_check(x, num_groups, weight, bias)`` raises
+    eager group_norm's errors, ``graphfuser::group_norm_layout(y, x)`` gives the result eager's
+    memory format."""
+    def emit(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+        from ..ops import norms
 
-    gen.emit(indent, f"{gen.bind(check_group_norm, 'check_group_norm')}({', '.join(a)})")
+        gen.assign(node, indent, f"{gen.bind(getattr(norms, name), name)}({', '.join(a)})")
+    return emit
 
 
 def _template(template: str) -> Handler:
@@ -244,7 +248,8 @@ HANDLERS: dict[str, Handler] = {
     "prim::If": _if, "prim::Loop": _loop, "prim::RaiseException": _raise_exception,
     "prim::isinstance": _isinstance, "prim::CallMethod": _call_method, "prim::CallFunction": _call_function,
     "prim::CreateObject": _create_object, "prim::Enter": _enter, "prim::Exit": _exit,
-    "graphfuser::philox_state": _philox_state, "graphfuser::group_norm_check": _group_norm_check,
+    "graphfuser::philox_state": _philox_state, "graphfuser::group_norm_check": _norms_call("check_group_norm"),
+    "graphfuser::group_norm_layout": _norms_call("group_norm_layout"),
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }
 _OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::", "graphfuser::")

@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import torch
 
+from .known import eager_launch_failure_on_empty
+
 DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
          "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8,
          "uint8": torch.uint8, "bool": torch.bool}
@@ -416,6 +418,10 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
             if call >= profiling and LAUNCHES[0] > before:
                 result["kernel_ran"] = True
             if err_e is not None and err_g is None:
+                if eager_launch_failure_on_empty(err_e, ea):
+                    deviations.append({"deviation": "empty_launch", "call": call,
+                                       "detail": f"eager raised {type(err_e).__name__}: {str(err_e).splitlines()[0]}"})
+                    continue
                 if _torchscript_answers(fn, case, call, device):
                     deviations.append({"deviation": "torchscript_semantics", "call": call,
                                        "detail": f"eager raised {type(err_e).__name__}; torch.jit.script does not"})

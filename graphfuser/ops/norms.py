@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 from ..codegen.kir import Expr
 from ..ir.graph import Node, Value
@@ -240,9 +241,12 @@ def check_group_norm(input: torch.Tensor, num_groups: int, weight: Optional[torc
     which checks none of it: ``passes/decompose.py``).
 
     A cheap screen of eager's preconditions (rank, ``C % num_groups``, 1-D weight and bias of C
-    elements on the input's device, and the mixed-dtype rule: parameters of another dtype than
-    the input must all be float32 with a float16 / bfloat16 input) decides whether eager's own
-    ``group_norm`` runs on the arguments; it raises eager's exact error."""
+    elements on the input's device, and the mixed-dtype rule) decides whether eager's own
+    ``group_norm`` runs on the arguments; it raises eager's exact error. The mixed-dtype rule is
+    the device's: on the CPU, parameters of another dtype than the input must all be float32
+    with a float16 / bfloat16 input; the CUDA kernel passes that check too but then reads the
+    parameters as the input's dtype ("expected scalar type BFloat16 but found Float" for a
+    spatial size above 1), so there any parameter of another dtype goes to eager."""
     suspect = input.dim() < 2 or not input.is_floating_point() or num_groups <= 0 \
         or input.shape[1] % num_groups != 0
     params = [p for p in (weight, bias) if p is not None]
@@ -250,9 +254,56 @@ def check_group_norm(input: torch.Tensor, num_groups: int, weight: Optional[torc
         c = input.shape[1]
         suspect = any(p.dim() != 1 or p.shape[0] != c or p.device != input.device for p in params)
     if not suspect and any(p.dtype != input.dtype for p in params):
-        suspect = input.dtype not in _REDUCED_FLOATS or any(p.dtype != torch.float32 for p in params)
+        suspect = input.device.type != "cpu" or input.dtype not in _REDUCED_FLOATS \
+            or any(p.dtype != torch.float32 for p in params)
     if suspect:
         torch.group_norm(input, num_groups, weight, bias)
+
+
+def group_norm_layout(y: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+    """``y`` (a contiguous ``group_norm`` result) in the memory format eager's ``group_norm`` gives
+    its output for ``input``: ``input.suggest_memory_format()`` on the CPU (channels-last for a
+    channels-last 4-D or 5-D input), contiguous on other devices. The end of ``group_norm``'s
+    decomposition (``passes/decompose.py``), whose views give a contiguous result.
+
+        >>> x = torch.randn(2, 4, 3, 3).contiguous(memory_format=torch.channels_last)
+        >>> group_norm_layout(torch.zeros(2, 4, 3, 3), x).stride()
+        (36, 1, 12, 4)
+    """
+    if input.device.type == "cpu" and input.dim() in (4, 5):
+        fmt = suggest_memory_format(input)
+        if fmt != torch.contiguous_format:
+            return y.contiguous(memory_format=fmt)
+    return y.contiguous()
+
+
+def grouped_instance_norm(input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                          running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
+                          use_input_stats: bool, momentum: float, eps: float, cudnn_enabled: bool) -> torch.Tensor:
+    """What the host program runs for the ``instance_norm`` of ``group_norm``'s grouped view
+    ``[N, G, C/G, S]`` (``passes/decompose.py``) where it is not fused: profiling calls, the
+    fallback, unfused groups. It computes what the fused kernel does (``shifted_moments``): the
+    moments of ``d = x - k``, ``k`` the group's first element, then ``(d - mean(d)) * rsqrt(var +
+    eps)`` in float32 (float64 for a float64 input). ``d`` is exact for a group whose values are
+    close, so a constant group gives 0 and a huge mean with a small spread keeps its digits.
+    Neither of eager's kernels does: ``instance_norm`` is batch norm underneath, whose CPU mean is
+    an fp32 sum divided by N (a constant group with a small eps comes out as -0.001), and
+    ``group_norm`` applies ``x * rstd - mean * rstd``, which cancels for a huge mean.
+
+        >>> x = torch.full((2, 3, 4, 5), 1 / 3)
+        >>> grouped_instance_norm(x, None, None, None, None, True, 0.0, 1e-12, True).abs().max()
+        tensor(0.)
+    """
+    if input.dim() < 3 or not use_input_stats or input.numel() == 0 or not input.is_floating_point() or \
+            any(t is not None for t in (weight, bias, running_mean, running_var)):
+        return torch.instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
+                                   eps, cudnn_enabled)
+    x = input if input.dtype == torch.float64 else input.float()
+    dims = tuple(range(2, x.dim()))
+    d = x - x[(slice(None), slice(None)) + (slice(0, 1),) * len(dims)]
+    var, mean = torch.var_mean(d, dims, correction=0, keepdim=True)
+    # contiguous, as eager instance_norm's output (the decomposition reshapes it back to the input's shape)
+    return ((d - mean) * torch.rsqrt(var + eps)).to(input.dtype).contiguous()
 
 
 _LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")

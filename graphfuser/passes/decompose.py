@@ -17,11 +17,17 @@ input's dtype when the weight's differs, as eager's mixed-type kernel does):
       ->  %xg = aten::unflatten(aten::flatten(aten::unsqueeze(%x, -1), 2, -1), 1, [G, -1])
           %yg = aten::instance_norm(%xg, None, None, None, None, True, 0.0, eps, cudnn)  [N, G, C/G, S]
           %wg = aten::unsqueeze(aten::unflatten(%w, 0, [G, -1]), -1)               [G, C/G, 1]; %bg alike
-          %y  = aten::type_as(aten::reshape_as(aten::flatten(%yg * %wg + %bg, 1, 2), %x), %x)
+          %yt = aten::type_as(aten::reshape_as(aten::flatten(%yg * %wg + %bg, 1, 2), %x), %x)
+          %y  = graphfuser::group_norm_layout(%yt, %x)
 
 The rewrite checks none of eager's preconditions, so a ``graphfuser::group_norm_check(%x, G, %w,
 %b)`` node (no outputs, kept by dce) goes first: the host program raises eager's error there
-(``ops.norms.check_group_norm``).
+(``ops.norms.check_group_norm``). The views give a contiguous result; ``group_norm_layout`` gives
+it eager's memory format (channels-last on the CPU for a channels-last input). Where the instance
+norm is not fused (profiling calls, the fallback), the host program runs it through
+``ops.norms.grouped_instance_norm`` (its node's call), the fused kernel's shifted moments, not
+eager's instance_norm: that is batch norm underneath, whose CPU moments are not exact for
+constant groups.
 
 Opt-in (``PYTORCH_NVFUSER_ENABLE=linear_decomposition,conv_decomposition``, as nvFuser had): the
 bias add of every linear / conv whose bias is typed ``Tensor`` is split off before profiling and
@@ -42,10 +48,11 @@ from __future__ import annotations
 from typing import Optional
 
 from ..config import config
-from ..executor.builtins import resolve_aten
+from ..executor.builtins import AtenCall, resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TENSOR, Type
 from ..log import jit_log
+from ..ops.norms import grouped_instance_norm
 
 _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
 _MEAN = "aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"
@@ -145,6 +152,8 @@ def _group_norm(block: Block, node: Node) -> bool:
     xg = e.aten("aten::unflatten", _UNFLATTEN, [xs, one, split], node.source)
     y = e.aten("aten::instance_norm", _INSTANCE_NORM,
                [xg, none, none, none, none, e.const(True, "bool"), e.const(0.0, "float"), eps, cudnn], node.source)
+    # unfused (profiling, fallback): the fused kernel's shifted moments, not batch norm's (module docstring)
+    y.node.schema = AtenCall(op=grouped_instance_norm, kwarg_names=(None,) * 9, schema=_INSTANCE_NORM)
     for param, kind, schema in ((w, "aten::mul", _MUL), (b, "aten::add", _ADD)):
         if not param.type.is_tensor:
             continue
@@ -154,6 +163,8 @@ def _group_norm(block: Block, node: Node) -> bool:
     flat = e.aten("aten::flatten", _FLATTEN, [y, one, e.const(2, "int")], node.source)
     out = e.aten("aten::type_as", _TYPE_AS, [e.aten("aten::reshape_as", _RESHAPE_AS, [flat, x], node.source), x],
                  node.source)
+    # eager's output memory format (channels-last on the CPU for a channels-last input)
+    out = e.add(block.graph.create("graphfuser::group_norm_layout", [out, x], [TENSOR], source=node.source)).output
     return _replace(block, node, out)
 
 

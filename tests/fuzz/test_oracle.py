@@ -176,3 +176,38 @@ def test_exact_moments_reference_is_exact_for_constant_groups():
     with ExactMoments():
         y = torch.nn.functional.group_norm(x, 2, None, None, 0.1)
     assert bool((y == 0).all())
+
+
+_LAUNCH_FAILS = ("    if not torch.jit.is_scripting():\n"       # eager only, as eager's CUDA kernel launch
+                 "        raise torch.AcceleratorError('CUDA error: invalid argument')\n"
+                 "    return x0 * 2.0\n")
+
+
+def test_eager_launch_failure_on_an_empty_tensor_is_a_deviation(monkeypatch):
+    # fuzz graph 802 of seed 8181: eager CUDA group_norm over 0 channels fails to launch its kernel
+    # ("CUDA error: invalid argument"); graphfuser returns the empty result, the right answer
+    from graphfuser.fuzz import DEVIATIONS, oracle
+
+    monkeypatch.setattr(oracle, "_torchscript_answers", lambda *a: False)
+    empty = dict(X, shape=["B", 0])
+    res = run_case(_case(_LAUNCH_FAILS, [empty]), "cpu", "/tmp", "empty_launch")
+    assert res["findings"] == [] and {d["deviation"] for d in res["deviations"]} == {"empty_launch"}
+    assert len(res["deviations"]) == 7 and "empty_launch" in DEVIATIONS
+    # the same error on a tensor with elements is no launch of an empty grid: a missing error
+    res = run_case(_case(_LAUNCH_FAILS, [X]), "cpu", "/tmp", "launch_error")
+    assert res["deviations"] == [] and {f["category"] for f in res["findings"]} == {"missing_error"}
+
+
+def test_empty_launch_is_matched_narrowly():
+    from graphfuser.fuzz.known import eager_launch_failure_on_empty
+
+    empty, full = torch.ones(3, 0, 7), torch.ones(3, 2)
+    launch = torch.AcceleratorError("CUDA error: invalid argument\nCUDA kernel errors might be reported later")
+    assert eager_launch_failure_on_empty(launch, [full, empty, 1.0])
+    assert eager_launch_failure_on_empty(RuntimeError("CUDA error: invalid configuration argument"), [empty])
+    assert not eager_launch_failure_on_empty(launch, [full, torch.ones(1)])     # no zero-size dim
+    assert not eager_launch_failure_on_empty(RuntimeError("CUDA error: an illegal memory access was encountered"),
+                                             [empty])
+    assert not eager_launch_failure_on_empty(ValueError("CUDA error: invalid argument"), [empty])
+    assert not eager_launch_failure_on_empty(RuntimeError("Expected weight to be a vector of size equal to the "
+                                                          "number of channels in input"), [empty])

@@ -285,3 +285,29 @@ def test_group_norm_keeps_eagers_errors_on_cuda(groups, xdt, wdt, wshape):
         assert e[0] == g_[0], (e, g_)
         if e[0] == "ok":
             torch.testing.assert_close(g_[1], e[1], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("groups", [1, 2, 3])
+@pytest.mark.parametrize("xshape", [(4, 6, 5), (4, 6), (4, 6, 2, 3), (2, 6, 1, 1)])
+@pytest.mark.parametrize("xdt,wdt,bdt", [(torch.bfloat16, torch.float32, torch.float32),
+                                         (torch.float16, torch.float32, None),
+                                         (torch.bfloat16, torch.bfloat16, torch.float32),
+                                         (torch.float32, torch.float32, torch.float64),
+                                         (torch.float16, torch.float16, torch.float16)])
+def test_group_norm_mixed_dtypes_on_cuda_as_eager(groups, xshape, xdt, wdt, bdt):
+    # eager CUDA reads weight and bias as the input's dtype where the spatial size is above 1
+    # (a bfloat16 input with float32 parameters raises), and takes them where it is 1
+    fn = [[_gn1_nb, _gn2_nb, _gn3_nb], [_gn1, _gn2, _gn3]][bdt is not None][groups - 1]
+    sf = graphfuser.script(fn)
+    gen = torch.Generator().manual_seed(2)
+    args = [torch.randn(xshape, generator=gen).to(xdt).cuda(), torch.randn(6, generator=gen).to(wdt).cuda()]
+    if bdt is not None:
+        args.append(torch.randn(6, generator=gen).to(bdt).cuda())
+    for _ in range(4):
+        e, g_ = _outcome(fn, *args), _outcome(sf, *args)
+        assert e[0] == g_[0], (e, g_)
+        if e[0] == "error":
+            assert e[1] == g_[1]
+        else:
+            torch.testing.assert_close(g_[1], e[1], atol=2e-2, rtol=2e-2)
