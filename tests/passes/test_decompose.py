@@ -222,6 +222,17 @@ def _outcome(f, *args):
         return "error", str(e).splitlines()[0]
 
 
+def _same_outcomes(fn, sf, args, calls=4):
+    """Over ``calls`` calls, graphfuser raises eager's error or returns eager's values."""
+    for _ in range(calls):
+        e, g_ = _outcome(fn, *args), _outcome(sf, *args)
+        assert e[0] == g_[0], (e, g_)
+        if e[0] == "error":
+            assert e[1] == g_[1]
+        else:
+            torch.testing.assert_close(g_[1], e[1], equal_nan=True, atol=2e-2, rtol=2e-2)
+
+
 @pytest.mark.parametrize("groups", [1, 2, 3])
 @pytest.mark.parametrize("xshape,xdt,wshape,wdt,bshape,bdt", [
     ((4, 6, 5), torch.float64, (6,), torch.float32, None, None),          # mixed dtypes (CPU rule)
@@ -244,13 +255,7 @@ def test_group_norm_keeps_eagers_errors(groups, xshape, xdt, wshape, wdt, bshape
     args = [torch.randn(xshape, generator=gen).to(xdt), torch.randn(wshape, generator=gen).to(wdt)]
     if bshape:
         args.append(torch.randn(bshape, generator=gen).to(bdt))
-    for _ in range(4):
-        e, g_ = _outcome(fn, *args), _outcome(sf, *args)
-        assert e[0] == g_[0], (e, g_)
-        if e[0] == "error":
-            assert e[1] == g_[1]
-        else:
-            torch.testing.assert_close(g_[1], e[1], equal_nan=True, atol=2e-2, rtol=2e-2)
+    _same_outcomes(fn, sf, args)
 
 
 def test_group_norm_check_runs_on_the_host_and_keeps_fusion():
@@ -304,10 +309,4 @@ def test_group_norm_mixed_dtypes_on_cuda_as_eager(groups, xshape, xdt, wdt, bdt)
     args = [torch.randn(xshape, generator=gen).to(xdt).cuda(), torch.randn(6, generator=gen).to(wdt).cuda()]
     if bdt is not None:
         args.append(torch.randn(6, generator=gen).to(bdt).cuda())
-    for _ in range(4):
-        e, g_ = _outcome(fn, *args), _outcome(sf, *args)
-        assert e[0] == g_[0], (e, g_)
-        if e[0] == "error":
-            assert e[1] == g_[1]
-        else:
-            torch.testing.assert_close(g_[1], e[1], atol=2e-2, rtol=2e-2)
+    _same_outcomes(fn, sf, args)
