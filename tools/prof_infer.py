@@ -138,6 +138,24 @@ def launch_timer() -> dict[str, list[float]]:
     return samples
 
 
+def replay_state(sf: Any, x: Any = None) -> None:
+    """Whether graphfuser's steady calls replay a CUDA graph, and why not."""
+    from graphfuser.executor import cuda_graphs
+
+    g = getattr(sf, "_optimized", None)
+    rep = getattr(sf, "_replay", None)
+    why = cuda_graphs.ineligible_reason(g, getattr(sf, "_module", None) is not None) if g is not None else "no graph"
+    chains = len(rep.chains) if rep is not None else 0
+    print(f"   CUDA graph replay: {'on' if rep is not None else 'off'} (ineligible: {why}); "
+          f"{len(rep.entries) if rep else 0} captured signatures, {chains} attribute chains in the key; stats "
+          + ", ".join(f"{k} {v}" for k, v in cuda_graphs.STATS.items()))
+    if rep is not None and x is not None:
+        t0 = time.perf_counter()
+        for _ in range(100):
+            rep._key((x,))
+        print(f"   replay key: {1e4 * (time.perf_counter() - t0):.1f} us per call")
+
+
 def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> None:
     device = args.device
     torch.manual_seed(0)
@@ -152,10 +170,17 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
         jit = torch.jit.script(model)
         sf = graphfuser.script(model)
         fns = {"eager": lambda: model(x), "jit": lambda: jit(x), "graphfuser": lambda: sf(x)}
+        plain = None
+        if args.no_replay_too and device == "cuda":
+            plain = graphfuser.script(model)
+            fns["graphfuser_noreplay"] = lambda: plain(x)
         for fn in fns.values():
             for _ in range(6):
                 fn()
         sync(device)
+        if plain is not None:
+            plain._replay = None       # the same steady host program, never replayed
+        replay_state(sf, x)
         g = getattr(sf, "_optimized", None)
         groups = sum(1 for n in g.all_nodes() if n.kind.endswith("FusionGroup")) if g is not None else 0
         walls = wall_ms(fns, device, args.rounds, args.calls)
@@ -291,6 +316,41 @@ def launch_bench(n: int = 20000, cprofile: bool = False) -> None:
         print("\n".join("      " + ln for ln in out.getvalue().splitlines()[4:22] if ln.strip()))
 
 
+ROW_CASES = [
+    # (label, function, input shapes): the short-row normalizations of window attention models
+    ("softmax rows 49 (swin_t stage 1)", lambda a: torch.softmax(a, -1), [(4096, 3, 49, 49)]),
+    ("softmax rows 49 (swin_t stage 3)", lambda a: torch.softmax(a, -1), [(256, 12, 49, 49)]),
+    ("softmax rows 196 (vit)", lambda a: torch.softmax(a, -1), [(64, 6, 197, 197)]),
+    ("add + layer_norm 96", lambda a, b: torch.nn.functional.layer_norm(a + b, (96,)), [(64, 56, 56, 96)] * 2),
+    ("add + layer_norm 384", lambda a, b: torch.nn.functional.layer_norm(a + b, (384,)), [(64, 14, 14, 384)] * 2),
+    ("layer_norm 768", lambda a: torch.nn.functional.layer_norm(a, (768,)), [(64, 7, 7, 768)]),
+]
+
+
+def row_bench(calls: int = 50) -> None:
+    """GPU ms per call of short-row softmax / layer norm, eager against graphfuser (CUDA events)."""
+    for label, fn, shapes in ROW_CASES:
+        xs = [torch.randn(s, device="cuda") for s in shapes]
+        sf = graphfuser.script(fn)
+        with torch.no_grad():
+            res = {}
+            for name, f in (("eager", fn), ("graphfuser", sf)):
+                for _ in range(5):
+                    f(*xs)
+                sf._replay = None      # kernels only: no static input copies, no output clones
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(calls):
+                    f(*xs)
+                end.record()
+                torch.cuda.synchronize()
+                res[name] = start.elapsed_time(end) / calls
+            err = (sf(*xs) - fn(*xs)).abs().max().item()
+        gbs = (sum(x.numel() for x in xs) + xs[0].numel()) * 4 / res["graphfuser"] / 1e6
+        print(f"   {label:36s} eager {res['eager']:.3f} ms, graphfuser {res['graphfuser']:.3f} ms "
+              f"({gbs:.0f} GB/s), max err {err:.1e}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -301,9 +361,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--cprofile", action="store_true", help="cProfile of graphfuser calls")
+    p.add_argument("--no-replay-too", action="store_true",
+                   help="also time graphfuser with CUDA graph replay off (a second scripted copy)")
     p.add_argument("--launch-times", action="store_true", help="host time of every fused launch")
     p.add_argument("--launch-bench", action="store_true", help="host us per launch per API, allocation, one group")
+    p.add_argument("--rows", action="store_true", help="short-row softmax / layer norm: eager against graphfuser")
     args = p.parse_args(argv)
+    if args.rows and args.device == "cuda":
+        row_bench()
     if args.launch_bench and args.device == "cuda":
         launch_bench(cprofile=args.cprofile)
     samples = launch_timer() if args.launch_times and args.device == "cuda" else None
