@@ -180,12 +180,12 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
         sync(device)
         if plain is not None:
             plain._replay = None       # the same steady host program, never replayed
-        replay_state(sf, x)
         g = getattr(sf, "_optimized", None)
         groups = sum(1 for n in g.all_nodes() if n.kind.endswith("FusionGroup")) if g is not None else 0
         walls = wall_ms(fns, device, args.rounds, args.calls)
         print(f"== {name} batch {args.batch}: groups {groups}; wall ms (median of {args.rounds} interleaved rounds): "
               + ", ".join(f"{k} {v:.3f}" for k, v in walls.items()))
+        replay_state(sf, x)
         print("   enqueue ms per call (no sync): " +
               ", ".join(f"{k} {enqueue_ms(fn, device, args.calls):.3f}" for k, fn in fns.items()))
         seen = {}
