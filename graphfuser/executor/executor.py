@@ -30,8 +30,8 @@ from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import (batch_norm_training, dce, decompose, fold_constant_ifs, functionalize, insert_autocast, insert_guards,
-                      partition, randomize, sink_views, split_biases, wrap_group)
+from ..passes import (batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs, functionalize,
+                      insert_autocast, insert_guards, partition, randomize, sink_views, split_biases, wrap_group)
 from .cuda_graphs import GraphReplayer, make_replayer
 from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
@@ -333,6 +333,7 @@ class ScriptedFunction:
         g = self._work
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
         fold_constant_ifs(g)
+        fill_numbers(g)
         batch_norm_training(g)
         split_biases(g, self._module)
         functionalize(g)

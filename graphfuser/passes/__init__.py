@@ -13,6 +13,8 @@ After profiling:
 
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)
+0a. fill_numbers  ``copy_(t, aten::tensor(number, dtype(t)))`` (TorchScript's ``t[...] = number``)
+                  becomes ``t.fill_(number)``, as in eager: one kernel instead of two
 0b. batch_norm_training  a training batch_norm's running-stats update becomes separate nodes
                   (its copy_ placed after the ops that follow it) so the normalization fuses;
                   after fold_constant_ifs (a folded flag gives the straight rewrite), before
@@ -45,12 +47,13 @@ from .functionalize import functionalize
 from .guard import insert_guards, wrap_group
 from .partition import partition
 from .random import randomize
-from .simplify import fold_constant_ifs
+from .simplify import fill_numbers, fold_constant_ifs
 from .sink_views import sink_views
 
 PRE_PROFILING = ("insert_autocast", "decompose", "randomize")
-PIPELINE = ("fold_constant_ifs", "batch_norm_training", "split_biases", "functionalize", "sink_views", "partition",
+PIPELINE = ("fold_constant_ifs", "fill_numbers", "batch_norm_training", "split_biases", "functionalize", "sink_views", "partition",
             "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "insert_autocast", "batch_norm_training", "decompose", "fold_constant_ifs",
+__all__ = ["PRE_PROFILING", "PIPELINE", "insert_autocast", "batch_norm_training", "decompose", "fill_numbers",
+           "fold_constant_ifs",
            "functionalize", "sink_views", "split_biases", "partition", "insert_guards", "wrap_group", "dce", "randomize"]

@@ -1,6 +1,7 @@
 """Fold ``prim::If`` nodes whose condition is a constant (the taken block is inlined), the
 scalar comparisons of constants that such conditions are made of, and ``prim::unchecked_cast``
-of a constant (what is left of an Optional argument once its ``is None`` test folded).
+of a constant (what is left of an Optional argument once its ``is None`` test folded); turn
+number assignments into slices back into ``fill_`` (``fill_numbers``).
 
 ``torch.nn.functional`` wrappers script to ``If(inplace) ... else ...`` around the op with a
 constant flag; without this pass those Ifs would be barriers that keep each op in its own group.
@@ -105,4 +106,49 @@ def fold_constant_ifs(graph: Graph) -> Graph:
     """Fold scalar comparisons of constants and Ifs on constant conditions, to a fixed point."""
     while _fold_block(graph.block):
         pass
+    return graph
+
+
+_FILL = "aten::fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)"
+
+
+def _number_copy(node) -> bool:
+    """``aten::copy_(%dst, aten::tensor(%number, prim::dtype(%dst), %device, False))``: what
+    TorchScript makes of ``t[...] = number``, where eager calls ``fill_``."""
+    if node.kind != "aten::copy_" or len(node.inputs) < 2:
+        return False
+    src = node.inputs[1]
+    made = src.node
+    if made is None or made.kind != "aten::tensor" or len(made.inputs) != 4 or len(src.uses) != 1:
+        return False
+    value, dtype, _, grad = made.inputs
+    if value.type.name not in ("int", "float", "bool") or not (grad.is_constant and grad.constant() is False):
+        return False
+    # the number becomes a tensor of the destination's dtype first: with that dtype, fill_ casts
+    # (and raises on overflow) exactly as torch.tensor does
+    return dtype.node is not None and dtype.node.kind == "prim::dtype" and dtype.node.inputs[0] is node.inputs[0]
+
+
+def fill_numbers(graph: Graph) -> Graph:
+    """Number assignments into slices (``mask[a:b, c:d] = count``) become ``fill_`` of the slice:
+    one kernel instead of a scalar tensor and a copy (torchvision's Swin builds its attention
+    mask from 9 such writes per shifted block, on every call)."""
+    from ..executor.builtins import resolve_aten
+
+    for node in list(graph.all_nodes()):
+        if not _number_copy(node):
+            continue
+        made = node.inputs[1].node
+        fill = graph.create("aten::fill_", [node.inputs[0], made.inputs[0]], [node.outputs[0].type],
+                            source=node.source)
+        fill.schema = resolve_aten("aten::fill_", _FILL)
+        block = node.owner
+        block.insert_before(node, fill)
+        out = node.outputs[0]
+        for user, i in list(out.uses):
+            user.replace_input(i, fill.output)
+        block.replace_return_everywhere(out, fill.output)
+        block.remove(node)
+        made.owner.remove(made)
+        jit_log("partition", 2, f"copy_ of a number became fill_ at {fill.source}")
     return graph
