@@ -186,6 +186,13 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
         print(f"== {name} batch {args.batch}: groups {groups}; wall ms (median of {args.rounds} interleaved rounds): "
               + ", ".join(f"{k} {v:.3f}" for k, v in walls.items()))
         replay_state(sf, x)
+        try:
+            want = model(x)
+            errs = {k: float(((fn() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item())
+                    for k, fn in fns.items() if k != "eager"}
+            print("   max |out - eager| / max |eager|: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items()))
+        except (TypeError, AttributeError) as e:        # outputs that are not one tensor
+            print(f"   outputs not compared: {e}")
         print("   enqueue ms per call (no sync): " +
               ", ".join(f"{k} {enqueue_ms(fn, device, args.calls):.3f}" for k, fn in fns.items()))
         seen = {}
@@ -316,35 +323,51 @@ def launch_bench(n: int = 20000, cprofile: bool = False) -> None:
         print("\n".join("      " + ln for ln in out.getvalue().splitlines()[4:22] if ln.strip()))
 
 
+def _softmax(a: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(a, -1)
+
+
+def _add_layer_norm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(a + b, [a.size(-1)])
+
+
+def _layer_norm(a: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(a, [a.size(-1)])
+
+
 ROW_CASES = [
     # (label, function, input shapes): the short-row normalizations of window attention models
-    ("softmax rows 49 (swin_t stage 1)", lambda a: torch.softmax(a, -1), [(4096, 3, 49, 49)]),
-    ("softmax rows 49 (swin_t stage 3)", lambda a: torch.softmax(a, -1), [(256, 12, 49, 49)]),
-    ("softmax rows 196 (vit)", lambda a: torch.softmax(a, -1), [(64, 6, 197, 197)]),
-    ("add + layer_norm 96", lambda a, b: torch.nn.functional.layer_norm(a + b, (96,)), [(64, 56, 56, 96)] * 2),
-    ("add + layer_norm 384", lambda a, b: torch.nn.functional.layer_norm(a + b, (384,)), [(64, 14, 14, 384)] * 2),
-    ("layer_norm 768", lambda a: torch.nn.functional.layer_norm(a, (768,)), [(64, 7, 7, 768)]),
+    ("softmax rows 49 (swin_t stage 1)", _softmax, [(4096, 3, 49, 49)]),
+    ("softmax rows 49 (swin_t stage 3)", _softmax, [(256, 12, 49, 49)]),
+    ("softmax rows 197 (vit)", _softmax, [(64, 6, 197, 197)]),
+    ("add + layer_norm 96", _add_layer_norm, [(64, 56, 56, 96)] * 2),
+    ("add + layer_norm 384", _add_layer_norm, [(64, 14, 14, 384)] * 2),
+    ("layer_norm 768", _layer_norm, [(64, 7, 7, 768)]),
 ]
 
 
-def row_bench(calls: int = 50) -> None:
-    """GPU ms per call of short-row softmax / layer norm, eager against graphfuser (CUDA events)."""
+def row_bench(device: str, calls: int = 50) -> None:
+    """ms per call of short-row softmax / layer norm, eager against graphfuser's kernels (CUDA
+    events; replay off, so no static input copies or output clones; on the CPU a smoke test at
+    1/64 of the batch)."""
     for label, fn, shapes in ROW_CASES:
-        xs = [torch.randn(s, device="cuda") for s in shapes]
+        if device != "cuda":
+            shapes = [(max(1, s[0] // 64),) + s[1:] for s in shapes]
+            calls = 2
+        xs = [torch.randn(s, device=device) for s in shapes]
         sf = graphfuser.script(fn)
         with torch.no_grad():
             res = {}
             for name, f in (("eager", fn), ("graphfuser", sf)):
                 for _ in range(5):
                     f(*xs)
-                sf._replay = None      # kernels only: no static input copies, no output clones
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
+                sf._replay = None
+                sync(device)
+                t0 = time.perf_counter()
                 for _ in range(calls):
                     f(*xs)
-                end.record()
-                torch.cuda.synchronize()
-                res[name] = start.elapsed_time(end) / calls
+                sync(device)
+                res[name] = 1e3 * (time.perf_counter() - t0) / calls
             err = (sf(*xs) - fn(*xs)).abs().max().item()
         gbs = (sum(x.numel() for x in xs) + xs[0].numel()) * 4 / res["graphfuser"] / 1e6
         print(f"   {label:36s} eager {res['eager']:.3f} ms, graphfuser {res['graphfuser']:.3f} ms "
@@ -367,8 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launch-bench", action="store_true", help="host us per launch per API, allocation, one group")
     p.add_argument("--rows", action="store_true", help="short-row softmax / layer norm: eager against graphfuser")
     args = p.parse_args(argv)
-    if args.rows and args.device == "cuda":
-        row_bench()
+    if args.rows:
+        row_bench(args.device)
     if args.launch_bench and args.device == "cuda":
         launch_bench(cprofile=args.cprofile)
     samples = launch_timer() if args.launch_times and args.device == "cuda" else None
