@@ -30,11 +30,13 @@ import torch
 from ..ir.graph import Graph, Value
 from ..ir.types import TENSOR, TensorType, Type
 from ..ops import bind, lookup
-from ..ops.reduction import ReductionRow
+from ..ops.reduction import ReductionRow, scalar_type_code
 from ..passes import dce
 from ..ops.derivatives import DERIVATIVES, NON_DIFFERENTIABLE, ZERO, Exact
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_TO_DTYPE = ("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+             "MemoryFormat? memory_format=None) -> Tensor(a)")
 
 
 def _scalar_type(v: Any) -> Type:
@@ -101,6 +103,17 @@ class D:
 
     def where(self, c: Any, a: Any, b: Any) -> Value:
         return self.op("aten::where", c, a, b)
+
+    def to(self, v: Value, dtype: torch.dtype) -> Value:
+        """``v.to(dtype)``. A cast forward value keeps its forward type in ``ftypes`` (its rank and
+        broadcast pattern, and the dtype eager's defaults read, such as RMSNorm's eps)."""
+        from ..executor.builtins import resolve_aten
+
+        r = self.op("aten::to", v, scalar_type_code(dtype), False, False)
+        r.node.schema = resolve_aten("aten::to", _TO_DTYPE)
+        if v in self.ftypes:
+            self.ftypes[r] = self.ftypes[v]
+        return r
 
     def rank(self, v: Value) -> int:
         """Rank of a recomputed forward value (from profiling)."""

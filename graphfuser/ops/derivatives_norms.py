@@ -3,11 +3,12 @@ table's derivative column (``graphfuser.ops.derivatives``) whose backward graphs
 statistics (mean, var) and sum over the reduced dims. Registered when ``derivatives`` loads."""
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import torch
 
-from .derivatives import DERIVATIVES, derivative, reduced_count
+from .derivatives import DERIVATIVES, ZERO, derivative, reduced_count
 
 
 # -- moments, prod and the normalizations ---------------------------------------------------------
@@ -121,6 +122,44 @@ def _prod_dims(d, x, dims: list[int]):
     return x
 
 
+_REDUCED = (torch.float16, torch.bfloat16)
+
+
+def _dtype(d, v) -> Any:
+    """The profiled dtype of forward value ``v`` (None for a non-tensor or an unknown one)."""
+    t = d.ftypes.get(v) if d.is_value(v) else None
+    return getattr(t, "dtype", None)
+
+
+def opmath(formula: Callable) -> Callable:
+    """``formula`` computed in float32 when the normalized input is fp16 / bf16, each gradient
+    cast back to its argument's dtype at the end.
+
+    Eager's normalization backward kernels (``native_batch_norm_backward``,
+    ``native_layer_norm_backward``, ...) compute and accumulate in float and round only their
+    results. Where the backward graph runs op by op (its profiling runs, its fallback), a formula
+    left in fp16 rounds every mean and product: with two values per channel, dx (the difference
+    of nearly equal terms) keeps none of its digits. The fused kernel computes in float either
+    way, so the casts cost it nothing but the final rounding it does anyway."""
+    @functools.wraps(formula)
+    def wrapped(d, a, g, out):
+        if _dtype(d, a.get("input")) not in _REDUCED:
+            return formula(d, a, g, out)
+        wide = {k: d.to(v, torch.float32) if _dtype(d, v) in _REDUCED else v for k, v in a.items()}
+        res = formula(d, wide, None if g is None else d.to(g, torch.float32), out)
+        back = {}
+        for name, r in res.items():
+            dt = _dtype(d, a.get(name))
+            if r is ZERO or dt not in _REDUCED:
+                back[name] = r
+            elif isinstance(r, Exact):
+                back[name] = Exact(d.to(r.value, dt))
+            else:
+                back[name] = d.to(r, dt)
+        return back
+    return wrapped
+
+
 def _channel(d, v, rank: int):
     """A per-channel [C] tensor viewed as [C, 1, ...] to broadcast along dim 1 of a rank-``rank`` input."""
     for _ in range(rank - 2):
@@ -151,6 +190,7 @@ def _tensor(d, a: dict, name: str):
 
 
 @derivative("layer_norm")
+@opmath
 def _layer_norm(d, a, g, out):
     x = a["input"]
     rank = d.rank(x)
@@ -182,6 +222,7 @@ def _norm_len_of(ns: Any) -> int:
 
 
 @derivative("rms_norm")
+@opmath
 def _rms_norm(d, a, g, out):
     """y = x * r * w, r = rsqrt(mean(x^2) + eps): dx = r * (gw - x * r^2 * mean(gw * x))."""
     x = a["input"]
@@ -232,6 +273,7 @@ def _running_stats_grads(d, a, g) -> dict:
 
 
 @derivative("batch_norm")
+@opmath
 def _batch_norm(d, a, g, out):
     if not a.get("training"):
         return _running_stats_grads(d, a, g)
@@ -242,6 +284,7 @@ def _batch_norm(d, a, g, out):
 
 
 @derivative("instance_norm")
+@opmath
 def _instance_norm(d, a, g, out):
     if not a.get("use_input_stats"):
         return _running_stats_grads(d, a, g)
@@ -251,6 +294,7 @@ def _instance_norm(d, a, g, out):
 
 
 @derivative("group_norm")
+@opmath
 def _group_norm(d, a, g, out):
     """num_groups == 1 (the only group count the partition fuses): statistics over every dim but N."""
     dims = list(range(1, d.rank(a["input"])))
