@@ -94,3 +94,19 @@ def test_dump_prints_named_dumps_only(capsys):
 def test_warn_is_a_runtime_warning():
     with pytest.warns(RuntimeWarning, match="something happened"):
         log.warn("something happened")
+
+
+def test_launch_dump_of_a_kernel_built_without_it(capsys):
+    """A kernel compiled while the launch dumps were off gets a launcher of its own when they
+    are on: the launches print (pointwise and reduction kernels)."""
+    def g(x):
+        return (x * 2.0).sum(0), x.relu()
+
+    x = torch.rand(64, 8)
+    for dumps in ([], ["launch_param"]):
+        sf = graphfuser.script(g)
+        with config.override(dump=dumps):
+            for _ in range(3):
+                sf(x)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[launch_param]")]
+    assert len(lines) == 1, lines          # one group (sum and relu), fused on the third call

@@ -2,7 +2,7 @@
 
 ``compile_group(node)`` returns the callable the host program calls for a fusion group. It
 looks the group up in the in-memory kernel cache (key: canonical fusion text + input
-specialization + target + codegen knobs; see ``runtime/cache.py``), otherwise lowers,
+specialization + target + codegen knobs + the launch dumps; see ``runtime/cache.py``), otherwise lowers,
 schedules, renders and compiles it (through the on-disk cache), and generates a small Python
 launcher that computes the run-time sizes and strides, allocates the outputs through torch's
 caching allocator and launches. Any failure follows the fallback policy: one warning naming the
@@ -54,8 +54,11 @@ def canonical_key(sub: Graph, target: str) -> tuple:
                  else o.type.name for o in n.outputs]
         lines.append(f"{n.kind}({ins}){extra}->{out_t}")
     lines.append("return " + ",".join(names[v] for v in sub.outputs))
+    # launchers built under the launch dumps print every launch; the others have no dump code at
+    # all (nothing checked per call), so the two are different launchers
+    dumps = tuple(d for d in ("launch_param", "kernel_args") if config.dumps(d))
     return ("\n".join(lines), target, config.codegen_key(), int(config.cpu["omp_threshold"]),
-            tuple(sorted(config.cuda.items())))
+            tuple(sorted(config.cuda.items())), dumps)
 
 
 def _arg_kind(dtype: torch.dtype) -> str:

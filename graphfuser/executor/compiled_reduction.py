@@ -411,6 +411,12 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         ns["_fn"] = CpuKernel(so, cg.variants[0][0], kinds).fn      # the ctypes functions themselves
         if len(cg.variants) > 1:
             ns["_fn2"] = CpuKernel(so, cg.variants[1][0], kinds).fn
+        if config.dumps("launch_param") or config.dumps("kernel_args"):
+            from .compiled import _dumping_cpu
+
+            for f in ("_fn", "_fn2"):
+                if f in ns:
+                    ns[f] = _dumping_cpu(ns[f], cg, kinds)
     else:
         from ..runtime import cuda_driver, nvrtc
 
