@@ -223,7 +223,6 @@ def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
     taken, other = ifn.add_block(), ifn.add_block()
     e = _Builder(taken, node.source)
     y, updates = _training_nodes(e, node)
-    _write_back(e, x, updates)
     taken.returns = [y]
     for user, i in list(y_old.uses):
         user.replace_input(i, ifn.output)
@@ -231,6 +230,65 @@ def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
     block.nodes.remove(node)
     other.append(node)
     other.returns = [node.output]
+    while _sink_consumer(block, ifn, [rm, rv]):
+        pass
+    _write_back(e, x, updates)
+
+
+# ops a run-time-flag batch norm's consumer may be to move into both blocks of its If (pure,
+# deterministic, fused by the partition: ReLU, a residual add, an activation ...)
+_SINKABLE = frozenset({"pointwise"})
+
+
+def _sink_consumer(block: Block, ifn: Node, running: list[Value]) -> bool:
+    """Move the only consumer of ``ifn``'s output into both of its blocks, where it joins the
+    batch norm's group (the taken block) or follows the original node (the other): the If then
+    returns the consumer's value. Only a pure pointwise op whose other inputs exist before the
+    If, that does not read the running stats; returns whether one moved."""
+    from ..ops import lookup
+
+    out = ifn.output
+    if len(out.uses) != 1 or any(out in b.returns for b in _enclosing(block)):
+        return False
+    user, _ = out.uses[0]
+    row = lookup(user.kind)
+    if user.owner is not block or len(user.outputs) != 1 or user.blocks or _mutates(user) or row is None \
+            or row.kind not in _SINKABLE or "philox" in row.name or "dropout" in row.name:
+        return False
+    pos = block.nodes.index(ifn)
+    for v in user.inputs:
+        if v is out or v.is_constant:
+            continue
+        if v in running or not (v.node is None or (v.node.owner is block and block.nodes.index(v.node) < pos)):
+            return False
+    g = block.graph
+    for b in ifn.blocks:
+        ins = []
+        for v in user.inputs:
+            if v is out:
+                ins.append(b.returns[0])
+            elif v.is_constant:
+                ins.append(g.constant(v.constant(), v.type, block=b))
+            else:
+                ins.append(v)
+        clone = g.create(user.kind, ins, [user.output.type], dict(user.attrs), user.source)
+        clone.schema = user.schema
+        b.append(clone)
+        b.returns = [clone.output]
+    out.type = user.output.type
+    for u, i in list(user.output.uses):
+        u.replace_input(i, out)
+    block.replace_return_everywhere(user.output, out)
+    block.remove(user)
+    return True
+
+
+def _enclosing(block: Block) -> list[Block]:
+    """``block`` and the blocks that contain it."""
+    chain = [block]
+    while chain[-1].owner is not None and chain[-1].owner.owner is not None:
+        chain.append(chain[-1].owner.owner)
+    return chain
 
 
 def _block(block: Block) -> int:

@@ -312,3 +312,17 @@ def test_kernels_launched_every_step():
             launches = [ln for ln in out.getvalue().splitlines() if ln.startswith("[launch_param]")]
             want = 0 if k < runs else (1 if k < 2 * runs else 2)
             assert len(launches) == want, (k, launches)
+
+
+def test_module_consumers_join_the_group():
+    """``nn.BatchNorm2d`` reads its training flag at run time: the rewrite sits under
+    ``prim::If(training)``, and the residual add and ReLU after it move into both blocks, so
+    they fuse with the batch norm (forward and backward) instead of running after the If."""
+    sf = _module_run(lambda: Block(2), (4, 6, 5, 3), channels_last=True, eval_after=False)
+    groups = [n for n in sf._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"
+              and any(m.kind == "aten::batch_norm" for m in n.subgraph.nodes())]
+    assert len(groups) == 1, str(sf._optimized)
+    kinds = {n.kind for n in groups[0].subgraph.nodes()}
+    assert {"aten::batch_norm", "aten::add", "aten::relu"} <= kinds, kinds
+    outside = [n.kind for n in sf._optimized.block.nodes if n.kind in ("aten::relu", "aten::add")]
+    assert not outside, str(sf._optimized)
