@@ -26,7 +26,7 @@ def _backends(fn) -> dict:
     return {"compile": torch.compile(fn), "graphfuser": graphfuser.script(fn)}
 
 
-def profile_case(case: bench_train.TrainCase, steps: int, warm: int) -> None:
+def profile_case(case: bench_train.TrainCase, steps: int, warm: int, ops: int = 0) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     dev = "cuda"
@@ -53,7 +53,8 @@ def profile_case(case: bench_train.TrainCase, steps: int, warm: int) -> None:
                     worst = float("inf")
             err = f" grad rel err {worst:.2e}"
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if ops else [])
+        with profile(activities=acts, record_shapes=bool(ops)) as prof:
             for _ in range(steps):
                 bench_train._zero(module, args)
                 bench_train._step(f, args, grad, case.autocast, dev)
@@ -68,6 +69,12 @@ def profile_case(case: bench_train.TrainCase, steps: int, warm: int) -> None:
         print(f"== {case.name} [{name}] kernel total/step {total:.3f} ms{err}")
         for k, t in sorted(times.items(), key=lambda kv: -kv[1]):
             print(f"   {t / steps / 1e3:8.3f} ms  x{counts[k] // steps}  {k[:110]}")
+        if ops:     # which host-side op launched the device time (copies included), with shapes
+            table = prof.key_averages(group_by_input_shape=True)
+            try:
+                print(table.table(sort_by="self_device_time_total", row_limit=ops, max_name_column_width=60))
+            except (AttributeError, KeyError, ValueError):      # older torch spells it cuda
+                print(table.table(sort_by="self_cuda_time_total", row_limit=ops, max_name_column_width=60))
     sys.stdout.flush()
 
 
@@ -76,13 +83,14 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated substrings of case names")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warm", type=int, default=6)
+    ap.add_argument("--ops", type=int, default=0, help="also list this many host ops by the device time they launched")
     a = ap.parse_args()
     keys = [k for k in a.only.split(",") if k]
     for case in bench_train.cases("cuda"):
         if keys and not any(k.lower() in case.name.lower() for k in keys):
             continue
         torch.manual_seed(0)
-        profile_case(case, a.steps, a.warm)
+        profile_case(case, a.steps, a.warm, a.ops)
         torch.cuda.empty_cache()
 
 
