@@ -78,7 +78,9 @@ def test_training_loop_reaches_a_steady_state(make, shape, amp):
     with config.override(disable=["fallback"]):
         for _ in range(4):          # profiling of the forward, then of every backward graph
             e, g = step(eager, opts[0]), step(sf, opts[1])
-        groups = _groups(sf, amp)
+        # the groups that ran: a module's batch norm reads its training flag at run time, and the
+        # eval block of its If holds a group (the ReLU / residual add) that training never runs
+        groups = [dg for dg in _groups(sf, amp) if dg.backward._calls]
         assert groups, "no differentiable group: nothing to check"
         assert all(dg.backward._fast is not None for dg in groups), "a backward graph still profiles"
         before = _counts()
