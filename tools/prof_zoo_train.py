@@ -8,11 +8,14 @@ ms per step (the step enqueued without a synchronization: zero_grad, forward und
 backward, SGD step; then one synchronize outside the timing), and for graphfuser what happened
 after warm-up that should not (profiling calls, compiles, re-specializations, guard misses: the
 executor's ``STATS``), a cProfile of a few steps (``--top`` rows by own time) and, on CUDA, the
-host-device synchronizations a step makes (``torch.cuda.set_sync_debug_mode``).
+host-device synchronizations a step makes (``torch.cuda.set_sync_debug_mode``). ``--kernels N``
+adds, for both backends on CUDA, the device time per step under ``torch.profiler`` and its ``N``
+slowest kernels (graphfuser's own kernels summed apart).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import cProfile
 import io
@@ -53,6 +56,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=6)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--profile-eager", action="store_true", help="cProfile eager's steps too")
+    p.add_argument("--kernels", type=int, default=0, help="on CUDA: the N slowest kernels per step")
     p.add_argument("--slim", action="store_true", help="narrow timm models (SLIM), 32 px, batch 2")
     a = p.parse_args()
     dev = a.device
@@ -114,6 +118,8 @@ def main() -> int:
             print(f"== {name} [{mode}] wall {statistics.median(wall):.2f} ms/step (min {min(wall):.2f}), "
                   f"host {statistics.median(host):.2f} ms/step (min {min(host):.2f}): forward + loss {fwd:.2f}, "
                   f"backward {bwd:.2f}, optimizer {upd:.2f}", flush=True)
+            if dev == "cuda" and a.kernels:
+                _kernels(step, a.kernels)
             if mode != "graphfuser" and not a.profile_eager:
                 continue
             if mode != "graphfuser":
@@ -134,6 +140,29 @@ def main() -> int:
                       "; ".join(sorted({str(x.message).splitlines()[0][:100] for x in w})))
             _profile(step, dev, a.top)
     return 0
+
+
+def _kernels(step, top: int, steps: int = 5) -> None:
+    """Device time per step under torch.profiler: the total, graphfuser's kernels, the slowest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    times: dict = collections.defaultdict(float)
+    counts: dict = collections.Counter()
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            times[ev.name] += ev.device_time_total
+            counts[ev.name] += 1
+    total = sum(times.values()) / steps / 1e3
+    ours = sum(t for k, t in times.items() if k.startswith("cuda_fusion")) / steps / 1e3
+    n = sum(counts.values()) // steps
+    print(f"   device time {total:.2f} ms/step in {n} kernels/step; graphfuser kernels {ours:.2f} ms/step")
+    for k, t in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"   {t / steps / 1e3:8.3f} ms  x{counts[k] // steps:<4d} {k[:100]}")
 
 
 def _profile(step, dev: str, top: int) -> None:
