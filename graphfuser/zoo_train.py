@@ -8,9 +8,20 @@ Per model: two copies from the same initial weights (``copy.deepcopy``), the sam
 random batch and labels), the same optimizer (SGD with momentum); each step is ``zero_grad``,
 forward under ``torch.autocast`` (``--amp bf16``, the default on CUDA; ``--amp none`` runs fp32),
 cross entropy in fp32, backward, ``step``. Eager and ``graphfuser.script`` steps alternate, so both
-see the same device state. Reported per model: the losses of every step of both (they must agree
-within ``--tol``, relative), ms per step after the first ``--warmup`` steps (the median), and the
-fusion groups of graphfuser's forward and of its backward graphs. Writes
+see the same device state. Reported per model: the losses of every step of both, ms per step
+after the first ``--warmup`` steps (the median), and the fusion groups of graphfuser's forward and
+of its backward graphs.
+
+When the losses must agree. In fp32 both run the same arithmetic up to summation order: every
+step's loss within ``--tol`` (relative, default 1e-3). Under autocast, rounding to bf16 / fp16
+is far larger than that and compounds over steps (one batch, trained towards a loss near 0, so
+late steps' relative differences grow), and any change of summation order or of where a value is
+rounded moves the trajectory. The yardstick is then eager's own rounding: a third copy trains
+eagerly in fp32 from the same weights, and step ``k`` passes when
+``|graphfuser_k - eager_k| <= (tol + 2 * noise_k) * |eager_k|``, where ``noise_k`` is the largest
+``|eager_j - fp32_j| / |eager_j|`` over steps ``j <= k``: graphfuser under autocast may lie as far
+from eager as two trajectories that are each as far from fp32 as eager is (``tol``, default
+2e-2, stays as a floor for the first steps, where the trajectories have not yet diverged). Writes
 ``logs/zoo-train-<device>[-<gpu>].json`` and a markdown table beside it.
 """
 from __future__ import annotations
@@ -38,7 +49,9 @@ class TrainResult:
     amp: str = "none"
     eager_losses: list = field(default_factory=list)
     graphfuser_losses: list = field(default_factory=list)
+    fp32_losses: list = field(default_factory=list)   # eager without autocast (autocast runs only)
     max_loss_rel_diff: Optional[float] = None
+    max_amp_noise: Optional[float] = None     # largest |eager - fp32| / |eager| (autocast runs only)
     eager_ms: Optional[float] = None          # median ms per step after warmup
     graphfuser_ms: Optional[float] = None
     forward_groups: int = 0
@@ -112,22 +125,40 @@ def fused_groups(sf: Any) -> tuple[int, int]:
 
 def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 4, amp: str = "none",
             lr: float = 0.01, warmup: int = 2, tol: float = 1e-3, name: str = "model") -> TrainResult:
-    """Train two copies of ``model`` (eager and graphfuser) from the same weights on ``x, y``."""
+    """Train two copies of ``model`` (eager and graphfuser) from the same weights on ``x, y``;
+    under autocast a third, eager in fp32, measures autocast's own rounding (module docstring)."""
     res = TrainResult(name, amp=amp)
     eager = copy.deepcopy(model)
     fused = copy.deepcopy(model)
     res.eager_losses, te, _ = train_steps(eager, x, y, steps, amp, lr, script=False)
     res.graphfuser_losses, tg, sf = train_steps(fused, x, y, steps, amp, lr, script=True)
+    if amp != "none":
+        res.fp32_losses, _, _ = train_steps(copy.deepcopy(model), x, y, steps, "none", lr, script=False)
+    allowed = loss_tolerances(res.eager_losses, res.fp32_losses, tol)
     diffs = [abs(a - b) / max(abs(a), 1e-6) for a, b in zip(res.eager_losses, res.graphfuser_losses)]
     res.max_loss_rel_diff = max(diffs) if diffs else None
+    if res.fp32_losses:
+        res.max_amp_noise = (allowed[-1] - tol) / 2
     finite = all(math.isfinite(v) for v in res.graphfuser_losses)
-    res.status = "ok" if finite and res.max_loss_rel_diff is not None and res.max_loss_rel_diff <= tol else "mismatch"
+    res.status = "ok" if finite and diffs and all(d <= a for d, a in zip(diffs, allowed)) else "mismatch"
     if len(te) > warmup:
         res.eager_ms = statistics.median(te[warmup:])
         res.graphfuser_ms = statistics.median(tg[warmup:])
     with _amp(x.device.type, amp):
         res.forward_groups, res.backward_groups = fused_groups(sf)
     return res
+
+
+def loss_tolerances(eager: list[float], fp32: list[float], tol: float) -> list[float]:
+    """Per step, the largest relative difference allowed between graphfuser's and eager's loss:
+    ``tol`` without an fp32 reference, else ``tol + 2 * noise_k`` (module docstring)."""
+    if not fp32:
+        return [tol] * len(eager)
+    out, noise = [], 0.0
+    for e, f in zip(eager, fp32):
+        noise = max(noise, abs(e - f) / max(abs(e), 1e-6))
+        out.append(tol + 2 * noise)
+    return out
 
 
 def _build(name: str, image_size: Optional[int], timm_kwargs: dict) -> tuple[torch.nn.Module, tuple, int]:
@@ -174,13 +205,17 @@ def _fmt(v: Optional[float]) -> str:
 
 def markdown(results: list[TrainResult], title: str) -> str:
     lines = [f"# {title}", "", "| model | amp | status | eager ms/step | graphfuser ms/step | speedup | fwd groups | "
-             "bwd groups | max loss rel diff | losses (eager / graphfuser) |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "bwd groups | max loss rel diff | max autocast noise | losses (eager / graphfuser [/ fp32]) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         speed = (r.eager_ms / r.graphfuser_ms) if r.eager_ms and r.graphfuser_ms else None
-        losses = " ".join(f"{a:.4f}/{b:.4f}" for a, b in zip(r.eager_losses, r.graphfuser_losses))
+        ref = r.fp32_losses or [None] * len(r.eager_losses)
+        losses = " ".join(f"{a:.4f}/{b:.4f}" + ("" if c is None else f"/{c:.4f}")
+                          for a, b, c in zip(r.eager_losses, r.graphfuser_losses, ref))
         lines.append(f"| {r.model} | {r.amp} | {r.status} | {_fmt(r.eager_ms)} | {_fmt(r.graphfuser_ms)} | "
                      f"{_fmt(speed)}x | {r.forward_groups} | {r.backward_groups} | "
                      f"{'-' if r.max_loss_rel_diff is None else f'{r.max_loss_rel_diff:.2e}'} | "
+                     f"{'-' if r.max_amp_noise is None else f'{r.max_amp_noise:.2e}'} | "
                      f"{losses or (r.error or '')} |")
     return "\n".join(lines) + "\n"
 
@@ -196,8 +231,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--amp", choices=("bf16", "fp16", "none"), default=None,
                    help="autocast dtype (default: bf16 on CUDA, none on the CPU)")
     p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--tol", type=float, default=None, help="largest relative loss difference (default 2e-2 "
-                                                          "under autocast, 1e-3 in fp32)")
+    p.add_argument("--tol", type=float, default=None, help="largest relative loss difference (default 1e-3 "
+                                                          "in fp32; under autocast 2e-2 plus twice autocast's "
+                                                          "own drift from fp32, see the module docstring)")
     p.add_argument("--image-size", type=int, default=None, help="input resolution (default: the model's)")
     p.add_argument("--timm-kwargs", default="{}", help="JSON kwargs for timm.create_model, e.g. '{\"depth\": 2}'")
     p.add_argument("--out", default="logs")
@@ -219,7 +255,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                       json.loads(args.timm_kwargs), args.warmup)
         results.append(r)
         print(f"{r.model:36s} {r.status:9s} eager {_fmt(r.eager_ms)} ms graphfuser {_fmt(r.graphfuser_ms)} ms "
-              f"groups {r.forward_groups}/{r.backward_groups} loss diff {r.max_loss_rel_diff} {r.error or ''}",
+              f"groups {r.forward_groups}/{r.backward_groups} loss diff {r.max_loss_rel_diff} "
+              f"autocast noise {r.max_amp_noise} {r.error or ''}",
               flush=True)
         with open(path + ".json", "w") as f:
             json.dump({"device": args.device, "gpu": torch.cuda.get_device_name() if cuda else None,
