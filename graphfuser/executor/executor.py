@@ -50,6 +50,7 @@ def last_executed_optimized_graph() -> Optional[Graph]:
 
 
 class ScriptedFunction:
+
     """What ``graphfuser.script`` returns: callable like the original function or module.
 
     Example::
@@ -63,6 +64,8 @@ class ScriptedFunction:
         >>> "CpuFusionGroup" in str(sf.graph_for(torch.rand(4, 8)))
         True
     """
+
+    _replayable = True           # steady no-grad CUDA calls may replay a CUDA graph (``from_graph``)
 
     def __init__(self, obj: Any) -> None:
         self._torchscript: Optional[Callable] = None
@@ -88,10 +91,12 @@ class ScriptedFunction:
         self._reset()
 
     @classmethod
-    def from_graph(cls, graph: Graph, name: str) -> "ScriptedFunction":
+    def from_graph(cls, graph: Graph, name: str, replay: bool = True) -> "ScriptedFunction":
         """A ScriptedFunction running ``graph`` (no module, inputs by position), profiled and fused
-        like a scripted function: how backward graphs run."""
+        like a scripted function: how backward graphs run. ``replay=False``: never through CUDA
+        graph replay (``cuda_graphs.py``), although its calls run without grad."""
         sf = cls.__new__(cls)
+        sf._replayable = replay
         sf._torchscript = None
         sf._lock = threading.Lock()
         sf._captured = Captured(graph, None, [v.name for v in graph.inputs], {}, name)
@@ -113,6 +118,7 @@ class ScriptedFunction:
             sf._lock = threading.Lock()
             sf._captured, sf._module, sf.graph = self._captured, self._module, self.graph
             sf._autocast, sf._variants = state, None
+            sf._replayable = self._replayable
             sf._reset()
             jit_log("graph_fuser", 1, f"{self._captured.name}: new specialization for {describe(state)}")
             self._variants[state] = sf
@@ -391,6 +397,8 @@ class ScriptedFunction:
         self._fast = functools.partial(fn, self._module) if self._module is not None else fn
         devices = {v.type.device.type for v in self._optimized.inputs
                    if isinstance(v.type, TensorType) and v.type.device is not None}
+        if not self._replayable:
+            return
         self._replay = make_replayer(self._optimized, self._module, self._captured.name,
                                      "cuda" if "cuda" in devices else None)
 

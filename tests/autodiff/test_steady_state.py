@@ -83,6 +83,7 @@ def test_training_loop_reaches_a_steady_state(make, shape, amp):
         groups = [dg for dg in _groups(sf, amp) if dg.backward._calls]
         assert groups, "no differentiable group: nothing to check"
         assert all(dg.backward._fast is not None for dg in groups), "a backward graph still profiles"
+        assert not any(dg.backward._replayable for dg in groups)     # backward graphs never replay
         before = _counts()
         steps = 3
         for _ in range(steps):

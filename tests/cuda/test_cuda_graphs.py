@@ -148,3 +148,23 @@ def test_grad_mode_calls_are_not_replayed():
         out = sf(x)
         assert out.requires_grad
     assert STATS["replays"] == before
+
+
+def test_backward_graphs_are_not_replayed():
+    """A training step's backward graphs run without grad, but are never captured: replay would
+    copy every input into static buffers and clone every output, a second pass over tensors that
+    are fresh every step."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4)).cuda()
+    sf = graphfuser.script(m)
+    x = torch.randn(8, 16, device="cuda")
+    before = dict(STATS)
+    for _ in range(8):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = sf(x)
+        out.float().square().mean().backward()
+    assert STATS["captures"] == before["captures"] and STATS["replays"] == before["replays"], STATS
+    from graphfuser.autodiff.function import live_groups
+
+    groups = [dg for dg in live_groups() if dg.backward._fast is not None]
+    assert groups and all(dg.backward._replay is None for dg in groups)
