@@ -20,11 +20,16 @@ A group ``B`` joins a row group ``A`` when
   the row kernel's threads then own the same columns in every row) and nothing draws random
   numbers;
 - merging makes no cycle.
+
+``PYTORCH_NVFUSER_DISABLE=column_sums`` turns the merge off (the column sums then run as an outer
+reduction kernel of their own, which recomputes its summands from ``x``, ``grad`` and the row
+kernel's per-row values: ``reduction_split.py``).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from ..config import config
 from ..ir.graph import Node
 from ..ir.types import TensorType
 from ..log import jit_log
@@ -70,7 +75,10 @@ def _full_reads(nodes: list[Node], like: int) -> set:
 
 
 def merge_column_sums(part: "_BlockPartition") -> None:
-    """Merge each column-sum group into the row group it reads alongside (module docstring)."""
+    """Merge each column-sum group into the row group it reads alongside (module docstring);
+    ``PYTORCH_NVFUSER_DISABLE=column_sums`` keeps them apart."""
+    if config.is_disabled("column_sums"):
+        return
     limit = max((part.index[n] for n in part.group), default=-1)
     for b in sorted(part.members):
         col = _column_group(part, b)
