@@ -28,10 +28,14 @@ host program as before:
   aliasing could not be reproduced by a clone).
 
 A replay copies every tensor argument into the static inputs and clones every output: GPU time
-that the saved host time must pay for. A signature whose last warm call spent less host time
-than those copies would take (``COPY_BYTES_PER_S``) is not captured: a training step's backward
-program runs with grad mode off, but it is one or two launches over tensors of hundreds of MB
-(RMSNorm [16384, 4096]'s backward: 0.34 ms of copies per step against ~30 us of host time).
+that the saved host time must pay for, and replay only helps a call whose host time exceeds its
+GPU time. So a signature is captured only when the host time of its first steady call exceeds
+what the copies take plus the least GPU time of a program reading its inputs and writing its
+outputs once (``COPY_BYTES_PER_S``; CUDA events cannot time the kernels alone: a host-bound
+call's events also time the host's gaps). A training step's backward program runs with grad
+mode off, but it is a few launches over tensors of hundreds of MB (RMSNorm [16384, 4096]'s
+backward: 0.34 ms of copies per step against ~30 us of host time): it keeps running its host
+program.
 
 The first ``warm`` steady calls of a signature run normally (variants compile on first use), the
 next is captured (after one warm-up run on a side stream, as torch.cuda.make_graphed_callables
@@ -252,23 +256,25 @@ class GraphReplayer:
             self.entries.move_to_end(key)
             STATS["replays"] += 1
             return torch.utils._pytree.tree_unflatten(outs, entry.treedef)
+        if key in self.failed:
+            return fast(*args)
+        n = self.seen.get(key, 0) + 1
+        self.seen[key] = n
+        if n <= self.warm:
+            return fast(*args)
         start = time.perf_counter()
         out = fast(*args)
         host = time.perf_counter() - start
-        if key in self.failed:
+        copied = sum(t.numel() * t.element_size() for t in list(args) + torch.utils._pytree.tree_leaves(out)
+                     if isinstance(t, torch.Tensor))
+        # copies (read + write each byte) plus the least GPU time of the program itself (each byte once)
+        if host < 1.5 * copied / COPY_BYTES_PER_S:
+            self.failed.add(key)
+            STATS["copy_bound"] += 1
+            jit_log("executor", 1, f"{self.name}: no CUDA graph for this signature: its host time "
+                    f"({host * 1e6:.0f} us) is below what replaying would add ({copied / 1e6:.1f} MB of copies)")
             return out
-        n = self.seen.get(key, 0) + 1
-        self.seen[key] = n
-        if n > self.warm:
-            copied = sum(t.numel() * t.element_size() for t in list(args) + torch.utils._pytree.tree_leaves(out)
-                         if isinstance(t, torch.Tensor))
-            if copied / COPY_BYTES_PER_S > host:
-                self.failed.add(key)
-                STATS["copy_bound"] += 1
-                jit_log("executor", 1, f"{self.name}: no CUDA graph for this signature: its copies "
-                        f"({copied / 1e6:.1f} MB) would take longer than its host time ({host * 1e6:.0f} us)")
-                return out
-            self._capture(fast, args, key)
+        self._capture(fast, args, key)
         return out
 
     def _capture(self, fast: Callable, args: tuple, key: tuple) -> None:
