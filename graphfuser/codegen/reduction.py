@@ -263,7 +263,7 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
                 continue
         if not isinstance(e, Expr):
             e = b.const(e, t.dtype)
-        col = e.arg if isinstance(e, Cast) else e
+        col = _through_casts(e, t.dtype)
         if isinstance(col, ColumnSum):
             stores.append(_column_store(o, col, axes, axes_of, add_param, params, k))
             continue
@@ -299,6 +299,16 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
                       if a is not None and source[a] != (i, d)]
     plan.size_checks = _size_checks(nodes, sub, axes_of)
     return kernel, plan
+
+
+def _through_casts(e: Expr, dtype: torch.dtype) -> Expr:
+    """``e`` without the casts and the rounding to the output's precision (``dtype`` fp16 / bf16)
+    that a cast to the output's dtype lowers to: a column sum's launcher casts the summed slots
+    to the output's dtype, which rounds the same way."""
+    rounding = {torch.float16: "round_half", torch.bfloat16: "round_bf16"}.get(dtype)
+    while isinstance(e, Cast) or (isinstance(e, Call) and e.op == rounding):
+        e = e.arg if isinstance(e, Cast) else e.args[0]
+    return e
 
 
 def _column_store(o: Value, col: ColumnSum, axes: Axes, axes_of, add_param, params: list, out: int) -> tuple:

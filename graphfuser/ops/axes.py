@@ -117,7 +117,7 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
     """Axes of every tensor value the nodes read or write, or why they cannot share one kernel.
 
     ``columns``: a group may also hold *column sums*, sums over exactly the axes its other
-    reductions keep, whose results no node of the group reads (a norm backward's weight
+    reductions keep, whose results no node of the group reads but a dtype cast (a norm backward's weight
     gradient next to the row kernel of its input gradient: ``passes/column_sums.py``); their
     axes are ``Axes.columns``."""
     uf = _UnionFind()
@@ -206,6 +206,7 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
 
 
 COLUMN_SUM_KINDS = ("aten::sum", "aten::sum_to_size")
+COLUMN_CASTS = ("aten::type_as", "aten::to")     # what a column sum may feed inside its group
 
 
 def _column_set(nodes: Sequence[Node], node_reduced: dict, sets: set, domain: set) -> Union[frozenset, str]:
@@ -214,11 +215,19 @@ def _column_set(nodes: Sequence[Node], node_reduced: dict, sets: set, domain: se
     a, b = sets
     if a & b or (a | b) != domain:
         return "reductions over different axes cannot share one kernel (not a row and a column reduction)"
-    inside = {v for n in nodes for v in n.inputs}
+    readers: dict[Value, list[Node]] = {}
+    for n in nodes:
+        for v in n.inputs:
+            readers.setdefault(v, []).append(n)
+
+    def unread(n: Node, casts: bool) -> bool:
+        """No node reads ``n``'s results but (``casts``) dtype casts that nothing reads."""
+        return all(casts and r.kind in COLUMN_CASTS and r.inputs[0] is o and unread(r, False)
+                   for o in n.outputs for r in readers.get(o, ()))
 
     def columns_of(s: frozenset) -> bool:
         red = [n for n, r in node_reduced.items() if r == s]
-        return all(n.kind in COLUMN_SUM_KINDS and not any(o in inside for o in n.outputs) for n in red)
+        return all(n.kind in COLUMN_SUM_KINDS and unread(n, True) for n in red)
 
     # the later reduction is the column sum when both could be (the row one is found first)
     order = {n: i for i, n in enumerate(nodes)}

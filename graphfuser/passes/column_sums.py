@@ -98,10 +98,16 @@ def merge_column_sums(part: "_BlockPartition") -> None:
                 continue
             union = sorted(a_mem + b_mem, key=part.index.__getitem__)
             axes = analyze(union, columns=True)
-            if isinstance(axes, str) or not axes.columns or not axes.reduced \
-                    or any(axes.node_reduced.get(n) not in (None, frozenset(), axes.columns) for n in b_mem):
-                continue
-            if not _rows_contiguous(union, axes) or not part.can_join(a_mem, b_mem, limit):
+            why = axes if isinstance(axes, str) else None
+            if why is None and (not axes.columns or not axes.reduced
+                                or any(axes.node_reduced.get(n) not in (None, frozenset(), axes.columns) for n in b_mem)):
+                why = "the sums of the second group are not column sums of the first"
+            elif why is None and not _rows_contiguous(union, axes):
+                why = "the rows are not contiguous"
+            elif why is None and not part.can_join(a_mem, b_mem, limit):
+                why = "the merge would create a cycle"
+            if why:
+                jit_log("partition", 2, f"column sums of group {b} not merged into group {a}: {why}")
                 continue
             jit_log("partition", 1, f"group {a} computes the column sums of group {b} per block of rows "
                                     f"({len(b_mem)} node(s))")

@@ -38,11 +38,24 @@ class RMSNormFn(torch.nn.Module):
         return F.rms_norm(x, [x.size(-1)], self.weight, 1e-6)
 
 
+class LayerNormFullPrecision(LayerNormFn):
+    """Layer norm in fp32 of reduced-precision tensors, as CUDA autocast writes it
+    (``_autocast_to_full_precision`` of the input and parameters): the backward's column sums
+    feed casts back to the parameters' dtype inside the group."""
+
+    def forward(self, x):
+        y = F.layer_norm(x._autocast_to_full_precision(True, True), [x.size(-1)],
+                         self.weight._autocast_to_full_precision(True, True),
+                         self.bias._autocast_to_full_precision(True, True), 1e-5)
+        return y.type_as(x) * 2.0
+
+
 MODULES = {
     "rmsnorm_bench": lambda d: bt.RMSNorm(d),          # x.float() ... .to(x.dtype) * weight (fp32)
     "rms_norm": RMSNormFn,
     "layer_norm": LayerNormFn,
     "nn.LayerNorm": lambda d: torch.nn.LayerNorm(d),
+    "layer_norm_full_precision": LayerNormFullPrecision,
 }
 
 TOL = {
