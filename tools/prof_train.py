@@ -20,13 +20,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_train  # noqa: E402
 
 
-def _backends(fn) -> dict:
+def _backends(fn, names: list[str]) -> dict:
     import graphfuser
 
-    return {"compile": torch.compile(fn), "graphfuser": graphfuser.script(fn)}
+    make = {"compile": torch.compile, "graphfuser": graphfuser.script}
+    return {n: make[n](fn) for n in names}
 
 
-def profile_case(case: bench_train.TrainCase, steps: int, warm: int, ops: int = 0) -> None:
+def print_groups(sf) -> None:
+    """Each differentiable group's backward fusion groups: node kinds and output types."""
+    import graphfuser.autodiff.function as adf
+
+    inner = sf._under_autocast() if getattr(sf, "_variants", None) is not None else sf
+    for r in getattr(inner, "_runners", {}).values():
+        if not isinstance(r, adf.DifferentiableGroup) or r.backward._optimized is None:
+            continue
+        for n in r.backward._optimized.all_nodes():
+            if n.kind.endswith("FusionGroup"):
+                kinds = [k.kind.replace("aten::", "") for k in n.subgraph.block.nodes
+                         if k.kind not in ("prim::Constant", "prim::ListConstruct")]
+                outs = [str(o.type).split(", strides")[0] + ")" for o in n.subgraph.outputs]
+                print(f"   backward group: {' '.join(kinds)} -> {', '.join(outs)}")
+
+
+def profile_case(case: bench_train.TrainCase, steps: int, warm: int, backends: tuple = ("compile", "graphfuser"),
+                 groups: bool = False, ops: int = 0) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     dev = "cuda"
@@ -39,7 +57,7 @@ def profile_case(case: bench_train.TrainCase, steps: int, warm: int, ops: int = 
     bench_train._zero(module, args)
     ref_out.backward(grad)
     ref = [g.clone() if g is not None else None for g in bench_train._grads(module, args)]
-    for name, f in _backends(case.fn).items():
+    for name, f in _backends(case.fn, list(backends)).items():
         for _ in range(warm):
             bench_train._zero(module, args)
             bench_train._step(f, args, grad, case.autocast, dev)
@@ -75,6 +93,9 @@ def profile_case(case: bench_train.TrainCase, steps: int, warm: int, ops: int = 
                 print(table.table(sort_by="self_device_time_total", row_limit=ops, max_name_column_width=60))
             except (AttributeError, KeyError, ValueError):      # older torch spells it cuda
                 print(table.table(sort_by="self_cuda_time_total", row_limit=ops, max_name_column_width=60))
+        if groups and name == "graphfuser":
+            with (torch.autocast(dev, dtype=case.autocast) if case.autocast else torch.autocast(dev, enabled=False)):
+                print_groups(f)
     sys.stdout.flush()
 
 
@@ -84,13 +105,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warm", type=int, default=6)
     ap.add_argument("--ops", type=int, default=0, help="also list this many host ops by the device time they launched")
+    ap.add_argument("--backends", default="compile,graphfuser", help="comma-separated: compile, graphfuser")
+    ap.add_argument("--groups", action="store_true", help="print graphfuser's backward fusion groups")
     a = ap.parse_args()
     keys = [k for k in a.only.split(",") if k]
     for case in bench_train.cases("cuda"):
         if keys and not any(k.lower() in case.name.lower() for k in keys):
             continue
         torch.manual_seed(0)
-        profile_case(case, a.steps, a.warm, a.ops)
+        profile_case(case, a.steps, a.warm, tuple(a.backends.split(",")), a.groups, a.ops)
         torch.cuda.empty_cache()
 
 

@@ -126,6 +126,12 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             self.root_idx_v = [idx_v[r.id] for r in nest.roots]
         self.prefix_vars = {f"i{k}" for k in range(self.first)} | {f"i{k}" for k in inner if self.bound[k]}
         self.lane_vars = {f"i{k}" for k in self.lane_leaves}
+        # column-sum partials: rows on the one prefix leaf, which a slot loop encloses; each
+        # thread owns its columns, so it accumulates them in registers (persistent schedules:
+        # the row's elements of a thread are the same columns in every row) or in its slot
+        self.columns = [q for q, t in enumerate(kernel.tensors) if t.partials]
+        if self.columns and (self.first != 1 or leaves[0].ptype is not ParallelType.BIDx or self.L != 1 or self.kvec):
+            raise ScheduleError("column sums need the rows on the first leaf (a grid loop) and no kept lanes")
         self._checks()
         self._offsets()
         self._analyze()
@@ -135,6 +141,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         self.grid_sync = False
         self.backwards = False
         if self.grid_red:
+            if self.columns:
+                raise ScheduleError("column sums cannot split a row across blocks")
             self._check_grid_split()
 
     def text(self, e: Expr, names: dict[int, str], raw_load) -> str:
@@ -172,6 +180,12 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             ext = f"({lim} < {ext} ? {lim} : {ext})"
         if d.ptype in self.d.binds:
             em(self.d.binds[d.ptype].format(T=T, i=var))
+            return
+        if self.columns and i == 0:
+            # the rows of this slot: gf_slot, gf_slot + gf_slots, ... (a grid-stride loop when
+            # the slots are the blocks: the launcher passes gf_slots = gridDim.x)
+            em(f"for ({T} {var} = gf_slot; {var} < {ext}; {var} += gf_slots) {{")
+            em.depth += 1
             return
         if pragma is not None:
             if pragma:
@@ -381,7 +395,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
                     em(f"gf_load<{V}>(b_{t.name}, {t.name} + {off});")
             for q, _ in stores:
                 t = self.k.tensors[q]
-                em(f"{STORAGE_TYPES[t.dtype]} b_{t.name}[{V}];")
+                if not t.partials:
+                    em(f"{STORAGE_TYPES[t.dtype]} b_{t.name}[{V}];")
             em("#pragma unroll")
             em(f"for (int v = 0; v < {V}; ++v) {{")
             em.depth += 1
@@ -403,16 +418,76 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         for q, e in stores:
             t = self.k.tensors[q]
             val = STORE_CONVERT.get(t.dtype, "{0}").format(names[id(e)])
+            if t.partials:
+                em(f"{self.column_slot(q)} += {val};")
+                continue
             em(f"b_{t.name}[v] = {val};" if self.vec else f"{t.name}[{self.ix(self.offsets[q])}] = {val};")
         if self.vec:
             em.depth -= 1
             em("}")
             for q, _ in stores:
                 t = self.k.tensors[q]
+                if t.partials:
+                    continue
                 off = self.ix(self.offsets[q])
                 # broadcast along the vectorized dim: the lanes hold one element (see cstyle._body)
                 em(f"{t.name}[{off}] = b_{t.name}[0];" if t.dim_kinds and t.dim_kinds[self.vroot] == "bcast"
                    else f"gf_store<{V}>({t.name} + {off}, b_{t.name});")
+
+    # -- column sums ---------------------------------------------------------------------------
+    def column_slot(self, q: int) -> str:
+        """Where this thread accumulates its current element of column partials ``q``: a
+        register of its columns (persistent schedules), else the element of its slot."""
+        if self.persistent:
+            return f"ca_{self.k.tensors[q].name}[{self._linear(self.cache_leaves)}]"
+        lane = " + v" if self.vec else ""
+        return f"{self.k.tensors[q].name}[{self.ix(self.offsets[q])}{lane}]"
+
+    def open_slots(self, em: _Emitter) -> None:
+        """The slot loop (one slot per row worker, the dialect's grid loop over ``gf_slots``:
+        spread over OpenMP threads, or one iteration per block) and the register accumulators."""
+        if self.d.parallel_pragma:
+            work = " * ".join(f"n{r}" for r in range(self.k.n_dims)) or "1"
+            em(self.d.parallel_pragma.format(work=work, threshold=self.o.omp_threshold))
+            self.parallel_done = True
+        em(self.d.loops[ParallelType.BIDx].format(T=self.T, i="gf_slot", ext="gf_slots") + " {")
+        em.depth += 1
+        if not self.persistent:
+            return              # (the launcher zeroes the slots)
+        n = self.cache_size()
+        for q in self.columns:
+            t = self.k.tensors[q]
+            em(f"{COMPUTE_TYPES[t.dtype]} ca_{t.name}[{n}];")
+            em(self.d.unroll_pragma.format(ext=n))
+            em(f"for (int l = 0; l < {n}; ++l) ca_{t.name}[l] = {c_literal(0, t.dtype)};")
+
+    def emit_column_writeback(self, em: _Emitter) -> None:
+        """After the slot's last row: registers -> the slot's row of every column partials
+        tensor. Only index values declared outside the row loop are named here."""
+        if not self.persistent:
+            return
+        names = self.names
+        outside = {n for n, _ in self.decls.get(0, [])}
+        self.names = {e: n for e, n in names.items() if n in outside}
+        outer = em.depth
+        for i in self.loops:
+            self.open_leaf(em, i)
+        rows = {f"i{k}" for k in range(self.first)}
+        preds = [f"{self.ix(a)} < {self.ix(b)}" for a, b in self.preds if not (a.vars() | b.vars()) & rows]
+        if preds:
+            em("if (" + " && ".join(preds) + ") {")
+            em.depth += 1
+        lane = ""
+        if self.vec:
+            lane = " + v"
+            em("#pragma unroll")
+            em(f"for (int v = 0; v < {self.V}; ++v) {{")
+            em.depth += 1
+        for q in self.columns:
+            t = self.k.tensors[q]
+            em(f"{t.name}[{self.ix(self.offsets[q])}{lane}] = ca_{t.name}[{self._linear(self.cache_leaves)}];")
+        self._close(em, outer)
+        self.names = names
 
     def emit_row_stores(self, em: _Emitter) -> None:
         if not self.row_stores:
@@ -447,6 +522,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         params = signature(k, d, self.o)
         if self.grid_red:
             params += [f"double* {d.restrict} gf_work", f"unsigned int* {d.restrict} gf_sem"]
+        if self.columns:
+            params.append(f"{self.T} gf_slots")
         out = [f"{d.kernel_prefix.format(block=max_threads)} {fname}(" + ", ".join(params) + ") {"]
         bound_red = [i for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
         if bound_red:
@@ -467,6 +544,9 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             for q, name in self.prefetch.items():
                 em(f"{STORAGE_TYPES[k.tensors[q].dtype]} {name}[{self.cache_size()}];")
             self.emit_prefetch(em, d.row_prefetch[0])
+        if self.columns:
+            self.open_slots(em)
+        slot_depth = em.depth
         for i in range(self.first):
             self.open_leaf(em, i)
             self.emit_decls(em, i + 1)
@@ -480,6 +560,9 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
             if self.hoisted:
                 self.emit_row(em, p)
         self.emit_row_stores(em)
+        if self.columns:
+            self._close(em, slot_depth)
+            self.emit_column_writeback(em)
         while em.depth > 1:
             em.depth -= 1
             em("}")

@@ -181,6 +181,21 @@ class Reduce(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class ColumnSum(Expr):
+    """The sum of ``args[0]`` over the kernel's *kept* axes, per reduced point: a column sum
+    (a norm backward's weight gradient) in a row kernel. Lowering only; it never reaches the
+    renderers: the store of a column sum becomes a store of its summand into a *partials*
+    tensor (``TensorParam.partials``), which each row worker accumulates over its rows."""
+
+    op: str
+    args: tuple
+    dtype: torch.dtype
+
+    def key(self) -> tuple:
+        return ("column", self.op, id(self.args[0]), self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
 class ReductionSize(Expr):
     """The number of elements each reduction of the kernel combines (a run-time value)."""
 
@@ -353,6 +368,10 @@ class TensorParam:
     # For each iteration root dim: "bcast" (stride 0), "unit" (stride 1) or "strided" (runtime arg).
     dim_kinds: tuple[str, ...]
     dense: bool = False                 # offset equals the flat iteration index
+    # Column-sum partials (reduction kernels): the kernel adds each stored value into slot
+    # ``gf_slot`` of a float workspace [gf_slots, reduced extents] (one slot per row worker:
+    # a block on CUDA, an OpenMP chunk on the CPU); the launcher sums the slots into the output.
+    partials: bool = False
 
 
 @dataclass

@@ -29,8 +29,8 @@ def vector_width(kernel: Kernel, root: int = -1) -> int:
     (or ``root``) of some tensor is strided (not contiguous)."""
     widest = 0
     for t in kernel.tensors:
-        if not t.dim_kinds:
-            continue
+        if not t.dim_kinds or t.partials:
+            continue            # (column-sum partials are accumulated lane by lane)
         if t.dim_kinds[root] == "strided":
             return 1
         if t.dim_kinds[root] != "bcast":

@@ -26,8 +26,8 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import bind, lookup
 from ..ops.axes import Axes, analyze, is_reduction_node
-from .kir import (Call, Cast, Expr, ExprBuilder, FirstLoad, Kernel, LinearIndex, Load, Reduce, ScalarParam,
-                  TensorParam, compute_dtype, topo_exprs)
+from .kir import (Call, Cast, ColumnSum, Expr, ExprBuilder, FirstLoad, Kernel, LinearIndex, Load, Reduce,
+                  ScalarParam, TensorParam, compute_dtype, topo_exprs)
 from .lower import LoweringError, TensorPlan, lower_node, returned_inputs, through_detach
 
 
@@ -55,6 +55,10 @@ class ReductionKernel(Kernel):
         """True when tensor param ``p`` does not vary along the reduced roots."""
         kinds = self.tensors[p].dim_kinds
         return all(kinds[r] == "bcast" for r in self.red_roots)
+
+    def has_columns(self) -> bool:
+        """Whether the kernel also sums values over its kept roots (column-sum partials)."""
+        return any(t.partials for t in self.tensors)
 
 
 @dataclass
@@ -86,13 +90,20 @@ class ReductionPlan:
 
 
 class _Builder(ExprBuilder):
-    """An ExprBuilder whose reductions become identities while lowering a trivial reduction node."""
+    """An ExprBuilder whose reductions become identities while lowering a trivial reduction node,
+    and column sums while lowering a column-sum node (``column``)."""
 
     trivial = False
+    column = False
 
     def reduce(self, op: str, e: Expr, dtype: Optional[torch.dtype] = None) -> Expr:
         if self.trivial:
             return self.cast(e, dtype or e.dtype)
+        if self.column:
+            if op != "sum":
+                raise LoweringError(f"a column reduction must be a sum, not {op}")
+            dtype = compute_dtype(dtype or e.dtype)
+            return self._intern(ColumnSum(op, (self.cast(e, dtype),), dtype))
         return super().reduce(op, e, dtype)
 
     def reduction_size(self, dtype: torch.dtype) -> Expr:
@@ -111,9 +122,9 @@ def _dense(t: TensorType) -> TensorType:
 
 
 def _reference(nodes: list[Node], axes: Axes, sub: Graph) -> Value:
-    """The value whose layout orders the loops: a reduction's input, else the widest output."""
+    """The value whose layout orders the loops: a (row) reduction's input, else the widest output."""
     for n in nodes:
-        if axes.node_reduced.get(n):
+        if axes.node_reduced.get(n) and axes.node_reduced[n] != axes.columns:
             row = lookup(n.kind)
             v = bind(row, n)[0][row.promote[0]]
             if isinstance(v, Value):
@@ -125,7 +136,7 @@ def _reference(nodes: list[Node], axes: Axes, sub: Graph) -> Value:
 def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKernel, ReductionPlan]:
     """Lower a fusion subgraph holding reductions / normalizations to a kernel and launch plan."""
     nodes = list(sub.block.nodes)
-    axes = analyze(nodes)
+    axes = analyze(nodes, columns=True)
     if isinstance(axes, str):
         raise LoweringError(axes)
     outs = sub.outputs
@@ -230,8 +241,9 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
     # 4. expressions
     for node in nodes:
         b.trivial = is_reduction_node(node) and not axes.node_reduced.get(node)
+        b.column = bool(axes.columns) and axes.node_reduced.get(node) == axes.columns
         lower_node(node, env, b)
-        b.trivial = False
+        b.trivial = b.column = False
 
     same = returned_inputs(sub.inputs, nodes)
     stores, outputs, aliases, detached = [], [], {}, set()
@@ -251,10 +263,17 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
                 continue
         if not isinstance(e, Expr):
             e = b.const(e, t.dtype)
+        col = _through_casts(e, t.dtype)
+        if isinstance(col, ColumnSum):
+            stores.append(_column_store(o, col, axes, axes_of, add_param, params, k))
+            continue
         p = add_param(f"t{len(params)}", _dense(t), axes_of(o), True, k)
         stores.append((p, b.cast(e, compute_dtype(t.dtype))))
 
-    reduces = [e for e in topo_exprs([e for _, e in stores]) if isinstance(e, Reduce)]
+    every = topo_exprs([e for _, e in stores])
+    if any(isinstance(e, ColumnSum) for e in every):
+        raise LoweringError("a column sum feeds another value of the group (only its own output may read it)")
+    reduces = [e for e in every if isinstance(e, Reduce)]
     if reduces and not red_roots:
         raise LoweringError("the group reduces, but no reduced loop axis is left")
     kind = "none"
@@ -269,6 +288,8 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
         kind = "inner" if ref_param is not None or len(red_roots) == len(roots) else "outer"
     elif red_roots:
         raise LoweringError("reduced loop axes without a reduction")
+    if axes.columns and kind != "inner":
+        raise LoweringError("column sums need a row kernel whose reduced axes are the contiguous ones")
     kernel = ReductionKernel(name, params, scalars, len(roots), stores, red_roots=red_roots, kind=kind,
                              linear=linear)
     kernel.stores = _multiply_by_row_reciprocals(kernel, b)
@@ -278,6 +299,32 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
                       if a is not None and source[a] != (i, d)]
     plan.size_checks = _size_checks(nodes, sub, axes_of)
     return kernel, plan
+
+
+def _through_casts(e: Expr, dtype: torch.dtype) -> Expr:
+    """``e`` without the casts and the rounding to the output's precision (``dtype`` fp16 / bf16)
+    that a cast to the output's dtype lowers to: a column sum's launcher casts the summed slots
+    to the output's dtype, which rounds the same way."""
+    rounding = {torch.float16: "round_half", torch.bfloat16: "round_bf16"}.get(dtype)
+    while isinstance(e, Cast) or (isinstance(e, Call) and e.op == rounding):
+        e = e.arg if isinstance(e, Cast) else e.args[0]
+    return e
+
+
+def _column_store(o: Value, col: ColumnSum, axes: Axes, axes_of, add_param, params: list, out: int) -> tuple:
+    """The store of column sum ``col`` (output ``o``): its summand into a partials tensor of the
+    accumulator dtype, which walks the reduced roots (unit or broadcast; the launcher allocates
+    it [slots, reduced extents] and sums the slots into ``o``)."""
+    t = o.type
+    walked = {a for a in axes_of(o) if a is not None}
+    if walked != set(axes.reduced) or list(t.stride_order) != sorted(t.stride_order):
+        raise LoweringError(f"column sum %{o.name} must walk exactly the reduced axes, in default order")
+    k = add_param(f"t{len(params)}", replace(_dense(t), dtype=col.dtype), axes_of(o), True, out)
+    p = params[k]
+    if "strided" in p.dim_kinds:
+        raise LoweringError(f"column sum %{o.name} spans reduced roots that do not coalesce")
+    p.partials = True
+    return (k, col.args[0])
 
 
 def _random_ranks(nodes: list[Node], axes_of, domain: set[int]) -> Optional[dict[int, int]]:

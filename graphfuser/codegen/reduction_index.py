@@ -66,6 +66,11 @@ class IndexPlan:
                 if term is not None:
                     j = int(r in red_roots)
                     parts[j] = iop("+", parts[j], term)
+            if t.partials:          # this row worker's slot of the column-sum partials
+                slot = ivar("gf_slot")
+                for r in self.k.red_roots:
+                    slot = iop("*", slot, ivar(f"n{r}"))
+                parts[0] = iop("+", parts[0], slot)
             out.append((parts[0], parts[1]))
         return out
 
@@ -89,6 +94,8 @@ class IndexPlan:
                     off = iop("+", off, iop("*", end, ivar(f"st{p}_{r}")))
             self.last_offsets.append(off)
         depth = {f"i{k}": k + 1 for k in range(self.first)}
+        if self.columns:
+            depth["gf_slot"] = 1       # the slot loop encloses the row loop (``open_slots``)
         depth.update({f"i{k}": 0 for k in range(len(self.nest.leaves)) if self.bound[k] and self.red[k]})
         self.names: dict[IExpr, str] = {}
         self.decls: dict[int, list[tuple[str, IExpr]]] = {}
@@ -96,7 +103,7 @@ class IndexPlan:
             return
         extents = [d.extent for d in self.nest.leaves] + [b for _, b in self.preds]
         wanted = sorted(self.root_idx + kparts + self.offsets + [a for a, _ in self.preds] + extents, key=_size)
-        loop_vars = {f"i{k}" for k in range(len(self.nest.leaves))}
+        loop_vars = {f"i{k}" for k in range(len(self.nest.leaves))} | {"gf_slot"}
         for e in wanted:
             if e.op in ("var", "const") or e in self.names or not (e.vars() & loop_vars) <= set(depth):
                 continue
@@ -107,8 +114,11 @@ class IndexPlan:
     def ix(self, e: IExpr) -> str:
         return _render_iexpr(e, self.names)
 
-    def emit_decls(self, em: _Emitter, depth: int) -> None:
+    def emit_decls(self, em: _Emitter, depth: int, skip: frozenset = frozenset()) -> None:
+        """Declare the index values hoisted to ``depth``, but those reading a variable of ``skip``."""
         for name, e in self.decls.get(depth, []):
+            if e.vars() & skip:
+                continue
             em(f"const {self.T} {name} = {_render_iexpr(e, {x: v for x, v in self.names.items() if x != e})};")
 
     def lane(self) -> str:

@@ -141,7 +141,7 @@ class RowPipeline:
         em(f"const {self.T} i0 = {row};")
         em(f"if (i0 < {self.ix(self.nest.leaves[0].extent)}) {{")
         em.depth += 1
-        self.emit_decls(em, 1)
+        self.emit_decls(em, 1, frozenset({"gf_slot"}))     # (column partials are never loaded)
         for i in self.loops:
             self.open_leaf(em, i)
         if self.preds:

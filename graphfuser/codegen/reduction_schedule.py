@@ -125,7 +125,9 @@ def reduction_variants(kernel: ReductionKernel, target: str,
             chunks = [4]          # ragged rows: up to 4 * MAX_THREADS elements stay in registers
         out += [ReductionParams("cuda", "inner", persistent=p, vector=w) for p in chunks]
         out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1), online=True))
-    for w in widths:    # few rows, long ones: each row split across blocks (when the kernel allows)
+    for w in widths if not kernel.has_columns() else ():
+        # few rows, long ones: each row split across blocks (when the kernel allows; a kernel
+        # with column sums keeps each row in one block, whose threads own their columns)
         out.append(ReductionParams("cuda", "inner", vector=w, block=(MULTIPASS_THREADS, 1), split=True))
     return out
 

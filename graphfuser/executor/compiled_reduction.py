@@ -142,14 +142,17 @@ def launcher_source(cg: ReductionGroup) -> str:
         L.append(f"    if {' or '.join(defer)}:")
         L.append("        raise _Defer")
     outs = []
+    columns = {tp.position: p for p, (t, tp) in enumerate(zip(k.tensors, plan.tensors)) if t.partials}
     for j, op in enumerate(plan.outputs):
         if j in plan.aliases:
             outs.append(f"x{plan.aliases[j]}" + (".detach()" if j in plan.detached else ""))
             continue
-        sz = ["1" if a is None else size[a] for a in op.axes]
-        L.append(f"    o{j} = {allocation(j, sz, op.order)}")
         outs.append(f"o{j}")
-    args = [f"o{tp.position}.data_ptr()" if t.is_output else f"x{tp.position}.data_ptr()"
+        if j not in columns:
+            sz = ["1" if a is None else size[a] for a in op.axes]
+            L.append(f"    o{j} = {allocation(j, sz, op.order)}")
+    # column-sum partials: pointers filled in once the slots are known (``_column_lines``)
+    args = ["0" if t.partials else f"o{tp.position}.data_ptr()" if t.is_output else f"x{tp.position}.data_ptr()"
             for t, tp in zip(k.tensors, plan.tensors)]
     args += [f"n{r}" for r in range(k.n_dims)]
     for p, r in stride_args(k):
@@ -160,16 +163,36 @@ def launcher_source(cg: ReductionGroup) -> str:
     if not k.stores:
         return _armed(L + [f"    return {ret}"], n_in)
     L.append("    if rows and nr:" if k.kind != "none" else "    if rows * nr:")
-    if cg.target == "cpu" and len(cg.variants) > 1:
-        L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)({', '.join(args)})")
-    elif cg.target == "cpu":
-        L.append(f"        _fn({', '.join(args)})")
+    if cg.target == "cpu":
+        L.append(f"        a = ({', '.join(args)},)")
+        if columns:
+            L.append("        slots = rows if rows < _threads else _threads")
+            L += ["        " + line for line in _column_lines(cg, columns)]
+        L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)(*a)" if len(cg.variants) > 1 else "        _fn(*a)")
     else:
         L.append(f"        a = ({', '.join(args)},)")
         L += ["        " + line for line in _cuda_choice(cg, len(args))]
+        if columns:
+            L.append("        slots = grid[0]")
+            L += ["        " + line for line in _column_lines(cg, columns)]
         L.append("        f.launch(grid, block, _stream(_devidx), *a" + (", shared_mem=sh)" if k.kind == "inner" else ")"))
+    for j, p in columns.items():
+        # the slots' sum in the partials' dtype, then the output's (as eager's sum accumulates)
+        sz = ["1" if a is None else size[a] for a in plan.outputs[j].axes]
+        cast = "" if plan.outputs[j].dtype == k.tensors[p].dtype else f".to(_odt{j})"
+        L.append(f"        o{j} = w{p}.sum(0).view(({', '.join(sz)}{',' if len(sz) == 1 else ''})){cast}")
     L.append(f"    return {ret}")
     return _armed(L, n_in)
+
+
+def _column_lines(cg: ReductionGroup, columns: dict[int, int]) -> list[str]:
+    """Launcher lines allocating the column-sum partials ([slots, reduced extents], zeroed: the
+    schedules that accumulate in memory add into them) and passing them with ``gf_slots``."""
+    lines = []
+    for p in sorted(columns.values()):
+        lines.append(f"w{p} = _zeros((slots, nr), dtype={cg.kernel.tensors[p].dtype}, device=_dev)")
+        lines.append(f"a = a[:{p}] + (w{p}.data_ptr(),) + a[{p + 1}:]")
+    return lines + ["a = a + (slots,)"]
 
 
 def _armed(L: list[str], n_in: int) -> str:
@@ -397,13 +420,15 @@ def _lazy_fallback(cg: ReductionGroup) -> Callable:
 def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     k, plan = cg.kernel, cg.plan
     ns: dict[str, Any] = {"_empty": torch.empty_strided, "_empty_c": torch.empty, "_dev": cg.device, "_Defer": DeferToEager,
-                           "_fallback": _lazy_fallback(cg)}
+                           "_fallback": _lazy_fallback(cg), "_zeros": torch.zeros, "_threads": torch.get_num_threads(),
+                           "torch": torch}
     for j, op in enumerate(plan.outputs):
         ns[f"_odt{j}"] = op.dtype
     arg_kind = {torch.float64: "f64", torch.int64: "i64", torch.bool: "i32"}
     n_index = k.n_dims + len(stride_args(k))
     scalar_kinds = [arg_kind[s.dtype] for s in k.scalars]
-    kinds = ["ptr"] * len(k.tensors) + ["i64"] * n_index + scalar_kinds
+    slots = ["i64"] if k.has_columns() else []
+    kinds = ["ptr"] * len(k.tensors) + ["i64"] * n_index + scalar_kinds + slots
     if cg.target == "cpu":
         from ..runtime.cpu import CpuKernel, compile_cpp
 
@@ -428,7 +453,8 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
             """Variants compile on first use: a launch shape that never occurs costs nothing."""
             fname, _, params, itype, divs, _ = cg.variants[i]
             vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds \
-                + ["u32", "u32"] * len(divs) + ["ptr", "ptr"] * params.split
+                + ["u32", "u32"] * len(divs) + ["ptr", "ptr"] * params.split \
+                + (["i32" if itype == "int" else "i64"] if slots else [])
             f = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx, vk,
                                        cooperative=cg.grid_sync[i])
             shared = cg.variants[i][5] * MAX_THREADS

@@ -27,6 +27,16 @@ host program as before:
   that shares memory with an input, a module tensor or another output is not replayed (its
   aliasing could not be reproduced by a clone).
 
+A replay copies every tensor argument into the static inputs and clones every output: GPU time
+that the saved host time must pay for, and replay only helps a call whose host time exceeds its
+GPU time. So a signature is captured only when the host time of its first steady call exceeds
+what the copies take plus the least GPU time of a program reading its inputs and writing its
+outputs once (``COPY_BYTES_PER_S``; CUDA events cannot time the kernels alone: a host-bound
+call's events also time the host's gaps). A training step's backward program runs with grad
+mode off, but it is a few launches over tensors of hundreds of MB (RMSNorm [16384, 4096]'s
+backward: 0.34 ms of copies per step against ~30 us of host time): it keeps running its host
+program.
+
 The first ``warm`` steady calls of a signature run normally (variants compile on first use), the
 next is captured (after one warm-up run on a side stream, as torch.cuda.make_graphed_callables
 does, with host syncs turned into errors and the module buffers it writes restored; a call that
@@ -36,6 +46,7 @@ dropped). ``PYTORCH_NVFUSER_DISABLE=cuda_graphs`` turns replay off.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
@@ -52,7 +63,11 @@ _CONTAINER_WRITES = {"aten::append", "aten::_set_item", "aten::insert", "aten::p
 _RUNNING_STATS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batch_norm",
                   "aten::instance_norm", "aten::cudnn_batch_norm"}
 
-STATS = {"captures": 0, "replays": 0, "capture_failures": 0}
+STATS = {"captures": 0, "replays": 0, "capture_failures": 0, "copy_bound": 0}
+# Bytes of tensor data a device-to-device copy moves per second (read + write of an H100 / H200's
+# HBM at ~3 TB/s, each byte read once and written once): what a replay's input copies and output
+# clones cost, against the host time it saves.
+COPY_BYTES_PER_S = 1.5e12
 
 
 def _mutating(node: Node) -> bool:
@@ -241,13 +256,25 @@ class GraphReplayer:
             self.entries.move_to_end(key)
             STATS["replays"] += 1
             return torch.utils._pytree.tree_unflatten(outs, entry.treedef)
-        out = fast(*args)
         if key in self.failed:
-            return out
+            return fast(*args)
         n = self.seen.get(key, 0) + 1
         self.seen[key] = n
-        if n > self.warm:
-            self._capture(fast, args, key)
+        if n <= self.warm:
+            return fast(*args)
+        start = time.perf_counter()
+        out = fast(*args)
+        host = time.perf_counter() - start
+        copied = sum(t.numel() * t.element_size() for t in list(args) + torch.utils._pytree.tree_leaves(out)
+                     if isinstance(t, torch.Tensor))
+        # copies (read + write each byte) plus the least GPU time of the program itself (each byte once)
+        if host < 1.5 * copied / COPY_BYTES_PER_S:
+            self.failed.add(key)
+            STATS["copy_bound"] += 1
+            jit_log("executor", 1, f"{self.name}: no CUDA graph for this signature: its host time "
+                    f"({host * 1e6:.0f} us) is below what replaying would add ({copied / 1e6:.1f} MB of copies)")
+            return out
+        self._capture(fast, args, key)
         return out
 
     def _capture(self, fast: Callable, args: tuple, key: tuple) -> None:

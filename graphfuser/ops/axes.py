@@ -51,6 +51,9 @@ class Axes:
     reduced: frozenset[int]                        # axes the group's reductions combine
     node_reduced: dict[Node, frozenset[int]] = field(default_factory=dict)
     size_of: dict[int, int] = field(default_factory=dict)   # axis -> profiled size (-1 symbolic)
+    # column sums (``analyze(columns=True)``): the kept axes, which the group's column sums
+    # combine per block of rows (``codegen/reduction.py``); empty for plain reduction groups
+    columns: frozenset[int] = frozenset()
 
     @property
     def all(self) -> set[int]:
@@ -110,8 +113,13 @@ def is_reduction_node(node: Node) -> bool:
     return row is not None and row.kind in ("reduction", "normalization")
 
 
-def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
-    """Axes of every tensor value the nodes read or write, or why they cannot share one kernel."""
+def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
+    """Axes of every tensor value the nodes read or write, or why they cannot share one kernel.
+
+    ``columns``: a group may also hold *column sums*, sums over exactly the axes its other
+    reductions keep, whose results no node of the group reads but a dtype cast (a norm backward's weight
+    gradient next to the row kernel of its input gradient: ``passes/column_sums.py``); their
+    axes are ``Axes.columns``."""
     uf = _UnionFind()
     raw: dict[Value, tuple[Optional[int], ...]] = {}
     sizes: dict[int, int] = {}
@@ -173,6 +181,13 @@ def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
                     f"transposed or reduced value); it needs its own kernel")
     node_reduced = {n: frozenset(uf.find(a) for a in r) for n, r in node_red.items()}
     sets = {s for s in node_reduced.values() if s}
+    col: frozenset[int] = frozenset()
+    if len(sets) == 2 and columns:
+        found = _column_set(nodes, node_reduced, sets, {uf.find(a) for a in walked})
+        if isinstance(found, str):
+            return found
+        col = found
+        sets.discard(col)
     if len(sets) > 1:
         return "reductions over different axes cannot share one kernel"
     if any(is_reduction_node(n) for n in node_red):
@@ -187,7 +202,40 @@ def analyze(nodes: Sequence[Node]) -> Union[Axes, str]:
         r = uf.find(a)
         if size_of.get(r, -1) == -1:
             size_of[r] = s
-    return Axes(of, next(iter(sets)) if sets else frozenset(), node_reduced, size_of)
+    return Axes(of, next(iter(sets)) if sets else frozenset(), node_reduced, size_of, col)
+
+
+COLUMN_SUM_KINDS = ("aten::sum", "aten::sum_to_size")
+COLUMN_CASTS = ("aten::type_as", "aten::to")     # what a column sum may feed inside its group
+
+
+def _column_set(nodes: Sequence[Node], node_reduced: dict, sets: set, domain: set) -> Union[frozenset, str]:
+    """The reduction set of ``sets`` that is made of column sums: plain sums, read by no node of
+    the group, over the axes the other set keeps (the two sets partition the loop domain)."""
+    a, b = sets
+    if a & b or (a | b) != domain:
+        return "reductions over different axes cannot share one kernel (not a row and a column reduction)"
+    readers: dict[Value, list[Node]] = {}
+    for n in nodes:
+        for v in n.inputs:
+            readers.setdefault(v, []).append(n)
+
+    def unread(n: Node, casts: bool) -> bool:
+        """No node reads ``n``'s results but (``casts``) dtype casts that nothing reads."""
+        return all(casts and r.kind in COLUMN_CASTS and r.inputs[0] is o and unread(r, False)
+                   for o in n.outputs for r in readers.get(o, ()))
+
+    def columns_of(s: frozenset) -> bool:
+        red = [n for n, r in node_reduced.items() if r == s]
+        return all(n.kind in COLUMN_SUM_KINDS and unread(n, True) for n in red)
+
+    # the later reduction is the column sum when both could be (the row one is found first)
+    order = {n: i for i, n in enumerate(nodes)}
+    last = max((n for n, r in node_reduced.items() if r), key=order.__getitem__)
+    cands = [s for s in (a, b) if columns_of(s)]
+    if not cands:
+        return "reductions over different axes cannot share one kernel (neither is a column sum)"
+    return node_reduced[last] if node_reduced[last] in cands else cands[0]
 
 
 def needs_axes(nodes: Sequence[Node]) -> bool:
@@ -247,7 +295,7 @@ def input_axes(sub) -> Optional[list[tuple[Optional[int], ...]]]:
         rank = max(ranks, default=0)
         return [tuple(None if v in skip or s == 1 else rank - len(v.type.sizes) + d for d, s in enumerate(v.type.sizes))
                 for v in sub.inputs if isinstance(v.type, TensorType)]
-    axes = analyze(nodes)
+    axes = analyze(nodes, columns=True)
     if isinstance(axes, str):
         return None
     out = []

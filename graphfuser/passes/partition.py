@@ -276,6 +276,9 @@ class _BlockPartition:
         split_reduction_chains(self, next_id)
         if config.horizontal_mode:
             self._horizontal()
+        from .column_sums import merge_column_sums
+
+        merge_column_sums(self)
         groups = []
         for gid, mem in sorted(self.members.items()):
             if not mem:          # every node moved out (reduction_split's copies, merges)
@@ -433,7 +436,7 @@ def group_misfit(nodes: list[Node]) -> Optional[str]:
     """Why one kernel cannot hold ``nodes`` (the structural checks of a merge, for a whole group:
     re-specializations must pass them as the first partition's groups did)."""
     if needs_axes(nodes):
-        axes = analyze(nodes)
+        axes = analyze(nodes, columns=True)      # (column sums: ``column_sums.py``)
         return axes if isinstance(axes, str) else None
     return _pointwise_misfit(set(nodes))
 

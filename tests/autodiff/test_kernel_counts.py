@@ -28,9 +28,9 @@ CASES = {
     "sig_tanh": (bt.sig_tanh, lambda: (_r(4096), _r(4096)), None, (1, 1)),
     "bias_gelu": (bt.bias_gelu, lambda: (_r(64, 128, dtype=BF), _r(128, dtype=BF)), None, (1, 1)),
     "swiglu": (bt.swiglu, lambda: (_r(64, 128, dtype=BF), _r(64, 128, dtype=BF)), None, (1, 1)),
-    # the row kernel (recomputed forward, the dot reduction, dx; it writes rstd, one value per
-    # row) and the weight's column sum, which recomputes grad * y from x, grad and rstd
-    "rmsnorm": (lambda: bt.RMSNorm(128), lambda: (_r(64, 128, dtype=BF),), None, (1, 2)),
+    # one kernel: the row kernel (recomputed forward, the dot reduction, dx) accumulates the
+    # weight's column sum of grad * y per block of rows
+    "rmsnorm": (lambda: bt.RMSNorm(128), lambda: (_r(64, 128, dtype=BF),), None, (1, 1)),
     # dropout inside the softmax kernel; the backward regenerates the mask in its one kernel
     "softmax_mask_dropout": (bt.softmax_mask_dropout,
                              lambda: (_r(4, 16, 33, dtype=BF), torch.rand(16, 33) > 0.9), None, (1, 1)),
@@ -87,9 +87,9 @@ def test_reduction_gradient_is_not_broadcast_through_memory():
 
 
 def test_layer_norm_backward_writes_only_dx_full_size():
-    """LayerNorm's backward: the row kernel writes dx (and mean, rstd: one value per row); the
-    weight and bias gradients' column sums recompute grad * xhat from x, grad, mean and rstd in
-    one kernel (passes/reduction_split.py) instead of reading full-size products."""
+    """LayerNorm's backward is one kernel: the row kernel writes dx and accumulates the weight
+    and bias gradients' column sums (grad * xhat, grad) per block of rows (passes/column_sums.py),
+    instead of a second kernel re-reading x and grad or reading full-size products."""
     from graphfuser.autodiff.function import DifferentiableGroup
 
     ln = torch.nn.LayerNorm(128)
@@ -110,4 +110,4 @@ def test_layer_norm_backward_writes_only_dx_full_size():
     g = dg.backward._optimized
     groups = [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
     full = [o for n in groups for o in n.subgraph.outputs if tuple(o.type.sizes) == (64, 128)]
-    assert len(groups) == 2 and len(full) == 1, str(g)
+    assert len(groups) == 1 and len(full) == 1, str(g)

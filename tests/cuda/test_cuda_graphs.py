@@ -168,3 +168,26 @@ def test_backward_graphs_are_not_replayed():
 
     groups = [dg for dg in live_groups() if dg.backward._fast is not None]
     assert groups and all(dg.backward._replay is None for dg in groups)
+
+
+def _scale_relu(x):
+    return (x * 2.0).relu() + 1.0
+
+
+def test_copy_bound_calls_are_not_captured():
+    """Little host work over large tensors (a training step's backward program has this shape):
+    a replay's input copies and output clones would cost more GPU time than the host time it
+    saves, so the host program keeps running; small calls still replay."""
+    sf = graphfuser.script(_scale_relu)
+    big = torch.randn(64 * 1024 * 1024, device="cuda")
+    before = dict(STATS)
+    with torch.no_grad():
+        for _ in range(6):
+            _close(sf(big), _scale_relu(big))
+    assert STATS["replays"] == before["replays"] and STATS["captures"] == before["captures"]
+    assert STATS["copy_bound"] == before["copy_bound"] + 1
+    small = torch.randn(64, device="cuda")
+    with torch.no_grad():
+        for _ in range(6):
+            _close(sf(small), _scale_relu(small))
+    assert STATS["replays"] > before["replays"]

@@ -1,0 +1,115 @@
+"""Give a row kernel the column sums over its rows (a partition step, run after the greedy
+grouping, ``reduction_split`` and the horizontal merges of ``partition.py``).
+
+A normalization's backward is a row reduction (the input gradient needs a dot product per row)
+and column sums over the same rows (the weight and bias gradients: ``sum(grad * xhat, rows)``,
+``sum(grad, rows)``). As two kernels, both read the full-size ``x`` and ``grad``; as one, each
+row worker (a block on CUDA, an OpenMP chunk on the CPU) adds the summands of its rows to per-
+column accumulators while it computes the input gradient, writes them to its slot of a small
+partials tensor, and the launcher sums the slots (``codegen/reduction.py``, ``TensorParam.partials``).
+That is one read of each full-size input instead of two, as Inductor's fused RMSNorm / LayerNorm
+backward does.
+
+A group ``B`` joins a row group ``A`` when
+
+- every reduction of ``B`` is a sum over exactly the axes ``A`` keeps, and ``A ∪ B`` shares one
+  loop domain (``analyze(columns=True)``); nothing in ``A ∪ B`` reads a column sum;
+- every full-size tensor ``B`` reads from outside is read or computed by ``A`` (the merge then
+  reads nothing more than ``A`` alone did);
+- ``A``'s rows are contiguous (the reduced axes are the innermost dims of its reduction's input:
+  the row kernel's threads then own the same columns in every row) and nothing draws random
+  numbers;
+- merging makes no cycle.
+
+``PYTORCH_NVFUSER_DISABLE=column_sums`` turns the merge off (the column sums then run as an outer
+reduction kernel of their own, which recomputes its summands from ``x``, ``grad`` and the row
+kernel's per-row values: ``reduction_split.py``).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from ..config import config
+from ..ir.graph import Node
+from ..ir.types import TensorType
+from ..log import jit_log
+from ..ops import bind, lookup
+from ..ops.axes import COLUMN_SUM_KINDS, Axes, analyze, needs_axes
+from ..ops.random import RANDOM_ROWS
+
+if TYPE_CHECKING:
+    from .partition import _BlockPartition
+
+
+def _column_group(part: "_BlockPartition", gid: int) -> Optional[Axes]:
+    """The axes of group ``gid`` when its reductions are all plain sums over one set of axes."""
+    mem = part.members[gid]
+    if not mem or not needs_axes(mem):
+        return None
+    axes = analyze(mem)
+    if isinstance(axes, str) or not axes.reduced:
+        return None
+    reds = [n for n in mem if axes.node_reduced.get(n)]
+    return axes if reds and all(n.kind in COLUMN_SUM_KINDS for n in reds) else None
+
+
+def _rows_contiguous(nodes: list[Node], axes: Axes) -> bool:
+    """Whether the row reductions' input has the reduced axes innermost."""
+    for n in nodes:
+        if axes.node_reduced.get(n) and axes.node_reduced[n] == axes.reduced:
+            row = lookup(n.kind)
+            v = bind(row, n)[0].get(row.promote[0]) if row.promote else None
+            if v is None or not isinstance(v.type, TensorType) or not v.type.stride_order:
+                return False
+            dims = axes.of.get(v, ())
+            inner = v.type.stride_order[-1]
+            return inner < len(dims) and dims[inner] in axes.reduced
+    return False
+
+
+def _full_reads(nodes: list[Node], like: int) -> set:
+    """Tensor values of rank ``like`` that ``nodes`` read from outside themselves."""
+    inside = {o for n in nodes for o in n.outputs}
+    return {v for n in nodes for v in n.inputs
+            if v not in inside and isinstance(v.type, TensorType) and v.type.rank == like}
+
+
+def merge_column_sums(part: "_BlockPartition") -> None:
+    """Merge each column-sum group into the row group it reads alongside (module docstring);
+    ``PYTORCH_NVFUSER_DISABLE=column_sums`` keeps them apart."""
+    if config.is_disabled("column_sums"):
+        return
+    limit = max((part.index[n] for n in part.group), default=-1)
+    for b in sorted(part.members):
+        col = _column_group(part, b)
+        if col is None:
+            continue
+        b_mem = part.members[b]
+        rank = max((len(d) for d in col.of.values()), default=0)
+        wanted = _full_reads(b_mem, rank)
+        for a in sorted(part.members):
+            a_mem = part.members.get(a)
+            if a == b or not a_mem or part.device.get(a) != part.device.get(b) or not needs_axes(a_mem):
+                continue
+            if any(lookup(n.kind) is not None and lookup(n.kind).name in RANDOM_ROWS for n in a_mem + b_mem):
+                continue
+            a_reads = {v for n in a_mem for v in n.inputs} | {o for n in a_mem for o in n.outputs}
+            if not wanted <= a_reads:
+                continue
+            union = sorted(a_mem + b_mem, key=part.index.__getitem__)
+            axes = analyze(union, columns=True)
+            why = axes if isinstance(axes, str) else None
+            if why is None and (not axes.columns or not axes.reduced
+                                or any(axes.node_reduced.get(n) not in (None, frozenset(), axes.columns) for n in b_mem)):
+                why = "the sums of the second group are not column sums of the first"
+            elif why is None and not _rows_contiguous(union, axes):
+                why = "the rows are not contiguous"
+            elif why is None and not part.can_join(a_mem, b_mem, limit):
+                why = "the merge would create a cycle"
+            if why:
+                jit_log("partition", 2, f"column sums of group {b} not merged into group {a}: {why}")
+                continue
+            jit_log("partition", 1, f"group {a} computes the column sums of group {b} per block of rows "
+                                    f"({len(b_mem)} node(s))")
+            part.merge_groups(a, b)
+            break
