@@ -22,17 +22,25 @@ def _shape_source(v: Value) -> Value:
     at a normalization would leave the shape read on a value in the middle of a group
     (``bn -> hardswish_ -> x.shape``: the batch norm's output), written out as an extra group
     output for nothing but its sizes."""
+    path: set = set()     # the nodes walked through
+    live = False          # is ``v`` computed anyway (read by more than shape reads and the path)?
     while v.node is not None:
         row = lookup(v.node.kind)
         if row is None or row.kind not in ("pointwise", "cast", "normalization") or len(v.node.outputs) != 1:
             break
+        live = live or any(u.kind not in _SHAPE_USES and u not in path for u, _ in v.uses)
         if row.kind == "normalization":
+            if not live:
+                # read only for its shape, the normalization would be dropped, and with it the
+                # shape checks eager makes (normalized_shape against the input's trailing dims)
+                break
             tensors = v.node.inputs[:1]
         else:
             skip = dtype_only([v.node])
             tensors = [i for i in v.node.inputs if i.type.is_tensor and i not in skip]
         if len(tensors) != 1 or not isinstance(tensors[0].type, TensorType) or tensors[0].type.rank != v.type.rank:
             break
+        path.add(v.node)
         v = tensors[0]
     return v
 

@@ -489,3 +489,37 @@ def test_fallback_does_not_write_an_alias_that_is_read_later(dtype):
         return (x.transpose(1, 2).contiguous().transpose(1, 2) if t else x,)
 
     _run(_write_through_identity_alias_after_a_read, make, calls=7)
+
+
+def _layer_norm_read_for_its_size(x0, x1):
+    v0 = F.layer_norm(x1, [5], None, None, 1e-05)
+    v1 = F.relu6(x1)
+    return x0 * v0.size(-1), v1
+
+
+def _rms_norm_read_for_its_size(x0, x1):
+    v0 = F.rms_norm(x0, [5], x1, 0.1)
+    v1 = torch.sigmoid(v0)
+    return x0 * v1.size(-1)
+
+
+@pytest.mark.parametrize("fn", [_layer_norm_read_for_its_size, _rms_norm_read_for_its_size])
+def test_norm_read_only_for_its_size_keeps_eagers_shape_error(fn):
+    # the shape read moved to the norm's input left the norm dead: a later call whose trailing
+    # dim no longer matches normalized_shape returned a result where eager raises
+    sizes = iter([5] * 8 + [0, 0, 15, 15])
+
+    def make():
+        n = next(sizes)
+        if fn is _rms_norm_read_for_its_size:
+            return torch.arange(n, dtype=torch.float32), torch.ones(5)
+        return torch.arange(n, dtype=torch.int32), torch.linspace(-1, 1, n)
+
+    sf = _run(fn, make, calls=4)
+    for _ in range(2):
+        a = make()
+        with pytest.raises(RuntimeError, match="normalized_shape") as e_eager:
+            fn(*a)
+        with pytest.raises(RuntimeError, match="normalized_shape") as e_g:
+            sf(*a)
+        assert str(e_g.value) == str(e_eager.value)
