@@ -1,10 +1,14 @@
-"""Rows for the activations and masks real models are made of (MobileNetV3, EfficientNet,
-GhostNet, attention masks): relu6, hardswish, hardsigmoid, mish, masked_fill.
+"""Rows for the activations and masks real models are made of: relu, leaky_relu, hardtanh, gelu,
+silu, softplus, and (MobileNetV3, EfficientNet, GhostNet, attention masks) relu6, hardswish,
+hardsigmoid, mish, masked_fill.
 
 Every comparison is written so that NaN propagates as eager's kernels do (``x < lo ? lo : x``
 keeps a NaN ``x``).
 """
 from __future__ import annotations
+
+import math
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -67,3 +71,87 @@ def _masked_fill(call: OpCall) -> Expr:
 register(OpRow("masked_fill", ("aten::masked_fill",), "pointwise", ("self", "mask", "value"), "default",
                ("self",), decomp=_masked_fill, eager=torch.masked_fill,
                doc="mask ? value : self"))
+
+
+# -- the common activations ------------------------------------------------------------------------------
+def _relu(call: OpCall) -> Expr:
+    """x < 0 ? 0 : x (NaN propagates)"""
+    b, x = call.b, call.x("self")
+    return b.where(b.call("lt", x, call.const(0)), call.const(0), x)
+
+
+register(OpRow("relu", ("aten::relu",), "pointwise", ("self",), "default", ("self",), decomp=_relu,
+               no_bool=True, eager=torch.relu, doc="max(self, 0)"))
+
+
+def _leaky_relu(call: OpCall) -> Expr:
+    """x > 0 ? x : x * negative_slope"""
+    b, x = call.b, call.x("self")
+    return b.where(b.call("gt", x, call.const(0)), x, b.mul(x, call.const(call["negative_slope"])))
+
+
+register(OpRow("leaky_relu", ("aten::leaky_relu",), "pointwise", ("self", "negative_slope=0.01"), "default",
+               ("self",), consts=("negative_slope",), decomp=_leaky_relu, float_only=True,
+               eager=lambda self, negative_slope=0.01: torch.nn.functional.leaky_relu(self, negative_slope),
+               doc="x if x > 0 else negative_slope * x"))
+
+
+def _hardtanh(call: OpCall) -> Expr:
+    """clamp(x, min_val, max_val)"""
+    return _clamp_const(call, call.x("self"), call["min_val"], call["max_val"])
+
+
+register(OpRow("hardtanh", ("aten::hardtanh",), "pointwise", ("self", "min_val=-1", "max_val=1"), "default",
+               ("self",), consts=("min_val", "max_val"), decomp=_hardtanh, no_bool=True,
+               eager=lambda self, min_val=-1, max_val=1: torch.nn.functional.hardtanh(self, min_val, max_val),
+               doc="clamp(self, min_val, max_val)"))
+
+
+def _gelu(call: OpCall) -> Expr:
+    """0.5 x (1 + erf(x / sqrt 2)), or with approximate='tanh' x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))"""
+    b, x = call.b, call.x("self")
+    half, one = call.const(0.5), call.const(1)
+    if call["approximate"] == "tanh":
+        # 0.5 x (1 + tanh(u)) == x * sigmoid(2u): same function, one exp instead of tanh, and no
+        # cancellation in (1 + tanh(u)) for negative x.
+        inner = b.mul(call.const(2 * math.sqrt(2 / math.pi)),
+                      b.add(x, b.mul(call.const(0.044715), b.mul(x, b.mul(x, x)))))
+        return b.mul(x, b.call("sigmoid", inner))
+    return b.mul(b.mul(half, x), b.add(one, b.call("erf", b.mul(x, call.const(math.sqrt(0.5))))))
+
+
+def _gelu_check(consts, parts) -> Optional[str]:
+    if consts.get("approximate") not in ("none", "tanh"):
+        return f"gelu approximate={consts.get('approximate')!r} is not known"
+    return None
+
+
+register(OpRow("gelu", ("aten::gelu",), "pointwise", ("self", "approximate='none'"), "default", ("self",),
+               consts=("approximate",), decomp=_gelu, float_only=True, check=_gelu_check,
+               eager=lambda self, approximate="none": torch.nn.functional.gelu(self, approximate=approximate),
+               doc="GELU, exact (erf) or approximate='tanh'"))
+
+
+def _silu(call: OpCall) -> Expr:
+    """x * sigmoid(x)"""
+    x = call.x("self")
+    return call.b.mul(x, call.b.call("sigmoid", x))
+
+
+register(OpRow("silu", ("aten::silu",), "pointwise", ("self",), "default", ("self",), decomp=_silu,
+               float_only=True, eager=torch.nn.functional.silu, doc="x * sigmoid(x)"))
+
+
+def _softplus(call: OpCall) -> Expr:
+    """x * beta > threshold ? x : log1p(exp(x * beta)) / beta"""
+    b, x = call.b, call.x("self")
+    beta = call.const(call["beta"])
+    xb = b.mul(x, beta)
+    soft = b.div(b.call("log1p", b.call("exp", xb)), beta)
+    return b.where(b.call("gt", xb, call.const(call["threshold"])), x, soft)
+
+
+register(OpRow("softplus", ("aten::softplus",), "pointwise", ("self", "beta=1", "threshold=20"), "default",
+               ("self",), consts=("beta", "threshold"), decomp=_softplus, float_only=True,
+               eager=lambda self, beta=1, threshold=20: torch.nn.functional.softplus(self, beta, threshold),
+               doc="log(1 + exp(beta x)) / beta, linear above threshold"))
