@@ -41,6 +41,7 @@ from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT,
 from .kir import (PRIMS, Call, Cast, Const, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
                   ScalarArg)
 from .reduction import ReductionKernel
+from .reduction_blocks import SumBlocks
 from .reduction_index import IndexPlan
 from .reduction_passes import PassPlan
 from .reduction_rows import RowPipeline
@@ -72,7 +73,7 @@ def _roots_under(d: IterDomain) -> set[int]:
     return _roots_under(o[1])
 
 
-class _Walk(IndexPlan, PassPlan, RowPipeline):
+class _Walk(IndexPlan, PassPlan, RowPipeline, SumBlocks):
     def __init__(self, kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, opts: RenderOptions,
                  online: bool = False, scratch: bool = False) -> None:
         self.k, self.nest, self.d, self.o = kernel, nest, dialect, opts
@@ -172,12 +173,19 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         return names
 
     # -- emission ------------------------------------------------------------------------------
-    def open_leaf(self, em: _Emitter, i: int, pragma: Optional[str] = None) -> None:
-        d, T = self.nest.leaves[i], self.T
-        var, ext = f"i{i}", self.ix(d.extent)
+    def leaf_extent(self, i: int) -> str:
+        d = self.nest.leaves[i]
+        ext = self.ix(d.extent)
         if self.fold is not None and d is self.fold[0]:
             lim = f"({self.ix(self.fold[1].extent)} - {self.ix(self.fold[2])})"
             ext = f"({lim} < {ext} ? {lim} : {ext})"
+        return ext
+
+    def open_leaf(self, em: _Emitter, i: int, pragma: Optional[str] = None,
+                  chunk: Optional[tuple[str, str]] = None) -> None:
+        """Open leaf ``i``'s loop (or bind it); ``chunk``: (start, end) of a blocked sum's chunk."""
+        d, T = self.nest.leaves[i], self.T
+        var, ext = f"i{i}", self.leaf_extent(i)
         if d.ptype in self.d.binds:
             em(self.d.binds[d.ptype].format(T=T, i=var))
             return
@@ -203,11 +211,15 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         loop = self.d.loops[d.ptype]
         if self.backwards and i in self.grid_red:
             loop = self.d.grid_reduce[d.ptype]["reverse"]
-        em(loop.format(T=T, i=var, ext=ext) + " {")
+        if chunk is not None:
+            em(f"for ({T} {var} = {chunk[0]}; {var} < {chunk[1]}; ++{var}) {{")
+        else:
+            em(loop.format(T=T, i=var, ext=ext) + " {")
         em.depth += 1
 
-    def simd_pragma(self, reds: list[Reduce]) -> str:
-        """The simd pragma of a loop that accumulates ``reds``: with reduction clauses, or none."""
+    def simd_pragma(self, reds: list[Reduce], split: bool = True) -> str:
+        """The simd pragma of a loop that accumulates ``reds``: with reduction clauses, or none;
+        split across threads when no row loop encloses it, unless ``split`` is False."""
         clauses = []
         if any(id(r) in self.first_of or id(r) in self.second_of for r in reds):
             return ""                       # an online update is no OpenMP reduction
@@ -222,7 +234,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
                 clauses.append(f" reduction({self.d.simd_reduction['or']}:nan{j[3:]})")
         if not self.d.simd_pragma:
             return ""
-        if self.first == 0 and self.d.parallel_simd_pragma:
+        if self.first == 0 and self.d.parallel_simd_pragma and split:
             # no row loop to spread over threads: the pass loop itself is split across them
             work = " * ".join(f"n{r}" for r in range(self.k.n_dims)) or "1"
             return self.d.parallel_simd_pragma.format(work=work, threshold=self.o.omp_threshold) + "".join(clauses)
@@ -289,13 +301,23 @@ class _Walk(IndexPlan, PassPlan, RowPipeline):
         # with what the previous one read last, which is still in L2 (chunks of a grid barrier
         # kernel; the L2 is a fraction of the tensor, so a pass in the same order would miss)
         self.backwards = self.grid_sync and p % 2 == 0
+        blk, inner = self.block_leaf(reds), outer
         for i in self.loops:
+            chunk = None
+            if i == blk:
+                chunk = self.open_block(em, i, self.leaf_extent(i), reds)
+                inner = em.depth
             simd = self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and (reds or self.first == 0)
-            self.open_leaf(em, i, self.simd_pragma(reds) if simd else None)
+            self.open_leaf(em, i, self.simd_pragma(reds, blk is None) if simd else None, chunk)
         if self.preds:
             em("if (" + " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.preds) + ") {")
             em.depth += 1
         self.emit_body(em, p, reds, lane)
+        while em.depth > inner:
+            em.depth -= 1
+            em("}")
+        if blk is not None:
+            self.close_block(em, reds)
         while em.depth > outer:
             em.depth -= 1
             em("}")

@@ -502,6 +502,9 @@ class Dialect:
     runtime_unroll: str = ""                            # before reduction loops of run-time extent
     # (op, dtype) -> accumulate statement ({a} {v}) that propagates NaN by itself: no NaN flag.
     nan_combine: dict = field(default_factory=dict)
+    # Float sums over a run-time extent go through chunk accumulators of this many iterations
+    # (``reduction_blocks.py``); 0: one accumulator per thread / lane for the whole loop.
+    sum_block: int = 0
 
     def prelude(self) -> str:
         return "\n".join([self.headers, f"#define GF_FN {self.qualifier}", self.constants_text(),
@@ -536,6 +539,7 @@ CPP = Dialect(
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     row_scratch=True,
+    sum_block=1024,
     constants={"GF_UNROLL_ALL": '_Pragma("GCC unroll 16")', "GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )
