@@ -23,6 +23,9 @@ rows, rendered once) and the *inner* leaves, rendered once per pass:
   array or, with ``prefetch_stages`` S > 0 and 4/8/16-byte vectors, as asynchronous copies into
   S shared-memory stages that each thread alone writes and reads back (``dialect.async_copy``),
   so a block keeps up to S rows in flight while it reduces and stores the current one;
+- float sums over a run-time extent accumulate in chunks with compensated totals where the
+  dialect asks for it (``reduction_blocks.py``: the CPU's serial lanes); column partials of a
+  norm backward ride in the row loop (``reduction_columns.py``);
 - values that do not vary along the reduced axes (means, rstd ...) are computed once per row
   after the pass that finishes them, and row-sized outputs are stored by the first thread.
 
@@ -42,6 +45,7 @@ from .kir import (PRIMS, Call, Cast, Const, Expr, FirstLoad, LastLoad, LinearInd
                   ScalarArg)
 from .reduction import ReductionKernel
 from .reduction_blocks import SumBlocks
+from .reduction_columns import ColumnSums
 from .reduction_index import IndexPlan
 from .reduction_passes import PassPlan
 from .reduction_rows import RowPipeline
@@ -73,7 +77,7 @@ def _roots_under(d: IterDomain) -> set[int]:
     return _roots_under(o[1])
 
 
-class _Walk(IndexPlan, PassPlan, RowPipeline, SumBlocks):
+class _Walk(IndexPlan, PassPlan, RowPipeline, SumBlocks, ColumnSums):
     def __init__(self, kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, opts: RenderOptions,
                  online: bool = False, scratch: bool = False) -> None:
         self.k, self.nest, self.d, self.o = kernel, nest, dialect, opts
@@ -455,61 +459,6 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, SumBlocks):
                 # broadcast along the vectorized dim: the lanes hold one element (see cstyle._body)
                 em(f"{t.name}[{off}] = b_{t.name}[0];" if t.dim_kinds and t.dim_kinds[self.vroot] == "bcast"
                    else f"gf_store<{V}>({t.name} + {off}, b_{t.name});")
-
-    # -- column sums ---------------------------------------------------------------------------
-    def column_slot(self, q: int) -> str:
-        """Where this thread accumulates its current element of column partials ``q``: a
-        register of its columns (persistent schedules), else the element of its slot."""
-        if self.persistent:
-            return f"ca_{self.k.tensors[q].name}[{self._linear(self.cache_leaves)}]"
-        lane = " + v" if self.vec else ""
-        return f"{self.k.tensors[q].name}[{self.ix(self.offsets[q])}{lane}]"
-
-    def open_slots(self, em: _Emitter) -> None:
-        """The slot loop (one slot per row worker, the dialect's grid loop over ``gf_slots``:
-        spread over OpenMP threads, or one iteration per block) and the register accumulators."""
-        if self.d.parallel_pragma:
-            work = " * ".join(f"n{r}" for r in range(self.k.n_dims)) or "1"
-            em(self.d.parallel_pragma.format(work=work, threshold=self.o.omp_threshold))
-            self.parallel_done = True
-        em(self.d.loops[ParallelType.BIDx].format(T=self.T, i="gf_slot", ext="gf_slots") + " {")
-        em.depth += 1
-        if not self.persistent:
-            return              # (the launcher zeroes the slots)
-        n = self.cache_size()
-        for q in self.columns:
-            t = self.k.tensors[q]
-            em(f"{COMPUTE_TYPES[t.dtype]} ca_{t.name}[{n}];")
-            em(self.d.unroll_pragma.format(ext=n))
-            em(f"for (int l = 0; l < {n}; ++l) ca_{t.name}[l] = {c_literal(0, t.dtype)};")
-
-    def emit_column_writeback(self, em: _Emitter) -> None:
-        """After the slot's last row: registers -> the slot's row of every column partials
-        tensor. Only index values declared outside the row loop are named here."""
-        if not self.persistent:
-            return
-        names = self.names
-        outside = {n for n, _ in self.decls.get(0, [])}
-        self.names = {e: n for e, n in names.items() if n in outside}
-        outer = em.depth
-        for i in self.loops:
-            self.open_leaf(em, i)
-        rows = {f"i{k}" for k in range(self.first)}
-        preds = [f"{self.ix(a)} < {self.ix(b)}" for a, b in self.preds if not (a.vars() | b.vars()) & rows]
-        if preds:
-            em("if (" + " && ".join(preds) + ") {")
-            em.depth += 1
-        lane = ""
-        if self.vec:
-            lane = " + v"
-            em("#pragma unroll")
-            em(f"for (int v = 0; v < {self.V}; ++v) {{")
-            em.depth += 1
-        for q in self.columns:
-            t = self.k.tensors[q]
-            em(f"{t.name}[{self.ix(self.offsets[q])}{lane}] = ca_{t.name}[{self._linear(self.cache_leaves)}];")
-        self._close(em, outer)
-        self.names = names
 
     def emit_row_stores(self, em: _Emitter) -> None:
         if not self.row_stores:
