@@ -334,17 +334,23 @@ def _torchscript_answers(fn, case: dict, call: int, device: str) -> bool:
     """Does torch.jit.script's own function return (not raise) on this call's inputs, when it has
     run the calls before it too? Then an error eager raises was lost before graphfuser saw the
     graph (TorchScript drops unused ops; its optimized executor, from its second call on, drops
-    dead in-place writes of fresh values: graphfuser's recovery runs such calls through it)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        scripted = torch.jit.script(fn)
-        for c in range(call + 1):
-            try:
-                scripted(*make_args(case, c, device))
-            except Exception:  # noqa: BLE001 - TorchScript raises too on the call judged
-                if c == call:
-                    return False
-    return True
+    dead in-place writes of fresh values: graphfuser's recovery runs such calls through it).
+    The function's graph also runs without TorchScript's optimizations: where only the optimized
+    executor raises (its differentiable graphs treat a fresh intermediate as a leaf and reject
+    an in-place write into a view of it), the language's own answer is the unoptimized one."""
+    for optimized in (False, True):      # (the unoptimized run first: it leaves no plan behind)
+        with warnings.catch_warnings(), torch.jit.optimized_execution(optimized):
+            warnings.simplefilter("ignore")
+            scripted = torch.jit.script(fn)
+            answered = True
+            for c in range(call + 1):
+                try:
+                    scripted(*make_args(case, c, device))
+                except Exception:  # noqa: BLE001 - TorchScript raises too on the call judged
+                    answered = c != call
+        if answered:
+            return True
+    return False
 
 
 def _split_precision_deviations(case: dict, device: str, workdir: str, tag: str, findings: list,
