@@ -17,7 +17,8 @@ from typing import Any, Callable, Optional
 from .known import known_defect
 from .worker import Worker
 
-CATEGORIES = ("wrong_value", "wrong_dtype", "wrong_shape", "wrong_strides", "wrong_requires_grad", "missing_error",
+CATEGORIES = ("wrong_value", "wrong_dtype", "wrong_shape", "wrong_strides", "wrong_requires_grad", "wrong_grad",
+              "missing_error",
               "crash", "hang", "compile_fallback")
 
 
@@ -183,7 +184,7 @@ def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: flo
         failing: dict[str, list[int]] = collections.defaultdict(list)
         known: dict[str, int] = collections.Counter()
         unknown: list[dict] = []
-        kernel = eager_only = invalid = 0
+        kernel = eager_only = invalid = grads = 0
         for i, (case, res) in enumerate(zip(cases, results)):
             if res.get("invalid"):
                 invalid += 1
@@ -200,6 +201,7 @@ def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: flo
             for d in {d["deviation"] for d in res.get("deviations", [])}:
                 deviations[d] += 1
             kernel += bool(res.get("kernel_ran"))
+            grads += bool(res.get("grad_calls"))
             eager_only += res.get("eager_errors", 0) >= res.get("calls", 7)
             for op in case["ops"]:
                 if op in per_op:
@@ -219,7 +221,7 @@ def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: flo
             "counts": {c: counts.get(c, 0) for c in CATEGORIES},
             "failed_graphs": sum(1 for r in results if r["findings"]),
             "deviations": dict(deviations), "kernel_ran": kernel, "invalid": invalid, "runnable": runnable,
-            "fusion_rate": kernel / runnable if runnable else 0.0,
+            "fusion_rate": kernel / runnable if runnable else 0.0, "grad_graphs": grads,
             "per_op": per_op, "known": dict(known), "unknown": unknown, "classes": classes,
             "cases": cases, "results": results}
 

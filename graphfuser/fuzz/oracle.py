@@ -6,7 +6,8 @@ graphfuser value is wrong only when it is not within a tight, dtype-sized margin
 where the float64 reference is faithful for that element (eager is near it), no closer to the
 reference than eager is plus that margin. Integers and bools are exact (a flip that agrees with
 the reference is rounding). NaN positions must agree. Dtype, shape, strides (of dims longer
-than one), requires_grad, mutated inputs and exceptions are compared too.
+than one), requires_grad, mutated inputs and exceptions are compared too; where inputs require
+grad, so are their gradients (``grads.py``).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any, Optional
 
 import torch
 
+from .grads import check_grads
 from .known import eager_launch_failure_on_empty
 
 DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -380,7 +382,7 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
     findings: list[dict] = []
     deviations: list[dict] = []
     result = {"findings": findings, "deviations": deviations, "kernel_ran": False, "fused_ops": [],
-              "eager_errors": 0, "calls": len(case["calls"])}
+              "eager_errors": 0, "calls": len(case["calls"]), "grad_calls": 0}
     try:
         fn = load(case["source"], os.path.join(workdir, f"case_{tag}.py"))
         sf = graphfuser.script(fn)
@@ -488,6 +490,13 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     deviations.append({"deviation": "fp32_intermediates", "call": call, "detail": f"{what}: {detail}"})
                     continue
                 findings.append({"category": cat, "call": call, "detail": f"{what}: {detail}"})
+            if any(spec.get("requires_grad") for spec in case["inputs"]):
+                judged = check_grads(
+                    case, call, fo, fe, ga, ea, lambda: _grad_reference(fn, case, call, device),
+                    lambda g, e, r: compare_tensor(g, e, r, low_eps, check_strides=False, ref_floor=floor))
+                if judged is not None:
+                    findings += judged
+                    result["grad_calls"] += 1
     for w in caught:
         text = str(w.message)
         if "could not be compiled" in text:
@@ -513,6 +522,19 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
             uniq.append(f)
     result["findings"] = uniq
     return result
+
+
+def _grad_reference(fn, case: dict, call: int, device: str) -> Optional[tuple[list, list]]:
+    """The float64 reference's outputs and inputs, the inputs that require grad as leaves."""
+    args = make_args(case, call, device, ref=True)
+    for spec, a in zip(case["inputs"], args):
+        if spec.get("requires_grad") and isinstance(a, torch.Tensor) and a.is_floating_point():
+            a.requires_grad_(True)
+    try:
+        with ExactMoments():
+            return _flat(fn(*args)), args
+    except Exception:  # noqa: BLE001 - no reference: gradients are judged against eager alone
+        return None
 
 
 def _closer_to_ref(g: Any, e: Any, r: Any) -> bool:

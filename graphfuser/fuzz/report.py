@@ -107,6 +107,9 @@ def render_markdown(res: dict) -> str:
         lines.append(f"| {cat} | {k} | {100 * k / max(n, 1):.1f} |")
     lines += ["", f"**Fusion rate**: {res['kernel_ran']} of {res['runnable']} graphs that eager can run "
               f"({100 * res['fusion_rate']:.1f}%) ran a generated kernel after profiling.", "",
+              f"**Gradients** (inputs that require grad: backward through eager, graphfuser and the float64 "
+              f"reference, every input's gradient judged as outputs are) were judged in {res.get('grad_graphs', 0)} "
+              "graphs.", "",
               "## Deliberate deviations (not failures)", "", "| deviation | graphs | knob |", "|---|---:|---|"]
     for name, d in DEVIATIONS.items():
         lines.append(f"| {name}: {d['what']} | {res['deviations'].get(name, 0)} | {d['knob']} |")

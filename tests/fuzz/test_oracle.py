@@ -225,3 +225,28 @@ def test_only_the_optimized_executor_raising_is_still_torchscript_semantics():
     res = run_case(_case(body, [x], [[3, False]] * 4), "cpu", "/tmp", "ts6033")
     assert res["findings"] == []
     assert {d["deviation"] for d in res["deviations"]} == {"torchscript_semantics"}
+
+
+def test_gradients_are_judged():
+    from graphfuser.fuzz.grads import check_grads
+
+    case = {"seed": 3, "inputs": [{"name": "x0"}]}
+    xe, xg = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+
+    def cmp(g, e, r):
+        return compare_tensor(g, e, r, 1.2e-7, check_strides=False)
+
+    ok = check_grads(case, 0, [xg * 2.0], [xe * 2.0], [xg], [xe], lambda: None, cmp)
+    assert ok == []
+    bad = check_grads(case, 0, [xg * 3.0], [xe * 2.0], [xg], [xe], lambda: None, cmp)
+    assert [f["category"] for f in bad] == ["wrong_grad"] and "grad of x0" in bad[0]["detail"]
+    # no input that requires grad reaches the outputs' graph: nothing to judge
+    assert check_grads(case, 0, [xg.detach() * 2], [xe.detach() * 2], [xg], [xe], lambda: None, cmp) is None
+
+
+def test_a_training_case_judges_gradients_through_fused_groups():
+    x = dict(X, requires_grad=True)
+    w = dict(X, name="x1", requires_grad=True)
+    res = run_case(_case("    return torch.sigmoid(x0 * x1 + 2.0) * torch.tanh(x0 - x1)\n", [x, w]), "cpu", "/tmp",
+                   "train")
+    assert res["findings"] == [] and res["kernel_ran"] and res["grad_calls"] == 7

@@ -1,0 +1,82 @@
+"""Gradients in the fuzz oracle: a call whose inputs require grad also runs backward.
+
+After a call's outputs compare equal, every floating output that requires grad gets a
+deterministic random gradient, and ``torch.autograd.grad`` runs through eager's graph, through
+graphfuser's (its differentiable groups' backward graphs) and through the float64 reference
+(with exact moments). Each input's gradient is judged as outputs are (``compare_tensor``,
+strides not compared: ``.grad`` layouts follow autograd's own rules). A gradient eager leaves
+``None`` (the input does not reach the outputs) must be ``None`` or all zeros in graphfuser.
+Where eager's backward raises (an input modified in place after autograd saved it), the call's
+gradients are not judged: graphfuser's functional rewrite may have nothing left to complain
+about, and the forward values were already compared.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+
+def _targets(outs: list) -> list[int]:
+    return [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad]
+
+
+def _leaves(args: list) -> list[int]:
+    return [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
+
+
+def _grads(outs: list, args: list, idx: list[int], leaves: list[int], gos: list) -> tuple:
+    got = torch.autograd.grad([outs[i] for i in idx], [args[k] for k in leaves],
+                              [g.to(outs[i].dtype) for i, g in zip(idx, gos)], allow_unused=True)
+    return tuple(got)
+
+
+def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
+                reference: Callable[[], Optional[tuple[list, list]]],
+                compare: Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], Optional[tuple[str, str]]]
+                ) -> Optional[list[dict]]:
+    """Findings of the backward of one call (None: not judged) (graphfuser outputs ``fo`` of inputs ``ga``, eager
+    ``fe`` of ``ea``); ``reference()`` gives the float64 (outputs, inputs) with leaves that
+    require grad, or None; ``compare(g, e, r)`` judges one gradient."""
+    idx, leaves = _targets(fe), _leaves(ea)
+    if not idx or not leaves or _targets(fo) != idx or _leaves(ga) != leaves:
+        return None
+    gen = torch.Generator().manual_seed(case["seed"] * 7919 + call)
+    gos = [torch.randn(tuple(fe[i].shape), generator=gen, dtype=torch.float64).to(fe[i].device) for i in idx]
+    try:
+        ge = _grads(fe, ea, idx, leaves, gos)
+    except Exception:  # noqa: BLE001 - eager's backward raises: not judged (see the docstring)
+        return None
+    try:
+        gg = _grads(fo, ga, idx, leaves, gos)
+    except Exception as e:  # noqa: BLE001
+        msg = f"{type(e).__name__}: {str(e).splitlines()[0][:400] if str(e) else ''}"
+        cat = "compile_fallback" if "could not be compiled" in msg else "crash"
+        return [{"category": cat, "call": call, "detail": f"backward: {msg}"}]
+    gr: Any = None
+    ref = reference()
+    if ref is not None:
+        ro, ra = ref
+        try:
+            if _targets(ro) == idx and _leaves(ra) == leaves:
+                gr = _grads(ro, ra, idx, leaves, gos)
+        except Exception:  # noqa: BLE001 - no reference gradient: judged against eager alone
+            gr = None
+    findings = []
+    for n, k in enumerate(leaves):
+        name = case["inputs"][k]["name"] if k < len(case["inputs"]) else str(k)
+        g, e = gg[n], ge[n]
+        r = gr[n] if gr is not None else None
+        if e is None or g is None:
+            other = g if e is None else e
+            if other is not None and bool((other != 0).any()):
+                findings.append({"category": "wrong_grad", "call": call,
+                                 "detail": f"grad of {name}: {'None' if g is None else 'a tensor'} vs eager "
+                                           f"{'None' if e is None else 'a tensor'}"})
+            continue
+        diff = compare(g, e, r)
+        if diff is not None:
+            cat, detail = diff
+            findings.append({"category": "wrong_grad" if cat == "wrong_value" else cat, "call": call,
+                             "detail": f"grad of {name}: {detail}"})
+    return findings

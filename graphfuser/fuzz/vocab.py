@@ -1,0 +1,41 @@
+"""The fuzzer's vocabulary: dtypes, sizes, layouts, fills, literals and the ops a generated
+graph is made of (``gen.py`` draws from these, simplest first so that hypothesis shrinks towards
+the front)."""
+from __future__ import annotations
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+DTYPES = ("float32", "float32", "float16", "bfloat16", "float64", "float32", "int64", "int32", "int8",
+          "uint8", "bool")
+SIZES = (3, 1, 2, 5, 0, 7, 4, 16, 33)
+LAYOUTS = ("dense", "transposed", "sliced", "expanded", "channels_last")
+FILLS = ("normal", "positive", "constant_rows", "nan_inf", "huge_mean", "ints", "zeros")
+FLOAT_LITERALS = ("2.0", "0.5", "-1.5", "0.0", "3.0", "1e-06", "1e+30", 'float("nan")', 'float("inf")')
+INT_LITERALS = ("2", "1", "-3", "0", "7")
+
+UNARY_FLOAT = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
+               "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "lgamma", "reciprocal",
+               "frac")
+UNARY_ANY = ("neg", "abs", "sign", "floor", "ceil", "trunc", "round", "relu", "logical_not", "bitwise_not",
+             "isnan", "isinf", "isfinite", "detach")
+BINARY = ("add", "sub", "mul", "div", "rsub", "floor_divide", "atan2", "pow", "fmod", "remainder", "maximum",
+          "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+          "bitwise_and", "bitwise_or", "bitwise_xor", "fmax", "fmin", "max_other", "min_other")
+# rows whose torch spelling differs from the row name
+TORCH_NAMES = {"max_other": "max", "min_other": "min"}
+OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floor_divide": "//", "remainder": "%",
+             "pow": "**", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+             "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
+               "isnan", "isinf", "isfinite"}
+SPECIAL = ("leaky_relu", "hardtanh", "gelu", "silu", "softplus", "clamp", "clamp_min", "clamp_max", "where",
+           "threshold", "lerp", "addcmul", "addcdiv", "nan_to_num", "dropout", "to", "relu6", "hardswish",
+           "hardsigmoid", "mish", "masked_fill")
+REDUCTIONS = ("sum", "mean", "prod", "amax", "amin", "var", "std", "var_mean", "std_mean", "sum_to_size")
+NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "layer_norm", "native_layer_norm", "rms_norm",
+         "batch_norm", "instance_norm", "group_norm")
+# Every op-table row, simplest first (hypothesis shrinks towards the front).
+OPS = ("add", "mul") + tuple(o for o in BINARY if o not in ("add", "mul")) + UNARY_ANY + UNARY_FLOAT + SPECIAL \
+    + REDUCTIONS + NORMS
+INPLACE = ("mul_", "add_", "sub_", "div_", "clamp_", "relu_", "exp_", "neg_", "sigmoid_", "copy_", "fill_")
+ALIASES = ("float", "to_same", "contiguous", "view", "reshape", "slice", "unsqueeze", "t", "expand", "dropout",
+           "type_as", "squeeze")
