@@ -125,9 +125,9 @@ class D:
         builder expands what is left narrow only where it must (``broadcast``). Otherwise it is
         broadcast now."""
         p, px = self.pattern(g), self.pattern(x)
-        if p is not None and px is not None and len(p) == len(px):
+        if isinstance(g, Value) and p is not None and px is not None and len(p) == len(px):
             return g
-        return self.broadcast(g, x)
+        return self.broadcast(g, x)        # (a number is never a tensor, even for a 0-dim x)
 
     def broadcast(self, g: Value, x: Value) -> Value:
         """``g`` broadcast to ``x``'s shape as a fusible pointwise op: ``where(x == x, g, g)``."""
@@ -337,8 +337,12 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
                 return f"{row.name} has no derivative with respect to {name}"
             r = res[name]
             if r is ZERO:
-                zero.add(inp)
-                continue
+                if inp in sub.inputs:
+                    zero.add(inp)
+                    continue
+                # eager's zeros_like(grad) flows on: the producer's formula multiplies it, and
+                # 0 * inf is NaN there (ceil(x * nan) gives x a NaN gradient in eager)
+                r = d.expand_like(0.0, vmap[n.outputs[0]])
             if isinstance(r, Exact):        # already summed to the input's shape by the formula
                 r = r.value
             elif reducing and name == data_arg:

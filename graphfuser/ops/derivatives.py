@@ -207,8 +207,10 @@ def _erf(d, a, g, out):
 @derivative("atan2")
 def _atan2(d, a, g, out):
     x, y = a["self"], a["other"]
-    q = d.div(g, d.add(d.mul(x, x), d.mul(y, y)))
-    return {"self": d.mul(q, y), "other": d.neg(d.mul(q, x))}
+    den = d.add(d.mul(x, x), d.mul(y, y))
+    # eager: 1 / (x^2 + y^2) is 0 where both are 0, so the gradient at the origin is 0, not NaN
+    rec = d.where(d.op("aten::eq", den, 0.0), 0.0, d.op("aten::reciprocal", den))
+    return {"self": d.mul(d.mul(g, y), rec), "other": d.mul(d.mul(g, d.neg(x)), rec)}
 
 
 @derivative("relu")

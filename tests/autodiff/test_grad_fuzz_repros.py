@@ -1,0 +1,41 @@
+"""Gradient repros the fuzzer found once it judged backward (logs/fuzz-cpu.md), each checked
+against eager's gradients on fused forward and backward groups, NaN positions included."""
+import pytest
+import torch
+
+from grad_helpers import GRAD_TOL, check_grads, make_function
+
+F32 = dict(GRAD_TOL[torch.float32], equal_nan=True)
+
+
+def _leaf(t: torch.Tensor) -> torch.Tensor:
+    return t.requires_grad_(True)
+
+
+@pytest.mark.parametrize("x,y", [
+    (torch.zeros(6), torch.zeros(6)),                                   # both 0: eager's gradient is 0
+    (torch.tensor([0.0, 1.0, -2.0, 0.0]), torch.tensor([0.0, 0.0, 3.0, -0.0])),
+    (torch.tensor([float("inf"), 1.0]), torch.tensor([float("inf"), 0.0])),
+])
+def test_atan2_gradient_at_the_origin(x, y):
+    # fuzz graphs 461 and 1530 (seed 4242): g / (x^2 + y^2) * y is 0 * inf = NaN at (0, 0)
+    fn = make_function(["x", "y"], ["torch.atan2(x * 1.0, y * 1.0)", "torch.atan2(x, x) * 2.0"])
+    check_grads(fn, [_leaf(x.clone()), _leaf(y.clone())], F32)
+
+
+@pytest.mark.parametrize("op", ["ceil", "floor", "trunc", "round", "sign"])
+def test_zero_gradient_of_rounding_ops_flows_through_nan_factors(op):
+    # fuzz graph 1217: ceil's zero gradient times the NaN factor of mul is NaN in eager
+    fn = make_function(["x"], [f"torch.{op}(x * float('nan')) + x", f"torch.{op}(torch.sqrt(x * 1.0)) * 2.0"])
+    check_grads(fn, [_leaf(torch.tensor([0.0, 1.0, 4.0, 2.5]))], F32)
+
+
+@pytest.mark.parametrize("expr", ["torch.std(x * y, None, True, False) * 3.0", "torch.var(x * 2.0) * 3.0",
+                                  "torch.var_mean(x * y, None, unbiased=True, keepdim=True)[1] + 1.0",
+                                  "torch.mean(x - y) * 2.0"])
+@pytest.mark.parametrize("shape", [(), (1,), (3, 5)])
+def test_full_reductions_of_any_rank(expr, shape):
+    # fuzz graphs 2 and 509: a full reduction of a 0-dim tensor built its count from a number
+    fn = make_function(["x", "y"], [expr])
+    g = torch.Generator().manual_seed(0)
+    check_grads(fn, [_leaf(torch.randn(shape, generator=g)), _leaf(torch.randn(shape, generator=g))], F32)
