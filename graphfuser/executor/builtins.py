@@ -268,6 +268,10 @@ _BINDINGS: dict[tuple[str, str], tuple[Any, str]] = {
         ("cat", ""), ("roll", ""), ("layer_norm", ""), ("max_pool2d", ""), ("select", "int"))},
     ("linear", ""): (torch._C._nn, "linear"), ("gelu", ""): (torch._C._nn, "gelu"),
     ("view", ""): (torch._C.TensorBase, "view"),
+    # eager's ``x.mul_(number)`` is mul_.Tensor of a wrapped number, computed in float; the
+    # schema's mul_.Scalar first rounds the number to an fp16 / bf16 self's dtype (1e-6 becomes
+    # a subnormal), a different result in half of the elements
+    ("mul_", "Scalar"): (torch._C.TensorBase, "mul_"),
 }
 
 

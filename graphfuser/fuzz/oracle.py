@@ -465,8 +465,10 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
             fo, fe, fr = _flat(out_g), _flat(out_e), _flat(ref) if ref is not None else None
             pairs = [(f"output {i}", g, e, fr[i] if fr is not None and len(fr) == len(fe) else None)
                      for i, (g, e) in enumerate(zip(fo, fe))]
-            pairs += [(f"input {spec['name']} after the call", g, e, None)
-                      for spec, g, e in zip(case["inputs"], ga, ea) if isinstance(e, torch.Tensor)]
+            # inputs written in place are judged against the reference's inputs after its call
+            pairs += [(f"input {spec['name']} after the call", g, e,
+                       ra if ref is not None and isinstance(ra, torch.Tensor) else None)
+                      for spec, g, e, ra in zip(case["inputs"], ga, ea, ref_args) if isinstance(e, torch.Tensor)]
             if len(fo) != len(fe):
                 findings.append({"category": "wrong_shape", "call": call,
                                  "detail": f"{len(fo)} outputs vs eager {len(fe)}"})

@@ -523,3 +523,20 @@ def test_norm_read_only_for_its_size_keeps_eagers_shape_error(fn):
         with pytest.raises(RuntimeError, match="normalized_shape") as e_g:
             sf(*a)
         assert str(e_g.value) == str(e_eager.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_in_place_multiply_by_a_number_rounds_as_eager(dtype):
+    # fuzz graph 5529 (seed 9494): the host program ran aten::mul_.Scalar, which rounds the
+    # number to the tensor's dtype first (1e-6 becomes an fp16 subnormal); eager's x.mul_(1e-6)
+    # multiplies in float
+    def f(x, y):
+        x.mul_(1e-06)
+        y.mul_(0.1)
+        return torch.rsqrt(y.float() + 2.0).frac()
+
+    def make():
+        g = torch.Generator().manual_seed(0)
+        return torch.randn(64, generator=g).to(dtype), torch.randn(64, generator=g).to(dtype)
+
+    _run(f, make)
