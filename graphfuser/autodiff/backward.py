@@ -55,6 +55,10 @@ def _scalar_type(v: Any) -> Type:
     raise TypeError(f"no constant of type {type(v).__name__} in a backward graph")
 
 
+_COMPARISONS = frozenset({"aten::eq", "aten::ne", "aten::gt", "aten::ge", "aten::lt", "aten::le"})
+_VIEWS = frozenset({"aten::unsqueeze", "aten::expand_as", "aten::expand"})
+
+
 class D:
     """Emits aten nodes into the backward graph; what derivative formulas call."""
 
@@ -64,6 +68,11 @@ class D:
         self._consts: dict[tuple, Value] = {}
         self.ftypes: dict[Value, Type] = {}     # backward value -> profiled type of its forward value
         self.pats: dict[Value, Optional[tuple]] = {}   # backward value -> size-1 pattern (see pattern)
+        # recomputed fp16 / bf16 forward values, which a fused kernel keeps in fp32 where eager
+        # stored them rounded: a comparison reads them rounded (``stored``), so masks and ties
+        # (amax's, maximum's, relu's) fall where eager's do
+        self.rounded: dict[Value, torch.dtype] = {}
+        self._stored: dict[Value, Value] = {}
 
     @staticmethod
     def is_value(x: Any) -> bool:
@@ -78,9 +87,23 @@ class D:
         return self._consts[key]
 
     def op(self, kind: str, *args: Any, out: Type = TENSOR) -> Value:
+        if kind in _COMPARISONS:
+            args = tuple(self.stored(a) for a in args)
         node = self.g.create(kind, [self._in(a) for a in args], [out])
         self.g.block.append(node)
+        if kind in _VIEWS and args and args[0] in self.rounded:
+            self.rounded[node.output] = self.rounded[args[0]]
         return node.output
+
+    def stored(self, v: Any) -> Any:
+        """``v`` as eager stored it: a recomputed fp16 / bf16 value rounded to its dtype."""
+        dt = self.rounded.get(v) if isinstance(v, Value) else None
+        if dt is None:
+            return v
+        if v not in self._stored:
+            r = self.to(self.to(v, torch.float32), dt)
+            self._stored[v] = r
+        return self._stored[v]
 
     def mul(self, a: Any, b: Any) -> Value:
         return self.op("aten::mul", a, b)
@@ -304,6 +327,9 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
         nn.schema = n.schema
         g.block.append(nn)
         vmap.update(zip(n.outputs, nn.outputs))
+        for o, no in zip(n.outputs, nn.outputs):
+            if isinstance(o.type, TensorType) and o.type.dtype in (torch.float16, torch.bfloat16):
+                d.rounded[no] = o.type.dtype
     for v, bv in vmap.items():
         d.ftypes[bv] = v.type
     zero: set[Value] = set()

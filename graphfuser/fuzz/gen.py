@@ -8,6 +8,8 @@ to a subprocess and written out as a standalone repro. The choices are ordered s
 that hypothesis shrinks towards fp32, dense, small graphs. One graph in four is a training
 graph: most of its float inputs require grad (the oracle then judges gradients too), and no
 in-place write targets such an input (eager refuses to write into a leaf that requires grad).
+One graph in six runs under ``torch.autocast`` (bf16; ``matmul`` with a weight input is the op
+autocast casts, and the one op of a graph no group takes).
 """
 from __future__ import annotations
 
@@ -502,6 +504,20 @@ def _emit_alias(s: _State, how: Optional[str] = None) -> None:
     s.ops.append("alias:" + how)
 
 
+def _emit_matmul(s: _State) -> bool:
+    """A matmul with a weight input: no group takes it, so it splits the graph as a linear layer
+    does in a model, and autocast casts it (the fused ops around it see autocast's dtypes)."""
+    a = _pick(s, "f", known_shape=True, min_rank=1)
+    if a is None or a.kind != "f":
+        return False
+    k = s.d(_st().sampled_from((3, 8, 1)))
+    w = _add_input(s, (a.shape[-1], k), "float32")
+    v = _new_var(s, a.shape[:-1] + (k,), "f")
+    s.lines.append(f"{v.name} = torch.matmul({a.name}, {w.name}.to({a.name}.dtype))")
+    s.ops.append("matmul")
+    return True
+
+
 def _emit_size(s: _State) -> bool:
     a = _pick(s, known_shape=True, min_rank=1)
     b = _pick(s)
@@ -529,6 +545,7 @@ def cases(max_ops: int = 5, focus: Optional[str] = None):
         batch = full[0] if rank else 1
         s = _State(draw, tuple(full), batch)
         s.train = draw(st.integers(0, 3)) == 3              # one graph in four trains
+        autocast = draw(st.integers(0, 5)) == 5             # one in six runs under torch.autocast (bf16)
         sym = tuple("B" if i == 0 else x for i, x in enumerate(full))
         for i in range(draw(st.integers(1, 3))):
             k = rank if i == 0 else draw(st.integers(0, rank))
@@ -544,7 +561,7 @@ def cases(max_ops: int = 5, focus: Optional[str] = None):
             if i == 0 and focus == "size" and _emit_size(s):
                 continue
             what = "op" if (i == 0 and focus) else draw(st.sampled_from(("op", "op", "op", "op", "inplace", "alias",
-                                                                          "size")))
+                                                                          "size", "matmul")))
             if what == "op":
                 op = focus if (i == 0 and focus) else draw(st.sampled_from(OPS))
                 if not _emit_op(s, op):
@@ -553,6 +570,9 @@ def cases(max_ops: int = 5, focus: Optional[str] = None):
                 _emit_inplace(s)
             elif what == "alias":
                 _emit_alias(s)
+            elif what == "matmul":
+                if not _emit_matmul(s):
+                    _emit_op(s, "mul")
             elif not _emit_size(s):
                 _emit_op(s, "add")
         produced = [v for v in s.pool if v.name.startswith("v")]
@@ -566,7 +586,8 @@ def cases(max_ops: int = 5, focus: Optional[str] = None):
         flip = vary in ("layout", "both")
         calls = [[batch, False]] * 4 + [[new_batch, flip]] * 3
         return {"source": render(s.inputs, s.lines, names), "inputs": s.inputs, "calls": calls,
-                "ops": sorted(set(s.ops)), "seed": draw(st.integers(0, 2 ** 16))}
+                "ops": sorted(set(s.ops)), "seed": draw(st.integers(0, 2 ** 16)),
+                "autocast": "bfloat16" if autocast else None}
 
     return strategy()
 

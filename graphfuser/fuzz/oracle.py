@@ -11,6 +11,7 @@ grad, so are their gradients (``grads.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
@@ -142,6 +143,14 @@ def _flat(out: Any) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+def autocast_of(case: dict, device: str) -> Any:
+    """The ``torch.autocast`` context a case's calls run in (its ``autocast`` dtype), or a no-op."""
+    dt = case.get("autocast")
+    if not dt:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=DTYPE[dt])
+
+
 def _lowest_eps(case: dict) -> float:
     src = case["source"]
     eps = EPS[torch.float32]
@@ -149,6 +158,8 @@ def _lowest_eps(case: dict) -> float:
         eps = EPS[torch.float16]
     if "bfloat16" in src or any(i.get("dtype") == "bfloat16" for i in case["inputs"]):
         eps = EPS[torch.bfloat16]
+    if case.get("autocast"):
+        eps = max(eps, EPS[DTYPE[case["autocast"]]])
     return eps
 
 
@@ -347,7 +358,8 @@ def _torchscript_answers(fn, case: dict, call: int, device: str) -> bool:
             answered = True
             for c in range(call + 1):
                 try:
-                    scripted(*make_args(case, c, device))
+                    with autocast_of(case, device):
+                        scripted(*make_args(case, c, device))
                 except Exception:  # noqa: BLE001 - TorchScript raises too on the call judged
                     answered = c != call
         if answered:
@@ -409,7 +421,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
             err_e = err_g = None
             try:
                 t0 = time.perf_counter()
-                out_e = fn(*ea)
+                with autocast_of(case, device):
+                    out_e = fn(*ea)
                 t_e = time.perf_counter() - t0
             except Exception as e:  # noqa: BLE001
                 err_e = e
@@ -417,7 +430,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
             before = LAUNCHES[0]
             try:
                 t0 = time.perf_counter()
-                out_g = sf(*ga)
+                with autocast_of(case, device):
+                    out_g = sf(*ga)
                 if device != "cpu":
                     torch.cuda.synchronize()
                 t_g = time.perf_counter() - t0
@@ -497,7 +511,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     case, call, fo, fe, ga, ea, lambda: _grad_reference(fn, case, call, device),
                     lambda g, e, r: compare_tensor(g, e, r, low_eps, check_strides=False, ref_floor=floor))
                 if judged is not None:
-                    findings += judged
+                    findings += [f for f in judged if "category" in f]
+                    deviations += [f for f in judged if "deviation" in f]
                     result["grad_calls"] += 1
     for w in caught:
         text = str(w.message)

@@ -25,7 +25,7 @@ from ..ir.graph import Node, Value
 from ..ir.types import TensorType, Type
 from ..log import jit_log
 from ..ops import lookup
-from ..ops.axes import analyze, is_reduction_node
+from ..ops.axes import analyze, is_reduction_node, needs_axes
 
 if TYPE_CHECKING:
     from .partition import _BlockPartition
@@ -163,6 +163,13 @@ def split_reduction_chains(part: "_BlockPartition", next_id: int) -> None:
             copies.append(c)
         r.replace_input(0, vmap[v])
         axes = analyze(copies + [r])
+        if not isinstance(axes, str):
+            # what the source group keeps must still be one kernel: a node it drops may have been
+            # what tied an output's axes to its reductions' (the weight gradient's product)
+            rest = [n for n in part.members[src] if n not in _would_drop(part, src)]
+            if needs_axes(rest):
+                kept = analyze(rest, columns=True)
+                axes = f"the rest of group {src} would not be one kernel: {kept}" if isinstance(kept, str) else axes
         if isinstance(axes, str):
             r.replace_input(0, v)
             for c in reversed(copies):
@@ -187,6 +194,21 @@ def split_reduction_chains(part: "_BlockPartition", next_id: int) -> None:
         part.succ = {n: set() for n in part.nodes}
         part.pred = {n: set() for n in part.nodes}
         part._edges()
+
+
+def _would_drop(part: "_BlockPartition", gid: int) -> set[Node]:
+    """The members of group ``gid`` that ``_drop_dead`` would remove now."""
+    dead: set[Node] = set()
+    changed = True
+    while changed:
+        changed = False
+        for n in part.members[gid]:
+            if n in dead or n.nested_returns() or any(
+                    o in part.block.returns or any(u not in dead for u, _ in o.uses) for o in n.outputs):
+                continue
+            dead.add(n)
+            changed = True
+    return dead
 
 
 def _drop_dead(part: "_BlockPartition", gid: int) -> None:

@@ -39,3 +39,16 @@ def test_full_reductions_of_any_rank(expr, shape):
     fn = make_function(["x", "y"], [expr])
     g = torch.Generator().manual_seed(0)
     check_grads(fn, [_leaf(torch.randn(shape, generator=g)), _leaf(torch.randn(shape, generator=g))], F32)
+
+
+@pytest.mark.parametrize("last", [3, 0])
+def test_split_reduction_leaves_its_source_group_one_kernel(last):
+    # fuzz graph 474 (seed 77): the gradient of x2 (a sum over dims 0 and 1) recomputed its chain
+    # in a group of its own; the product it took away was what tied x0's gradient output to the
+    # source group's reduction, which then could not be lowered ("walks a loop axis ...")
+    fn = make_function(["x0", "x1", "x2"], ["torch.addcdiv(x1, x0 * 2.0, x2, value=-2.0)"])
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randn(2, 1, last, generator=g).to(torch.bfloat16)
+    x1 = torch.randn(1, 16, last, generator=g).to(torch.bfloat16).expand(2, 16, last)
+    x2 = torch.rand(last, generator=g) + 0.5
+    check_grads(fn, [_leaf(x0), _leaf(x1.detach().requires_grad_()), _leaf(x2)], GRAD_TOL[torch.bfloat16])
