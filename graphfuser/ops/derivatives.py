@@ -267,15 +267,17 @@ def _softplus(d, a, g, out):
 def _pow(d, a, g, out):
     x, e = a["self"], a["exponent"]
     grads = {}
+    tensor_e = d.is_value(e) and e.type.is_tensor
     if d.is_value(x):
         if d.is_value(e):
             gx = d.mul(d.mul(g, e), d.op("aten::pow", x, d.sub(e, 1.0)))
-            grads["self"] = d.where(d.op("aten::eq", e, 0.0), 0.0, gx)
+            # a run-time number exponent is compared as a tensor of x's shape (where needs one)
+            grads["self"] = d.where(d.op("aten::eq", e if tensor_e else d.broadcast(e, x), 0.0), 0.0, gx)
         elif e == 0:
             grads["self"] = ZERO
         else:
             grads["self"] = d.mul(d.mul(g, e), d.op("aten::pow", x, e - 1))
-    if d.is_value(e):
+    if tensor_e:
         ge = d.mul(d.mul(g, out), d.op("aten::log", x) if d.is_value(x) else math.log(x) if x > 0 else float("nan"))
         if d.is_value(x):
             cond = d.op("aten::logical_and", d.op("aten::eq", x, 0.0), d.op("aten::ge", e, 0.0))

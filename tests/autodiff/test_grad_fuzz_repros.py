@@ -52,3 +52,21 @@ def test_split_reduction_leaves_its_source_group_one_kernel(last):
     x1 = torch.randn(1, 16, last, generator=g).to(torch.bfloat16).expand(2, 16, last)
     x2 = torch.rand(last, generator=g) + 0.5
     check_grads(fn, [_leaf(x0), _leaf(x1.detach().requires_grad_()), _leaf(x2)], GRAD_TOL[torch.bfloat16])
+
+
+def test_pow_with_a_run_time_number_exponent():
+    # fuzz graph 235 (seed 1357): the exponent's zero test was a Python bool, which where() refuses
+    fn = make_function(["x"], ["torch.sqrt(x * 1.0) ** 2 * 3.0"])
+    check_grads(fn, [_leaf(torch.rand(2, 4, 1) + 0.1)], F32)
+
+    def f(x, s: int):
+        return torch.sqrt(x) ** s * 2.0
+
+    import graphfuser
+    sf = graphfuser.script(f)
+    for s in (2, 2, 2, 0, 3, -1):
+        x = torch.rand(5) + 0.1
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        sf(a, s).sum().backward()
+        f(b, s).sum().backward()
+        torch.testing.assert_close(a.grad, b.grad, **F32)
