@@ -93,6 +93,9 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
         conds += [f"s{i}[{d}] == 1" for d in ones]
         if len(ones) < t.rank:
             conds.append(f"s{i}.count(1) == {len(ones)}" if ones else f"1 not in s{i}")
+        if 0 in t.sizes:
+            # profiled empty: the layout eager gave an empty result says nothing of a full one
+            conds.append(f"0 in s{i}")
         conds += _layout_checks(i, t)
         # a group specialized for inputs requiring grad runs as an autograd node (graphfuser.autodiff)
         # (requires_grad under the grad mode, as profiled: see TensorType.of). A group made

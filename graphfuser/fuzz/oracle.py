@@ -462,7 +462,7 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                                  "detail": f"slow: fused call {t_g:.2f} s, eager {t_e * 1e3:.2f} ms"})
             ref_args = make_args(case, call, device, ref=True)
             try:
-                with ExactMoments():
+                with ExactMoments(), _float64_default():
                     ref = fn(*ref_args)
             except Exception:  # noqa: BLE001
                 ref = None
@@ -541,6 +541,18 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
     return result
 
 
+@contextlib.contextmanager
+def _float64_default():
+    """The reference promotes integers to float64: an op of an integer input (``sinh`` of int64)
+    computes in the default dtype, which float32 would leave as inexact as eager."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
 def _grad_reference(fn, case: dict, call: int, device: str) -> Optional[tuple[list, list]]:
     """The float64 reference's outputs and inputs, the inputs that require grad as leaves."""
     args = make_args(case, call, device, ref=True)
@@ -548,7 +560,7 @@ def _grad_reference(fn, case: dict, call: int, device: str) -> Optional[tuple[li
         if spec.get("requires_grad") and isinstance(a, torch.Tensor) and a.is_floating_point():
             a.requires_grad_(True)
     try:
-        with ExactMoments():
+        with ExactMoments(), _float64_default():
             return _flat(fn(*args)), args
     except Exception:  # noqa: BLE001 - no reference: gradients are judged against eager alone
         return None

@@ -423,7 +423,8 @@ def _amax(d, a, g, out):
     ou = d.restore_dims(out, a.get("dim"), bool(a.get("keepdim")), d.rank(x))
     mask = d.op("aten::eq", x, ou)
     count = d.op("aten::sum", mask, a.get("dim") if a.get("dim") not in (None, []) else None, True)
-    return {"self": d.where(mask, d.div(gu, count), 0.0)}
+    # eager's (grad / count) * mask: a NaN row (no element equals its NaN max, count 0) is NaN
+    return {"self": d.mul(d.div(gu, count), mask)}
 
 
 @derivative("sum_to_size")

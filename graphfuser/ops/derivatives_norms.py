@@ -4,6 +4,7 @@ statistics (mean, var) and sum over the reduced dims. Registered when ``derivati
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 import torch
@@ -50,7 +51,13 @@ def _var_grad(d, a, g, x) -> Any:
     # N, the reduced count, as a sum of ones over the same dims: it joins the reduction of the
     # mean (a numel of x would be a shape read of a fused intermediate, outside the group)
     n = reduced_count(d, x, dims)
-    return d.div(d.mul(d.sub(x, mean), d.mul(gu, 2.0)), d.sub(n, _correction(a)))
+    dof = d.sub(n, _correction(a))
+    r = d.div(d.mul(d.sub(x, mean), d.mul(gu, 2.0)), dof)
+    if a.get("dim") is None or d.rank(x) == 0:
+        # a full reduction with dof <= 0: eager's grad * (NaN where x is the mean, else inf)
+        edge = d.mul(gu, d.where(d.op("aten::eq", x, mean), math.nan, math.inf))
+        r = d.where(d.op("aten::le", dof, 0.0), edge, r)
+    return r
 
 
 def _std_to_var(d, g, std):

@@ -19,6 +19,7 @@ from torch._prims_common import suggest_memory_format
 
 from ..codegen.kir import Expr
 from ..ir.graph import Node, Value
+from ..ir.types import TensorType
 from .axes import DimPlan
 from .reduction import arg_expr, list_items, mean_of, need_const, rank_of, reduction, same_float, shifted_moments
 from .table import OpCall
@@ -187,8 +188,24 @@ def _running_stats_need_grad(args: dict) -> Optional[str]:
     return None
 
 
+def cpu_mixed_dtypes(x: Value, params: list) -> Optional[str]:
+    """Eager's CPU batch norm takes parameters (weight, bias, running stats) of the input's dtype,
+    or float32 ones for an fp16 / bf16 input; other mixes raise "mixed dtype (CPU)" for a
+    non-empty input. Left to eager, which raises (or returns the empty result)."""
+    t = x.type
+    if not isinstance(t, TensorType) or t.device is None or t.device.type != "cpu":
+        return None
+    dts = {p.type.dtype for p in params if isinstance(p, Value) and isinstance(p.type, TensorType)}
+    if not dts or dts == {t.dtype} or (t.dtype in (torch.float16, torch.bfloat16) and dts == {torch.float32}):
+        return None
+    return f"parameters of dtypes {sorted(map(str, dts))} for a {t.dtype} input (eager raises: mixed dtype (CPU))"
+
+
 def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
     why = _running_stats_need_grad(args)
+    if why:
+        return why
+    why = cpu_mixed_dtypes(node.inputs[0], [args.get(n) for n in ("weight", "bias", "running_mean", "running_var")])
     if why:
         return why
     training = consts.get("training")

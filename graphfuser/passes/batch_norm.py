@@ -131,6 +131,11 @@ def _eligible(node: Node) -> Optional[str]:
         return "unexpected ranks"
     if rm.type.requires_grad or rv.type.requires_grad:
         return "running stats that require grad (eager raises: native_batch_norm is not differentiable for them)"
+    from ..ops.norms import cpu_mixed_dtypes
+
+    mixed = cpu_mixed_dtypes(x, [node.inputs[1], node.inputs[2], rm, rv])
+    if mixed:
+        return mixed
     if config.is_disabled("batch_norm_training"):
         return DISABLED_REASON
     if x.type.device is not None and x.type.device.type == "cuda" and not config.is_enabled("cuda_batch_norm_training"):

@@ -70,3 +70,20 @@ def test_pow_with_a_run_time_number_exponent():
         sf(a, s).sum().backward()
         f(b, s).sum().backward()
         torch.testing.assert_close(a.grad, b.grad, **F32)
+
+
+@pytest.mark.parametrize("shape,corr", [((), 2), ((2,), 2), ((3,), 5), ((4,), 1)])
+def test_variance_gradient_without_degrees_of_freedom(shape, corr):
+    # fuzz graph 1633 (seed 9595): a full variance with correction >= N has eager's gradient
+    # grad * (NaN where x is the mean, else inf), not 2 g (x - mean) / (N - correction)
+    fn = make_function(["x", "y"], [f"torch.var_mean(x * y, None, correction={corr}, keepdim=True)[0] * 2.0",
+                                    f"torch.var(x * 2.0, None, correction={corr}) + 1.0"])
+    g = torch.Generator().manual_seed(1)
+    check_grads(fn, [_leaf(torch.randn(shape, generator=g)), _leaf(torch.randn(shape, generator=g))], F32)
+
+
+def test_amax_gradient_of_a_nan_row_is_nan():
+    # fuzz graph 4049: no element equals a NaN row's max, so eager's (grad / 0) * mask is NaN there
+    fn = make_function(["x"], ["torch.amin(x * 1.0, [1], keepdim=False)", "torch.amax(x * 2.0, [1])"])
+    x = torch.tensor([[1.0, float("nan"), 3.0], [2.0, 2.0, 5.0], [float("inf"), 1.0, float("inf")]])
+    check_grads(fn, [_leaf(x)], F32)

@@ -540,3 +540,46 @@ def test_in_place_multiply_by_a_number_rounds_as_eager(dtype):
         return torch.randn(64, generator=g).to(dtype), torch.randn(64, generator=g).to(dtype)
 
     _run(f, make)
+
+
+def test_a_group_profiled_on_empty_inputs_respecializes_for_full_ones():
+    # fuzz graphs 4283 and 9536 (seed 9595): profiled with batch 0 (a transposed input), the
+    # group wrote later full outputs contiguous where eager follows the input's layout
+    def f(x):
+        return torch.erf(x), x.erfc()
+
+    sf = graphfuser.script(f)
+    for b in (0, 0, 0, 0, 2, 2, 3):
+        x = torch.randn(b, 16, 33).transpose(1, 2)
+        for g, e in zip(sf(x), f(x)):
+            torch.testing.assert_close(g, e)
+            if e.numel():
+                assert g.stride() == e.stride()
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_with_mixed_dtypes_raises_as_eager(training):
+    # fuzz graph 6670 (seed 9595): a float64 input with float32 running stats; eager's CPU kernel
+    # raises "mixed dtype (CPU)" for a non-empty batch (an empty one returns)
+    def f_train(x, rm, rv):
+        return F.batch_norm(x.frac(), rm, rv, None, None, True, 0.1, 1e-05).tan()
+
+    def f_eval(x, rm, rv):
+        return F.batch_norm(x.frac(), rm, rv, None, None, False, 0.1, 1e-05).tan()
+
+    f = f_train if training else f_eval
+    sf = graphfuser.script(f)
+    for b in (0, 0, 0, 0, 2, 3):
+        args = (torch.randn(b, 16, dtype=torch.float64), torch.zeros(16), torch.ones(16))
+        if b == 0:
+            torch.testing.assert_close(sf(*args), f(*args))
+            continue
+        with pytest.raises(RuntimeError, match="mixed dtype"):
+            f(*args)
+        with pytest.raises(RuntimeError, match="mixed dtype"):
+            sf(*args)
+    # fp16 / bf16 input with float32 parameters is eager's allowed mix: still fused and right
+    def g(x, rm, rv):
+        return F.batch_norm(x * 2.0, rm, rv, None, None, True, 0.1, 1e-05) + 1.0
+
+    _run(g, lambda: (torch.linspace(-3, 3, 64).reshape(4, 16).to(torch.bfloat16), torch.zeros(16), torch.ones(16)))
