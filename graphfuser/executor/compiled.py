@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ..codegen.cstyle import RenderOptions, render_function, render_source, stride_args
+from ..codegen.cstyle import RenderOptions, render_function, render_source, serial_twin, stride_args
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import Kernel, kernel_ir_text
 from ..codegen.lower import LaunchPlan, LoweringError, lower_group
@@ -108,7 +108,7 @@ class CompiledGroup:
         if self.target == "cpu":
             params = self.scheduler.heuristics(k, self.plan, "cpu", config.cuda)
             nest = self.scheduler.schedule(k, self.plan, params)
-            fn = render_function(k, nest, CPP, self.name, _render_opts("long long"))
+            fn = serial_twin(render_function(k, nest, CPP, self.name, _render_opts("long long")))
             self.variants = [(self.name, nest, params, "long long")]
             self.source = render_source([fn], CPP)
         else:

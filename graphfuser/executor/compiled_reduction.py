@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..codegen.cstyle import render_function, render_source, stride_args
+from ..codegen.cstyle import render_function, render_source, serial_twin, stride_args
 from ..codegen.cstyle_reduction import render_reduction, render_reduction_source
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import kernel_ir_text
@@ -93,6 +93,8 @@ class ReductionGroup:
                                       info.get("shared_per_thread", 0)))
                 self.grid_sync.append(bool(info.get("grid_sync")))
         render = render_source if self.kernel.kind == "none" else render_reduction_source
+        if target == "cpu":
+            fns = [serial_twin(fn) for fn in fns]      # no OpenMP runtime below its threshold
         self.functions = fns
         self.source = render(fns, dialect)          # every variant: dumps, repros, NVRTC checks
         self.variant_sources = [render([fn], dialect) for fn in fns] if target == "cuda" else []
