@@ -12,6 +12,13 @@ Per model (``eval()``, ``no_grad``, batch ``--batch``) and backend:
   (``cuda_fusion*``), convolutions / GEMMs, layout conversions and copies, and the rest;
 - the kernels with the most GPU time, and the aten ops the host ran per call.
 
+With ``--host`` (any device; e.g. ``--device cpu --batch 1 --size 64``, where kernels are tiny
+and a call is host-bound): the best and median ms per call of each backend, and graphfuser's host
+time per call split by stubbing: the call with every unfused aten op of the host program returning
+its recorded output (host program, guards, allocations, launches and fused kernels), and on the
+CPU also with the fused kernels themselves stubbed (host time alone); then the kernel profile is
+skipped. ``--size`` sets the input's height and width.
+
 For graphfuser, a ``cProfile`` of ``--calls`` calls (each followed by a synchronization, so no
 launch waits for a full launch queue), and with ``--launch-times`` the host microseconds of
 every fused kernel's launch (``cuLaunchKernel`` included). Prints text only; never asserts.
@@ -138,6 +145,61 @@ def launch_timer() -> dict[str, list[float]]:
     return samples
 
 
+CLOCK = time.perf_counter    # --cpu-clock: time.thread_time (CPU time of this thread; a shared host)
+
+
+def best_ms(fn: Callable, device: str, rounds: int, calls: int) -> tuple[float, float]:
+    """(best, median) ms per call over ``rounds`` rounds of ``calls`` calls."""
+    times = []
+    for _ in range(rounds):
+        sync(device)
+        t0 = CLOCK()
+        for _ in range(calls):
+            fn()
+        sync(device)
+        times.append(1e3 * (CLOCK() - t0) / calls)
+    return min(times), statistics.median(times)
+
+
+def host_split(sf: Any, x: torch.Tensor, device: str, rounds: int, calls: int) -> None:
+    """graphfuser's ms per call with the host program's aten ops stubbed (each returns what it
+    returned on a recorded call), and on the CPU with the fused kernels stubbed too."""
+    program = getattr(sf, "_program", None)
+    if program is None:
+        print("   host split: no optimized host program")
+        return
+    full = best_ms(lambda: sf(x), device, rounds, calls)
+    ns = program.fn.__globals__
+    ops = {k: v for k, v in ns.items() if k.startswith("_op")}
+    recorded: dict[str, Any] = {}
+
+    def recorder(k: str, f: Callable) -> Callable:
+        def call(*a: Any, **kw: Any) -> Any:
+            out = recorded[k] = f(*a, **kw)
+            return out
+        return call
+
+    ns.update({k: recorder(k, f) for k, f in ops.items()})
+    sf(x)
+    ns.update({k: (lambda *a, _r=recorded.get(k), **kw: _r) for k in ops})
+    launchers = {id(v): v for v in ns.values() if "_fn" in getattr(v, "namespace", {})}.values()
+    kernels = {id(f): {n: f.namespace[n] for n in ("_fn", "_fn2") if n in f.namespace} for f in launchers}
+    try:
+        line = f"   host split, best / median ms per call: graphfuser {full[0]:.3f} / {full[1]:.3f}"
+        no_ops = best_ms(lambda: sf(x), device, rounds, calls)
+        line += f"; aten ops stubbed {no_ops[0]:.3f} / {no_ops[1]:.3f}"
+        if kernels:
+            for f in launchers:
+                f.namespace.update({n: (lambda *a: None) for n in kernels[id(f)]})
+            host = best_ms(lambda: sf(x), device, rounds, calls)
+            line += f"; fused kernels stubbed too (host only) {host[0]:.3f} / {host[1]:.3f}"
+        print(line)
+    finally:
+        ns.update(ops)
+        for f in launchers:
+            f.namespace.update(kernels[id(f)])
+
+
 def replay_state(sf: Any, x: Any = None) -> None:
     """Whether graphfuser's steady calls replay a CUDA graph, and why not."""
     from graphfuser.executor import cuda_graphs
@@ -163,6 +225,8 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
     model = model.to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if args.size:
+        size = size[:-2] + (args.size, args.size)
     x = torch.randn(args.batch, *size, device=device)
     if args.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
@@ -185,7 +249,12 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
         walls = wall_ms(fns, device, args.rounds, args.calls)
         print(f"== {name} batch {args.batch}: groups {groups}; wall ms (median of {args.rounds} interleaved rounds): "
               + ", ".join(f"{k} {v:.3f}" for k, v in walls.items()))
-        replay_state(sf, x)
+        if args.host:
+            best = {k: best_ms(fn, device, args.rounds, args.calls) for k, fn in fns.items()}
+            print("   best / median ms per call: " + ", ".join(f"{k} {b:.3f} / {m:.3f}" for k, (b, m) in best.items()))
+            host_split(sf, x, device, args.rounds, args.calls)
+        else:
+            replay_state(sf, x)
         try:
             want = model(x)
             errs = {k: float(((fn() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item())
@@ -196,7 +265,7 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
         print("   enqueue ms per call (no sync): " +
               ", ".join(f"{k} {enqueue_ms(fn, device, args.calls):.3f}" for k, fn in fns.items()))
         seen = {}
-        for label, fn in fns.items():
+        for label, fn in fns.items() if not args.host else ():
             kernels, ops = kernel_profile(fn, device)
             seen[label] = report_kernels(label, kernels, ops, 3, args.top)
         # aten ops the host runs per call, where the backends differ
@@ -208,7 +277,7 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
             for k, v in sorted(diff, key=lambda kv: -max(kv[1]))[:args.top * 2]:
                 print(f"      {k:45s} " + " / ".join(f"{c:.0f}" for c in v))
         # non-fused kernels graphfuser runs more of (or slower) than eager
-        eag, gfn = seen["eager"]["names"], seen["graphfuser"]["names"]
+        eag, gfn = (seen["eager"]["names"], seen["graphfuser"]["names"]) if seen else ({}, {})
         extra = []
         for kname, (n, us) in gfn.items():
             if kname.startswith("cuda_fusion"):
@@ -382,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--size", type=int, default=0, help="input height and width (default: the model's)")
+    p.add_argument("--host", action="store_true",
+                   help="host time per call: best / median per backend and graphfuser's split (no kernel profile)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--cprofile", action="store_true", help="cProfile of graphfuser calls")
     p.add_argument("--no-replay-too", action="store_true",
@@ -389,7 +461,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launch-times", action="store_true", help="host time of every fused launch")
     p.add_argument("--launch-bench", action="store_true", help="host us per launch per API, allocation, one group")
     p.add_argument("--rows", action="store_true", help="short-row softmax / layer norm: eager against graphfuser")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--cpu-clock", action="store_true",
+                   help="--host times with the thread's CPU clock, not the wall clock (a host shared with other work; "
+                        "one torch thread and kernels below the OpenMP threshold)")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.cpu_clock:
+        global CLOCK
+        CLOCK = time.thread_time
     if args.rows:
         row_bench(args.device)
     if args.launch_bench and args.device == "cuda":

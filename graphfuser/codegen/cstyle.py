@@ -10,6 +10,7 @@ the expression body, and stores. Nothing in the walk asks which dialect it is pr
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -339,6 +340,42 @@ def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[in
                 em(f"{t.name}[{ix(offsets[p])}] = b_{t.name}[0];")
             else:
                 em(f"gf_store<{V}>({t.name} + {ix(offsets[p])}, b_{t.name});")
+
+
+_PARALLEL = re.compile(r"^(\s*)#pragma omp parallel for( simd)? schedule\(static\) if \((.*?)\)(.*)$")
+
+
+def serial_twin(fn: str) -> str:
+    """A rendered CPU function whose OpenMP loop runs only above the dialect's work threshold
+    (``#pragma omp parallel for ... if (work > threshold)``), split in two: ``static`` ``<name>_serial``
+    without the parallel pragmas, which the exported function calls below the threshold.
+
+    Below the threshold OpenMP still enters the runtime with a team of one and runs the loop as
+    an outlined function that reaches the kernel's pointers through a shared struct, where
+    ``__restrict__`` no longer holds: per-row values (a norm's scale and shift) are reloaded
+    every element. At tiny sizes that was 0.6 us per call with nothing to compute, and a 16 x 1024
+    batch-norm + hardswish took 3.7 us instead of 1.4. Functions without such a pragma are
+    returned unchanged.
+
+    Example: ``... if (n0 * n1 > 65536)`` becomes ``if (!(n0 * n1 > 65536)) { k_serial(t0, ..); return; }``
+    at the top of ``k``."""
+    lines = fn.split("\n")
+    hits = [(i, m) for i, m in ((i, _PARALLEL.match(ln)) for i, ln in enumerate(lines)) if m]
+    head = re.match(r"^(.*?)(\w+)\((.*)\) \{$", lines[0])
+    if not hits or head is None:
+        return fn
+    prefix, name, params = head.groups()
+    cond = hits[0][1].group(3)
+    args = [re.search(r"(\w+)\s*$", p).group(1) for p in params.split(", ")] if params else []
+    serial = list(lines)
+    for i, m in reversed(hits):
+        if m.group(2):          # parallel for simd (+ reduction clauses): the simd loop stays
+            serial[i] = f"{m.group(1)}#pragma omp simd{m.group(4)}"
+        else:
+            del serial[i]
+    serial[0] = f"static void {name}_serial({params}) {{"
+    lines.insert(1, f"  if (!({cond})) {{ {name}_serial({', '.join(args)}); return; }}")
+    return "\n".join(serial) + "\n\n" + "\n".join(lines)
 
 
 def render_source(functions: list[str], dialect: Dialect) -> str:

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..codegen.cstyle import render_function, render_source, stride_args
+from ..codegen.cstyle import render_function, render_source, serial_twin, stride_args
 from ..codegen.cstyle_reduction import render_reduction, render_reduction_source
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import kernel_ir_text
@@ -93,6 +93,8 @@ class ReductionGroup:
                                       info.get("shared_per_thread", 0)))
                 self.grid_sync.append(bool(info.get("grid_sync")))
         render = render_source if self.kernel.kind == "none" else render_reduction_source
+        if target == "cpu":
+            fns = [serial_twin(fn) for fn in fns]      # no OpenMP runtime below its threshold
         self.functions = fns
         self.source = render(fns, dialect)          # every variant: dumps, repros, NVRTC checks
         self.variant_sources = [render([fn], dialect) for fn in fns] if target == "cuda" else []
@@ -168,7 +170,8 @@ def launcher_source(cg: ReductionGroup) -> str:
         if columns:
             L.append("        slots = rows if rows < _threads else _threads")
             L += ["        " + line for line in _column_lines(cg, columns)]
-        L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)(*a)" if len(cg.variants) > 1 else "        _fn(*a)")
+        L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)(_pk(*a))" if len(cg.variants) > 1
+                 else "        _fn(_pk(*a))")
     else:
         L.append(f"        a = ({', '.join(args)},)")
         L += ["        " + line for line in _cuda_choice(cg, len(args))]
@@ -430,18 +433,10 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     slots = ["i64"] if k.has_columns() else []
     kinds = ["ptr"] * len(k.tensors) + ["i64"] * n_index + scalar_kinds + slots
     if cg.target == "cpu":
-        from ..runtime.cpu import CpuKernel, compile_cpp
+        from .compiled import cpu_kernels
 
-        so = compile_cpp(cg.source)
-        ns["_fn"] = CpuKernel(so, cg.variants[0][0], kinds).fn      # the ctypes functions themselves
-        if len(cg.variants) > 1:
-            ns["_fn2"] = CpuKernel(so, cg.variants[1][0], kinds).fn
-        if config.dumps("launch_param") or config.dumps("kernel_args"):
-            from .compiled import _dumping_cpu
-
-            for f in ("_fn", "_fn2"):
-                if f in ns:
-                    ns[f] = _dumping_cpu(ns[f], cg, kinds)
+        fns, ns["_pk"] = cpu_kernels(cg, [v[0] for v in cg.variants[:2]], kinds)
+        ns.update(zip(("_fn", "_fn2"), fns))
     else:
         from ..runtime import cuda_driver, nvrtc
 

@@ -164,10 +164,29 @@ def test_outputs_allocated_with_eagers_strides(layout):
     src = "".join(getattr(r.compiled, "launcher_source", "") for r in sf._runners.values()
                   if hasattr(r, "compiled"))
     if layout == "dense":
-        assert "_empty_c(" in src and "_empty((" not in src, src
+        assert "_empty_c(" in src and "_empty((" not in src and "_empty_c((" not in src, src
     if layout == "permuted":
         assert "_empty((" in src, src
     for _ in range(2):
         got, want = sf(x, y), _fn(x, y)
         assert got.shape == want.shape and got.stride() == want.stride()
         torch.testing.assert_close(got, want)
+
+
+def _norm_relu(x, w, b):
+    return torch.nn.functional.layer_norm(x, [x.size(-1)], w, b).relu()
+
+
+@pytest.mark.parametrize("fn,shapes", [(_fn, [(4, 6, 8), (4, 6, 8)]), (_norm_relu, [(5, 16), (16,), (16,)])])
+def test_cpu_launchers_call_the_packed_entry(fn, shapes):
+    """CPU launchers (pointwise and reduction) pass one struct.pack of the arguments to the
+    kernel's packed entry, not one ctypes conversion per argument; results match eager."""
+    xs = [torch.randn(s) for s in shapes]
+    sf = check(fn, *xs)
+    runners = [r for r in sf._runners.values() if hasattr(r, "compiled")]
+    assert runners
+    for r in runners:
+        assert "_fn(_pk(" in r.compiled.launcher_source or ")(_pk(*a))" in r.compiled.launcher_source
+        assert r.namespace["_fn"].__name__.endswith("_packed")
+    for _ in range(2):
+        torch.testing.assert_close(sf(*xs), fn(*xs))

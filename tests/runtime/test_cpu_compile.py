@@ -1,11 +1,13 @@
 """Compiling and loading generated C++ kernels: the system compiler, the disk cache, ctypes."""
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import pathlib
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -265,3 +267,53 @@ def test_cpu_kernel_shares_the_library_not_the_signature():
         CpuKernel(so, "k", ["ptr", "tensor"])
     with pytest.raises(AttributeError, match="no function"):
         CpuKernel(so, "missing", [])
+
+
+def test_packed_entry_passes_every_argument_kind():
+    """The packed entry hands each kind to the kernel as the plain call does: pointers of any
+    type, 64-bit values past 32 bits, negative ints, doubles, floats and bools."""
+    kinds = ["ptr", "ptr", "i64", "i32", "f64", "f32", "bool"]
+    so = compile_cpp(textwrap.dedent("""\
+        extern "C" void kinds2(const float* __restrict__ x, double* __restrict__ out, long long a, int b,
+                               double c, float d, bool e) {
+            out[0] = (double)(a - 1099511627776LL); out[1] = b; out[2] = c; out[3] = d; out[4] = e; out[5] = x[1];
+        }
+    """) + cpu.packed_entries(["kinds2"], kinds))
+    plain, packed = CpuKernel(so, "kinds2", kinds), CpuKernel(so, "kinds2", kinds, packed=True)
+    x = torch.tensor([0.0, 2.5])
+    for k in (plain, packed):
+        out = torch.zeros(6, dtype=torch.float64)
+        k(x.data_ptr(), out.data_ptr(), 2**40 + 3, -7, 0.1, 0.5, True)
+        assert out.tolist() == [3.0, -7.0, 0.1, 0.5, 1.0, 2.5]
+    assert packed.fn.argtypes == [ctypes.c_char_p] and packed.fn.__name__ == "kinds2_packed"
+    out = torch.zeros(6, dtype=torch.float64)
+    packed(x.data_ptr(), out.data_ptr(), 2**40, 0, 0.0, 0.0, False)
+    assert out.tolist() == [0.0] * 5 + [2.5]
+    with pytest.raises(struct.error):       # a float for an integer slot, as ctypes would refuse it
+        packed(x.data_ptr(), out.data_ptr(), 1.5, 0, 0.0, 0.0, False)
+
+
+def test_packed_calls_from_threads_share_no_buffer():
+    """Each packed call passes its own bytes object: launches of one kernel from several threads
+    at once (the GIL is released during the call) never see another call's arguments."""
+    import threading
+
+    so = compile_cpp(kernel_source() + cpu.packed_entries(["k"], ["ptr", "ptr", "i64"]))
+    k = CpuKernel(so, "k", ["ptr", "ptr", "i64"], packed=True)
+    errors = []
+
+    def work(seed: int) -> None:
+        x = torch.full((4096,), float(seed))
+        for _ in range(200):
+            out = torch.empty_like(x)
+            k(x.data_ptr(), out.data_ptr(), x.numel())
+            if not torch.equal(out, x + 1):
+                errors.append(seed)
+                return
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
