@@ -11,6 +11,16 @@ executor's ``STATS``), a cProfile of a few steps (``--top`` rows by own time) an
 host-device synchronizations a step makes (``torch.cuda.set_sync_debug_mode``). ``--kernels N``
 adds, for both backends on CUDA, the device time per step under ``torch.profiler`` and its ``N``
 slowest kernels (graphfuser's own kernels summed apart).
+
+``--host`` compares the host time of a step where kernels cost little (CPU: one thread, the
+narrow ``--slim`` models at 32 px, batch 2, denormals flushed, since the C++ kernels' scalar
+loops pay for every denormal that eager's vector kernels pay for once per vector): eager and
+graphfuser steps alternate over ``--rounds`` rounds, and per backend it prints ms per step (the
+median of the rounds' medians, and the fastest step), function calls and Python frames per step
+under cProfile, and for graphfuser its groups and autograd nodes per step::
+
+    python tools/prof_zoo_train.py --host --amp none            # CPU, fp32
+    python tools/prof_zoo_train.py --host --device cuda --models timm:convnext_tiny --batch 64
 """
 from __future__ import annotations
 
@@ -58,9 +68,17 @@ def main() -> int:
     p.add_argument("--profile-eager", action="store_true", help="cProfile eager's steps too")
     p.add_argument("--kernels", type=int, default=0, help="on CUDA: the N slowest kernels per step")
     p.add_argument("--slim", action="store_true", help="narrow timm models (SLIM), 32 px, batch 2")
+    p.add_argument("--host", action="store_true", help="host time per step, eager and graphfuser alternating "
+                   "(CPU: --slim, one thread, denormals flushed)")
+    p.add_argument("--rounds", type=int, default=5, help="--host: rounds of --steps steps per backend")
     a = p.parse_args()
     dev = a.device
-    models = a.models or ",".join(SLIM if a.slim else ("resnet50", "timm:vit_small_patch16_224", "timm:convnext_tiny"))
+    if a.host:
+        if dev == "cpu":
+            a.slim = True
+            torch.set_num_threads(1)
+            torch.set_flush_denormal(True)
+        return host_table(a)
     batch = a.batch or (2 if a.slim else 32)
     size = a.image_size or (32 if a.slim else None)
     from graphfuser.autodiff import STATS as AUTODIFF
@@ -70,7 +88,7 @@ def main() -> int:
     def counts() -> dict:
         return {**EXEC, "kernel_builds": BUILDS["builds"], **{f"autodiff_{k}": v for k, v in AUTODIFF.items()}}
 
-    for name in models.split(","):
+    for name in _models(a):
         torch.manual_seed(0)
         model, shape, classes = _build(name, size, SLIM.get(name, {}) if a.slim else {})
         model = model.to(dev).train()
@@ -139,6 +157,82 @@ def main() -> int:
                 print(f"   synchronizations in one step (loss.item() excluded): {len(w)}",
                       "; ".join(sorted({str(x.message).splitlines()[0][:100] for x in w})))
             _profile(step, dev, a.top)
+    return 0
+
+
+def _models(a) -> list[str]:
+    return (a.models or ",".join(SLIM if a.slim else ("resnet50", "timm:vit_small_patch16_224",
+                                                      "timm:convnext_tiny"))).split(",")
+
+
+def _counts(step, steps: int = 3) -> tuple[float, float]:
+    """Function calls and Python frames (calls of functions written in Python) per step."""
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(steps):
+        step()
+    pr.disable()
+    st = pstats.Stats(pr)
+    frames = sum(nc for (f, _, _), (_, nc, *_rest) in st.stats.items() if f != "~")
+    return st.total_calls / steps, frames / steps
+
+
+def host_table(a) -> int:
+    """``--host``: eager and graphfuser steps alternating, one line per model and backend."""
+    from graphfuser.autodiff import STATS as AUTODIFF
+
+    dev = a.device
+    batch = a.batch or (2 if a.slim else 32)
+    size = a.image_size or (32 if a.slim else None)
+    print(f"host time per training step on {dev} (batch {batch}, amp {a.amp}, threads {torch.get_num_threads()}): "
+          "ms/step median (fastest), calls and Python frames per step")
+    for name in _models(a):
+        torch.manual_seed(0)
+        model, shape, classes = _build(name, size, SLIM.get(name, {}) if a.slim else {})
+        model = model.to(dev).train()
+        x = torch.randn(batch, *shape, device=dev)
+        y = torch.randint(0, classes, (batch,), device=dev)
+        steps = {}
+        for mode in ("eager", "graphfuser"):
+            m = copy.deepcopy(model)
+            fn = graphfuser.script(m) if mode == "graphfuser" else m
+            opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+
+            def step(fn=fn, opt=opt):
+                opt.zero_grad(set_to_none=True)
+                with _amp(dev, a.amp):
+                    out = fn(x)
+                loss = F.cross_entropy(out.float(), y)
+                loss.backward()
+                opt.step()
+                return loss
+            steps[mode] = step
+            for _ in range(a.warmup):
+                step().item()
+        times: dict = {k: [] for k in steps}
+        for _ in range(a.rounds):
+            for mode, step in steps.items():
+                ts = []
+                for _ in range(a.steps):
+                    _sync(dev)
+                    t0 = time.perf_counter()
+                    step()
+                    _sync(dev)
+                    ts.append(1e3 * (time.perf_counter() - t0))
+                times[mode].append(ts)
+        base = None
+        for mode, step in steps.items():
+            med = statistics.median(statistics.median(ts) for ts in times[mode])
+            fastest = min(min(ts) for ts in times[mode])
+            before = AUTODIFF["forward"]
+            calls, frames = _counts(step)
+            extra = ""
+            if mode == "graphfuser":
+                extra = f", {(AUTODIFF['forward'] - before) / 3:.0f} autograd groups/step"
+            ratio = "" if base is None else f"  ({med / base:.2f}x eager)"
+            base = base or med
+            print(f"{name:32s} {mode:10s} {med:8.2f} ms ({fastest:.2f}) {calls:8.0f} calls {frames:7.0f} frames"
+                  f"{extra}{ratio}", flush=True)
     return 0
 
 

@@ -14,7 +14,9 @@ Per block (nested ``If``/``Loop`` blocks are partitioned on their own):
    kernel cannot hold is split into the fewest kernels the greedy walk finds.
 3. Horizontal mode merges sibling groups that read the same tensor (same axis rule).
 4. Groups with fewer than two compute nodes dissolve unless single-node mode is on or the node
-   is a normalization (softmax, layer_norm ...), which is a multi-kernel op in eager.
+   is a normalization (softmax, layer_norm ...), which is a multi-kernel op in eager, except
+   under grad one that eager's autograd runs as one kernel forward and one node backward (see
+   ``_lone_under_grad``): as a group it saves no kernel and costs host time.
 5. Each group becomes one ``prim::CpuFusionGroup`` / ``prim::CudaFusionGroup`` node holding a
    subgraph (constants are copied in); the block is re-sorted topologically, keeping the
    original order wherever dependencies allow. A reduction's dims / keepdim / dtype /
@@ -286,6 +288,11 @@ class _BlockPartition:
             if len(mem) < 2 and not config.single_node_mode and not _composite(mem[0]):
                 jit_log("partition", 1, f"dropped single-node group {mem[0].where()} (single-node mode is off)")
                 continue
+            if len(mem) < 2 and not config.single_node_mode and _lone_under_grad(mem[0]):
+                jit_log("partition", 1, f"dropped single-node group {mem[0].where()}: under grad, eager runs it "
+                                        "as one kernel and one backward node, so a group saves no kernel and "
+                                        "adds an autograd node, a backward program and guards")
+                continue
             groups.append(sorted(mem, key=self.index.__getitem__))
         return groups
 
@@ -510,6 +517,28 @@ def _composite(node: Node) -> bool:
 
     row = lookup(node.kind)
     return row is not None and (row.kind == "normalization" or row.name in RANDOM_ROWS)
+
+
+# Normalizations that eager runs as one native op forward and one autograd node backward
+# (native_layer_norm / native_layer_norm_backward, _softmax / _softmax_backward_data, ...). Alone
+# under grad, their group launches as many kernels as eager does (the CUDA backward of a layer
+# norm: one kernel plus the zeroing and summing of its column partials against eager's two), and
+# pays what eager does not: the autograd Function, the saved inputs, the backward's host program
+# and guards. Measured on the CPU (one thread, [2, 8, 8, 8] fp32): a lone layer_norm forward +
+# backward took 43 us of host time fused against 15 us eager. Lone rows that eager computes as
+# several ops (rms_norm, instance_norm) or a random row (dropout) still fuse; so does every lone
+# normalization without grad, and one with a neighbour (a cast, a residual add) in its group.
+_ONE_NODE_UNDER_GRAD = frozenset({"layer_norm", "native_layer_norm", "softmax", "log_softmax", "_softmax",
+                                  "_log_softmax", "batch_norm", "group_norm"})
+
+
+def _lone_under_grad(node: Node) -> bool:
+    """Whether ``node``, alone in its group, is a normalization that eager differentiates as one
+    node and that was profiled with an input requiring grad."""
+    row = lookup(node.kind)
+    if row is None or row.name not in _ONE_NODE_UNDER_GRAD:
+        return False
+    return any(isinstance(v.type, TensorType) and v.type.requires_grad for v in node.inputs)
 
 
 def _returned(block: Block, v: Value) -> bool:

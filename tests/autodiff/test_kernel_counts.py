@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import graphfuser
+from graphfuser.config import config
 from graphfuser.zoo_train import fused_groups
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
@@ -96,10 +97,12 @@ def test_layer_norm_backward_writes_only_dx_full_size():
     x = _r(64, 128, dtype=torch.float32)
     sf = graphfuser.script(ln)
     gout = torch.randn(64, 128)
-    for _ in range(5):
-        ln.zero_grad()
-        x.grad = None
-        sf(x).backward(gout)
+    # a lone layer norm under grad runs eagerly (partition: _lone_under_grad); single-node mode fuses it
+    with config.override(single_node_mode=True):
+        for _ in range(5):
+            ln.zero_grad()
+            x.grad = None
+            sf(x).backward(gout)
     got = [x.grad.clone(), ln.weight.grad.clone(), ln.bias.grad.clone()]
     x.grad = None
     ln.zero_grad()
@@ -111,3 +114,61 @@ def test_layer_norm_backward_writes_only_dx_full_size():
     groups = [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
     full = [o for n in groups for o in n.subgraph.outputs if tuple(o.type.sizes) == (64, 128)]
     assert len(groups) == 1 and len(full) == 1, str(g)
+
+
+
+class _LayerNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+class _Softmax(_LayerNorm):
+    def forward(self, x):
+        return torch.softmax(x, -1)
+
+
+class _LayerNormRelu(_LayerNorm):
+    def forward(self, x):
+        return self.ln(x).relu()
+
+
+_NORMS = {"layer_norm": _LayerNorm, "softmax": _Softmax, "layer_norm_relu": _LayerNormRelu}
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "softmax", "layer_norm_relu"])
+def test_lone_normalization_under_grad_runs_eagerly(op):
+    """A normalization alone in its group under grad (eager: one kernel forward, one autograd node
+    backward) is left to eager; without grad, or with a neighbour in its group, it still fuses.
+    Gradients match eager either way."""
+    from graphfuser.autodiff.function import DifferentiableGroup
+
+    m = _NORMS[op]()
+    sf = graphfuser.script(m)
+    x = _r(8, 16, dtype=torch.float32)
+    gout = torch.randn(8, 16)
+    for _ in range(4):
+        m.zero_grad()
+        x.grad = None
+        sf(x).backward(gout)
+    got = [x.grad.clone()] + [p.grad.clone() for p in m.parameters() if p.grad is not None]
+    x.grad = None
+    m.zero_grad()
+    m(x).backward(gout)
+    ref = [x.grad] + [p.grad for p in m.parameters() if p.grad is not None]
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    groups = [r for r in sf._runners.values() if isinstance(r, DifferentiableGroup)]
+    assert len(groups) == (1 if op == "layer_norm_relu" else 0)
+    y = x.detach()
+    with torch.no_grad():
+        inf = graphfuser.script(_NORMS[op]())
+        inf._module.load_state_dict(m.state_dict())
+        for _ in range(3):
+            out = inf(y)
+        torch.testing.assert_close(out, m(y), rtol=1e-4, atol=1e-5)
+        assert "FusionGroup" in str(inf.graph_for(y))
