@@ -15,9 +15,10 @@ slowest kernels (graphfuser's own kernels summed apart).
 ``--host`` compares the host time of a step where kernels cost little (CPU: one thread, the
 narrow ``--slim`` models at 32 px, batch 2, denormals flushed, since the C++ kernels' scalar
 loops pay for every denormal that eager's vector kernels pay for once per vector): eager and
-graphfuser steps alternate over ``--rounds`` rounds, and per backend it prints ms per step (the
-median of the rounds' medians, and the fastest step), function calls and Python frames per step
-under cProfile, and for graphfuser its groups and autograd nodes per step::
+graphfuser steps alternate over ``--rounds`` rounds, and per backend it prints wall ms per step
+(the median of the rounds' medians, and the fastest step), the calling thread's CPU time per step
+(median: on a shared machine it leaves out the time the thread waited for a core), function calls
+and Python frames per step under cProfile, and for graphfuser its autograd groups per step::
 
     python tools/prof_zoo_train.py --host --amp none            # CPU, fp32
     python tools/prof_zoo_train.py --host --device cuda --models timm:convnext_tiny --batch 64
@@ -185,7 +186,7 @@ def host_table(a) -> int:
     batch = a.batch or (2 if a.slim else 32)
     size = a.image_size or (32 if a.slim else None)
     print(f"host time per training step on {dev} (batch {batch}, amp {a.amp}, threads {torch.get_num_threads()}): "
-          "ms/step median (fastest), calls and Python frames per step")
+          "wall ms/step median (fastest), thread CPU ms/step, calls and Python frames per step")
     for name in _models(a):
         torch.manual_seed(0)
         model, shape, classes = _build(name, size, SLIM.get(name, {}) if a.slim else {})
@@ -210,29 +211,33 @@ def host_table(a) -> int:
             for _ in range(a.warmup):
                 step().item()
         times: dict = {k: [] for k in steps}
+        cpu: dict = {k: [] for k in steps}
         for _ in range(a.rounds):
             for mode, step in steps.items():
-                ts = []
+                ts, cs = [], []
                 for _ in range(a.steps):
                     _sync(dev)
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     step()
                     _sync(dev)
                     ts.append(1e3 * (time.perf_counter() - t0))
+                    cs.append(1e3 * (time.thread_time() - c0))
                 times[mode].append(ts)
+                cpu[mode].append(cs)
         base = None
         for mode, step in steps.items():
             med = statistics.median(statistics.median(ts) for ts in times[mode])
             fastest = min(min(ts) for ts in times[mode])
+            on_cpu = statistics.median(statistics.median(cs) for cs in cpu[mode])
             before = AUTODIFF["forward"]
             calls, frames = _counts(step)
             extra = ""
             if mode == "graphfuser":
                 extra = f", {(AUTODIFF['forward'] - before) / 3:.0f} autograd groups/step"
-            ratio = "" if base is None else f"  ({med / base:.2f}x eager)"
-            base = base or med
-            print(f"{name:32s} {mode:10s} {med:8.2f} ms ({fastest:.2f}) {calls:8.0f} calls {frames:7.0f} frames"
-                  f"{extra}{ratio}", flush=True)
+            ratio = "" if base is None else f"  ({on_cpu / base:.2f}x eager's thread time)"
+            base = base or on_cpu
+            print(f"{name:32s} {mode:10s} {med:8.2f} ms ({fastest:.2f}) thread {on_cpu:6.2f} ms {calls:6.0f} calls "
+                  f"{frames:5.0f} frames{extra}{ratio}", flush=True)
     return 0
 
 
