@@ -90,15 +90,9 @@ def main() -> int:
         return {**EXEC, "kernel_builds": BUILDS["builds"], **{f"autodiff_{k}": v for k, v in AUTODIFF.items()}}
 
     for name in _models(a):
-        torch.manual_seed(0)
-        model, shape, classes = _build(name, size, SLIM.get(name, {}) if a.slim else {})
-        model = model.to(dev).train()
-        x = torch.randn(batch, *shape, device=dev)
-        y = torch.randint(0, classes, (batch,), device=dev)
+        model, x, y = _model_data(a, name, batch, size)
         for mode in ("eager", "graphfuser"):
-            m = copy.deepcopy(model)
-            fn = graphfuser.script(m) if mode == "graphfuser" else m
-            opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+            fn, opt = _backend(model, mode)
 
             phases = [0.0, 0.0, 0.0]
 
@@ -166,6 +160,22 @@ def _models(a) -> list[str]:
                                                       "timm:convnext_tiny"))).split(",")
 
 
+def _model_data(a, name: str, batch: int, size) -> tuple:
+    """The model in training mode on ``a.device``, a fixed batch and its labels."""
+    torch.manual_seed(0)
+    model, shape, classes = _build(name, size, SLIM.get(name, {}) if a.slim else {})
+    model = model.to(a.device).train()
+    x = torch.randn(batch, *shape, device=a.device)
+    y = torch.randint(0, classes, (batch,), device=a.device)
+    return model, x, y
+
+
+def _backend(model: torch.nn.Module, mode: str) -> tuple:
+    """A copy of ``model`` run eagerly or through graphfuser, and its SGD optimizer."""
+    m = copy.deepcopy(model)
+    return (graphfuser.script(m) if mode == "graphfuser" else m), torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+
+
 def _counts(step, steps: int = 3) -> tuple[float, float]:
     """Function calls and Python frames (calls of functions written in Python) per step."""
     pr = cProfile.Profile()
@@ -188,16 +198,10 @@ def host_table(a) -> int:
     print(f"host time per training step on {dev} (batch {batch}, amp {a.amp}, threads {torch.get_num_threads()}): "
           "wall ms/step median (fastest), thread CPU ms/step, calls and Python frames per step")
     for name in _models(a):
-        torch.manual_seed(0)
-        model, shape, classes = _build(name, size, SLIM.get(name, {}) if a.slim else {})
-        model = model.to(dev).train()
-        x = torch.randn(batch, *shape, device=dev)
-        y = torch.randint(0, classes, (batch,), device=dev)
+        model, x, y = _model_data(a, name, batch, size)
         steps = {}
         for mode in ("eager", "graphfuser"):
-            m = copy.deepcopy(model)
-            fn = graphfuser.script(m) if mode == "graphfuser" else m
-            opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+            fn, opt = _backend(model, mode)
 
             def step(fn=fn, opt=opt):
                 opt.zero_grad(set_to_none=True)
