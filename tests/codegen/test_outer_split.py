@@ -27,9 +27,9 @@ def channel_sums(x):
     return x.sum([0, 2, 3]), x.amax([0, 2, 3])
 
 
-def _groups(fn, *args, backward: bool = False, disable: tuple = ()) -> list[ReductionGroup]:
+def _groups(fn, *args, backward: bool = False, disable: tuple = (), single_node: bool = False) -> list[ReductionGroup]:
     sf = graphfuser.script(fn)
-    with config.override(disable=["fallback", *disable]):
+    with config.override(disable=["fallback", *disable], single_node_mode=single_node):
         for _ in range(4):
             y = sf(*args)
             if backward:
