@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 from .vocab import (  # noqa: F401 - also the vocabulary other modules read from here
     FLOAT_DTYPES, DTYPES, SIZES, LAYOUTS, FILLS, FLOAT_LITERALS, INT_LITERALS, UNARY_FLOAT, UNARY_ANY,
-    BINARY, TORCH_NAMES, OPERATORS, BOOL_RESULT, SPECIAL, REDUCTIONS, NORMS, OPS, INPLACE, ALIASES
+    BINARY, TORCH_NAMES, OPERATORS, BOOL_RESULT, SPECIAL, REDUCTIONS, NORMS, OPS, INPLACE, ALIASES, TENSOR_ONLY
 )
 
 Shape = Optional[tuple]   # ints and "B" (the batch dim); None when unknown (after a view)
@@ -121,10 +121,6 @@ def _scalar_arg(s: _State, kind: str) -> str:
     later = s.d(st.sampled_from(vals)) if s.d(st.booleans()) else first
     s.inputs.append({"name": name, "kind": kind, "values": [first, later]})
     return name
-
-
-TENSOR_ONLY = ("maximum", "minimum", "logical_and", "logical_or", "logical_xor", "atan2", "fmax", "fmin", "max_other",
-               "min_other")
 
 
 def _other(s: _State, a: Var, float_ok: bool = True, tensor: bool = False) -> tuple[str, Shape, str]:
@@ -505,8 +501,7 @@ def _emit_alias(s: _State, how: Optional[str] = None) -> None:
 
 
 def _emit_matmul(s: _State) -> bool:
-    """A matmul with a weight input: no group takes it, so it splits the graph as a linear layer
-    does in a model, and autocast casts it (the fused ops around it see autocast's dtypes)."""
+    """A matmul with a weight input: a group boundary, as a model's linear, that autocast casts."""
     a = _pick(s, "f", known_shape=True, min_rank=1)
     if a is None or a.kind != "f":
         return False

@@ -39,3 +39,5 @@ OPS = ("add", "mul") + tuple(o for o in BINARY if o not in ("add", "mul")) + UNA
 INPLACE = ("mul_", "add_", "sub_", "div_", "clamp_", "relu_", "exp_", "neg_", "sigmoid_", "copy_", "fill_")
 ALIASES = ("float", "to_same", "contiguous", "view", "reshape", "slice", "unsqueeze", "t", "expand", "dropout",
            "type_as", "squeeze")
+TENSOR_ONLY = ("maximum", "minimum", "logical_and", "logical_or", "logical_xor", "atan2", "fmax", "fmin", "max_other",
+               "min_other")     # binary rows whose second operand must be a tensor
