@@ -215,7 +215,8 @@ def _atan2(d, a, g, out):
 
 @derivative("relu")
 def _relu(d, a, g, out):
-    return {"self": d.where(d.op("aten::gt", out, 0.0), g, 0.0)}
+    # eager's threshold_backward: zero where out <= 0, so a NaN passes the gradient
+    return {"self": d.where(d.op("aten::le", out, 0.0), 0.0, g)}
 
 
 @derivative("leaky_relu")
@@ -226,9 +227,10 @@ def _leaky_relu(d, a, g, out):
 @derivative("hardtanh")
 def _hardtanh(d, a, g, out):
     x = a["self"]
-    inside = d.op("aten::logical_and", d.op("aten::gt", x, a.get("min_val", -1.0)),
-                  d.op("aten::lt", x, a.get("max_val", 1.0)))
-    return {"self": d.where(inside, g, 0.0)}
+    # eager: zero where x <= min or x >= max, so a NaN passes the gradient
+    outside = d.op("aten::logical_or", d.op("aten::le", x, a.get("min_val", -1.0)),
+                   d.op("aten::ge", x, a.get("max_val", 1.0)))
+    return {"self": d.where(outside, 0.0, g)}
 
 
 @derivative("gelu")
@@ -342,7 +344,7 @@ def _masked_fill(d, a, g, out):
 
 @derivative("threshold")
 def _threshold(d, a, g, out):
-    return {"self": d.where(d.op("aten::gt", a["self"], a["threshold"]), g, 0.0)}
+    return {"self": d.where(d.op("aten::le", a["self"], a["threshold"]), 0.0, g)}   # (NaN passes, as eager's)
 
 
 @derivative("lerp")

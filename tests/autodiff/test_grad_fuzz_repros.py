@@ -87,3 +87,13 @@ def test_amax_gradient_of_a_nan_row_is_nan():
     fn = make_function(["x"], ["torch.amin(x * 1.0, [1], keepdim=False)", "torch.amax(x * 2.0, [1])"])
     x = torch.tensor([[1.0, float("nan"), 3.0], [2.0, 2.0, 5.0], [float("inf"), 1.0, float("inf")]])
     check_grads(fn, [_leaf(x)], F32)
+
+
+@pytest.mark.parametrize("expr", ["torch.relu(x * 1.0)", "F.threshold(x * 1.0, 0.1, 0.0)", "F.hardtanh(x * 2.0)",
+                                  "F.leaky_relu(x * 1.0)", "torch.clamp(x * 1.0, -1.0, 1.0)"])
+def test_kinked_activations_pass_a_nan_as_eager(expr):
+    # fuzz graph 9670 (seed 2468): eager's threshold / hardtanh backward zero the gradient where
+    # x <= bound, so at a NaN the gradient passes; graphfuser's x > bound mask stopped it
+    fn = make_function(["x"], [expr.replace("F.", "torch.nn.functional.")])
+    x = torch.tensor([float("nan"), 0.5, -0.5, 2.0, 0.1, -1.0, 1.0, float("inf"), -float("inf")])
+    check_grads(fn, [_leaf(x)], F32)
