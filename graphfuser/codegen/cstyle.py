@@ -49,6 +49,18 @@ def c_literal(value, dtype: torch.dtype) -> str:
     return f"(({COMPUTE_TYPES[dtype]}){int(value)})"
 
 
+def cast_text(a: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """C text of compute value ``a`` (of ``src``'s compute type) converted to ``dst``'s, as torch
+    converts: to bool by ``!= 0``; a floating value to uint8 through int64 (c10's rule, so that an
+    out-of-range value wraps as eager's does on CPU and saturates through int64 as on CUDA)."""
+    if dst == torch.bool:
+        return f"(({a}) != 0)"
+    ct = COMPUTE_TYPES[dst]
+    if dst == torch.uint8 and (src.is_floating_point or src.is_complex):
+        return f"(({ct})((long long)({a})))"
+    return f"(({ct})({a}))"
+
+
 class _Emitter:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -314,8 +326,7 @@ def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[in
                 names[id(e)] = text
                 continue
         elif isinstance(e, Cast):
-            a = names[id(e.arg)]
-            text = f"(({a}) != 0)" if e.dtype == torch.bool else f"(({ct})({a}))"
+            text = cast_text(names[id(e.arg)], e.arg.dtype, e.dtype)
         else:
             assert isinstance(e, Call)
             text = PRIMS[e.op][1].format(*[names[id(a)] for a in e.args])

@@ -39,7 +39,7 @@ from typing import Optional
 
 import torch
 
-from .cstyle import RenderOptions, _Emitter, c_literal, signature
+from .cstyle import RenderOptions, _Emitter, c_literal, cast_text, signature
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
 from .kir import (PRIMS, Call, Cast, Const, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
                   ScalarArg)
@@ -164,8 +164,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, SumBlocks, ColumnSums):
         if isinstance(e, (FirstLoad, LastLoad)):
             return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(self.first_load(e))
         if isinstance(e, Cast):
-            a = names[id(e.arg)]
-            return f"(({a}) != 0)" if e.dtype == torch.bool else f"(({ct})({a}))"
+            return cast_text(names[id(e.arg)], e.arg.dtype, e.dtype)
         assert isinstance(e, Call), e
         return PRIMS[e.op][1].format(*[names[id(a)] for a in e.args])
 

@@ -164,14 +164,18 @@ def _lowest_eps(case: dict) -> float:
 
 
 def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], low_eps: float,
-                   check_strides: bool = True, ref_floor: float = 0.0) -> Optional[tuple[str, str]]:
+                   check_strides: bool = True, ref_floor: float = 0.0,
+                   eager_noise: float = 1.0) -> Optional[tuple[str, str]]:
     """(category, detail) of the first difference of ``g`` from eager ``e``, or None.
 
     Against the float64 reference ``r``: an element passes when graphfuser is faithful to it
     (within ``LOOSE_ULPS`` of the lowest precision the graph touches: eager's own error, e.g. a
     huge mean's rounding, is no defect of graphfuser's), or when eager is faithful to it and
     graphfuser is no farther from it than eager plus the tight margin. ``ref_floor`` is the reference's own absolute accuracy (float64 rounding at
-    the inputs' magnitude): differences below it are not judged."""
+    the inputs' magnitude): differences below it are not judged. Where eager itself is not
+    faithful (an ill-conditioned output), graphfuser's error may reach ``eager_noise`` times eager's
+    worst error on the output: gradients pass 4, as a gradient is a sum whose rounding noise, over
+    few elements, is one sample of a spread eager's order of summation happens to draw low in."""
     if g.dtype != e.dtype:
         return "wrong_dtype", f"{g.dtype} vs eager {e.dtype}"
     if tuple(g.shape) != tuple(e.shape):
@@ -205,7 +209,7 @@ def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], 
                 # pole of lgamma) are judged by the error eager itself makes there
                 ok = torch.isfinite(y) & torch.isfinite(z)
                 bound = float((y - z)[ok].abs().max()) if bool(ok.any()) else 0.0
-                within = torch.isfinite(x) & ok & ((x - z).abs() <= bound + ref_floor)
+                within = torch.isfinite(x) & ok & ((x - z).abs() <= eager_noise * bound + ref_floor)
                 same = same | within
         if bool(same.all()):
             return _strides(g, e) if check_strides else None
@@ -509,7 +513,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
             if any(spec.get("requires_grad") for spec in case["inputs"]):
                 judged = check_grads(
                     case, call, fo, fe, ga, ea, lambda: _grad_reference(fn, case, call, device),
-                    lambda g, e, r: compare_tensor(g, e, r, low_eps, check_strides=False, ref_floor=floor))
+                    lambda g, e, r: compare_tensor(g, e, r, low_eps, check_strides=False, ref_floor=floor,
+                                                   eager_noise=4.0))
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]
