@@ -13,19 +13,23 @@ host program as before:
 
 - the graph (checked once, ``ineligible_reason``) has no in-place write into a graph input (the
   static input copy would take it; writes into module buffers replay in place, at the address the
-  key checks), no print or SetAttr, no write into a list or dict it did not make, no call into
-  Python (``prim::CallMethod`` / ``CallFunction`` / ``PythonOp``), and reads module attributes
-  only through ``prim::GetAttr`` chains from the module;
+  key checks), no print or SetAttr, no write into a list or dict that is neither its own nor a
+  module attribute, no call into Python (``prim::CallMethod`` / ``CallFunction`` / ``PythonOp``),
+  and reads module attributes only through ``prim::GetAttr`` chains from the module;
 - the call: grad mode off, every tensor argument a dense (contiguous or channels-last) CUDA
   tensor, every other argument a hashable constant; the key is the arguments' shapes, strides,
   dtypes, devices and values, torch's TF32 / cuDNN / matmul-precision flags, and the current
   value of every module attribute the graph reads (tensors by identity and data pointer, so a
-  replaced or re-pointed parameter captures anew; ``training`` flags and other numbers by value);
+  replaced or re-pointed parameter captures anew; ``training`` flags and other numbers by value;
+  lists and dicts by their items, so a cache a module keeps in a dict attribute — LeViT's
+  attention biases by device, filled on the first call — is part of the key);
 - the capture itself: a call that draws random numbers (advances the CUDA or CPU generator: a
   replay would repeat its draws) is not captured; a host read of a device value (``.item()``,
   ``if x.sum() > 0``) makes capture fail; such a signature is never captured again; an output that is not dense or
   that shares memory with an input, a module tensor or another output is not replayed (its
-  aliasing could not be reproduced by a clone).
+  aliasing could not be reproduced by a clone); a call that writes into a list or dict module
+  attribute (a cache being filled: the write is a host effect a replay would skip) is not
+  captured — the call after it has another key (the filled cache), and that one is.
 
 A replay copies every tensor argument into the static inputs and clones every output: GPU time
 that the saved host time must pay for, and replay only helps a call whose host time exceeds its
@@ -91,8 +95,8 @@ def ineligible_reason(graph: Graph, has_module: bool) -> Optional[str]:
             return f"Python call {k}"
         if k in _SIDE_EFFECTS:
             return f"side effect {k}"
-        if k in _CONTAINER_WRITES and _origin(n.inputs[0], graph) != "fresh":
-            return f"{k} into a list or dict that is not made by the graph"
+        if k in _CONTAINER_WRITES and _origin(n.inputs[0], graph) not in ("fresh", "attr"):
+            return f"{k} into a list or dict that is not made by the graph or held by the module"
         if k in _RUNNING_STATS and len(n.inputs) > 5 and not _constant_false(n.inputs[5]) \
                 and any(not (v.is_constant and v.constant() is None) and _origin(v, graph) != "attr"
                         for v in n.inputs[3:5]):
@@ -172,6 +176,40 @@ def _attr(obj: Any, name: str) -> Any:
     return getattr(obj, name)
 
 
+def _container_state(obj: Any) -> Optional[tuple]:
+    """The key part of a list, tuple or dict module attribute: its items (tensors by identity,
+    address and layout, nested containers alike), or None where an item is of another kind."""
+    if isinstance(obj, dict):
+        items = []
+        for k, v in obj.items():
+            if not isinstance(k, (bool, int, float, str)) and k is not None:
+                return None
+            s = _value_state(v)
+            if s is None:
+                return None
+            items.append((k, s))
+        return (dict, tuple(items))
+    if isinstance(obj, (list, tuple)):
+        items = []
+        for v in obj:
+            s = _value_state(v)
+            if s is None:
+                return None
+            items.append(s)
+        return (type(obj), tuple(items))
+    return None
+
+
+def _value_state(v: Any) -> Optional[tuple]:
+    if isinstance(v, torch.Tensor):
+        if not v.is_cuda:
+            return None
+        return (id(v), v.data_ptr(), v.shape, v.stride(), v.dtype)
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return (type(v), v)
+    return _container_state(v)
+
+
 def _dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
 
@@ -231,10 +269,11 @@ class GraphReplayer:
                     vals.append(id(obj))
                 elif obj is None or isinstance(obj, (bool, int, float, str)):
                     vals.append((type(obj), obj))
-                elif isinstance(obj, (list, tuple)) and all(isinstance(x, (bool, int, float, str)) for x in obj):
-                    vals.append(tuple(obj))
                 else:
-                    return None
+                    v = _container_state(obj)
+                    if v is None:
+                        return None
+                    vals.append(v)
         b = torch.backends
         flags = (b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32, b.cudnn.enabled, b.cudnn.deterministic,
                  torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled())
@@ -278,6 +317,10 @@ class GraphReplayer:
         return out
 
     def _capture(self, fast: Callable, args: tuple, key: tuple) -> None:
+        if self._key(args) != key:
+            # the call just made changed what the key covers (it filled a cache in a module
+            # dict): a graph captured now would be filed under the state before it
+            return
         statics = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
                    if isinstance(a, torch.Tensor) else None for a in args]
         call_args = tuple(s if s is not None else a for s, a in zip(statics, args))
@@ -302,6 +345,8 @@ class GraphReplayer:
                     t.copy_(copy)
             if any(t._version != v for t, v in params):
                 raise RuntimeError("the call writes module parameters in place")
+            if self._key(args) != key:
+                raise RuntimeError("the call writes into a list or dict held by the module")
             torch.cuda.current_stream().wait_stream(stream)
             if gen.get_offset() != before or not torch.equal(torch.default_generator.get_state(), cpu_state):
                 raise RuntimeError("the call draws random numbers (a replay would repeat them)")

@@ -191,3 +191,49 @@ def test_copy_bound_calls_are_not_captured():
         for _ in range(6):
             _close(sf(small), _scale_relu(small))
     assert STATS["replays"] > before["replays"]
+
+
+class _BiasCache(nn.Module):
+    """LeViT's attention biases: a per-device cache in a dict attribute, filled on the first call
+    and cleared when the module goes back to training."""
+    cache: dict[str, torch.Tensor]
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(4, 6))
+        self.register_buffer("idx", torch.tensor([0, 2, 4, 5]), persistent=False)
+        self.cache = {}
+
+    def forward(self, x):
+        if self.training:
+            return x * self.bias[:, self.idx]
+        key = str(x.device)
+        if key not in self.cache:
+            self.cache[key] = self.bias[:, self.idx]
+        return x * self.cache[key]
+
+    def train(self, mode=True):
+        super().train(mode)
+        if mode:
+            self.cache = {}
+        return self
+
+
+def test_module_dict_cache_replays_and_follows_a_refilled_cache():
+    m = _BiasCache().cuda().eval()
+    sf = graphfuser.script(m)
+    before = STATS["replays"]
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.randn(3, 4, 4, device="cuda")
+            _close(sf(x), x * m.bias[:, m.idx])
+        assert STATS["replays"] > before, "the cached module was not replayed"
+        assert list(m.cache) == ["cuda:0"]
+        # a new cache (training, then eval with new weights): the replay must not read the old one
+        m.train()
+        m.bias.data = torch.randn(4, 6, device="cuda")
+        m.eval()
+        for _ in range(6):
+            x = torch.randn(3, 4, 4, device="cuda")
+            _close(sf(x), x * m.bias[:, m.idx])
+        assert list(m.cache) == ["cuda:0"]

@@ -116,3 +116,43 @@ def test_print_is_not_eligible():
 
     _, g = _optimized(f, torch.randn(8))
     assert "side effect" in ineligible_reason(g, False)
+
+
+class BiasCache(nn.Module):
+    """LeViT's attention biases: computed once per device and kept in a dict attribute."""
+    cache: dict[str, torch.Tensor]
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(4, 6))
+        self.register_buffer("idx", torch.tensor([0, 2, 4, 5]), persistent=False)
+        self.cache: dict[str, torch.Tensor] = {}
+
+    def forward(self, x):
+        key = str(x.device)
+        if key not in self.cache:
+            self.cache[key] = self.bias[:, self.idx]
+        return x + self.cache[key]
+
+
+def test_write_into_a_module_dict_cache_is_eligible_and_keyed_by_its_items():
+    from graphfuser.executor.cuda_graphs import _container_state
+
+    m = BiasCache().eval()
+    _, g = _optimized(m, torch.randn(3, 4, 4))
+    assert ineligible_reason(g, True) is None
+    assert "cache" in [n for _, n in _chains(g, True)]
+    empty = _container_state({})
+    t = torch.randn(2)
+    assert empty != _container_state({"cpu": t})
+    assert _container_state({"a": 1, "b": [1, 2]}) == (dict, (("a", (int, 1)), ("b", (list, ((int, 1), (int, 2))))))
+    assert _container_state({"a": object()}) is None
+
+
+def test_write_into_a_dict_argument_is_not_eligible():
+    def f(x, d: dict[str, torch.Tensor]):
+        d["y"] = x + 1
+        return x * 2
+
+    _, g = _optimized(f, torch.randn(8), {"a": torch.randn(8)})
+    assert "dict" in ineligible_reason(g, False)
