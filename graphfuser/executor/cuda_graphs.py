@@ -72,6 +72,7 @@ STATS = {"captures": 0, "replays": 0, "capture_failures": 0, "copy_bound": 0}
 # HBM at ~3 TB/s, each byte read once and written once): what a replay's input copies and output
 # clones cost, against the host time it saves.
 COPY_BYTES_PER_S = 1.5e12
+MAX_STATES = 64   # module-attribute states a replayer numbers before it starts afresh
 
 
 def _mutating(node: Node) -> bool:
@@ -235,6 +236,13 @@ class GraphReplayer:
         self.seen: dict[tuple, int] = {}
         self.failed: set[tuple] = set()
         self.lock = threading.Lock()
+        # the module-attribute part of the key (hundreds of entries on a real model) as a small
+        # number: hashing it on every call cost more than building it; consecutive calls
+        # usually see the same values, which one tuple comparison confirms
+        # (numbers are never reused: the table is dropped when it grows past MAX_STATES)
+        self._states: dict[tuple, int] = {}
+        self._last: tuple = (None, -1)
+        self._numbered = 0
 
     # -- the key ---------------------------------------------------------------------------
     def _key(self, args: tuple) -> Optional[tuple]:
@@ -274,10 +282,20 @@ class GraphReplayer:
                     if v is None:
                         return None
                     vals.append(v)
+        vals_t = tuple(vals)
+        last, number = self._last
+        if vals_t != last:
+            number = self._states.get(vals_t)
+            if number is None:
+                if len(self._states) >= MAX_STATES:
+                    self._states.clear()
+                number = self._states[vals_t] = self._numbered
+                self._numbered += 1
+            self._last = (vals_t, number)
         b = torch.backends
         flags = (b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32, b.cudnn.enabled, b.cudnn.deterministic,
                  torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled())
-        return (tuple(parts), tuple(vals), flags, torch.cuda.current_device())
+        return (tuple(parts), number, flags, torch.cuda.current_device())
 
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, fast: Callable, args: tuple) -> Any:
