@@ -21,8 +21,8 @@ choice of variant from the run-time row size:
   row is loading while it reduces this one.
 - split variants (few rows / column tiles, long reductions: statistics over N, H, W) spread
   each row or tile over ``gridDim.y`` blocks, with a float64-slot workspace for the partials
-  and zeroed counters (both allocated per call); those with grid barriers (several passes)
-  launch cooperatively with a grid of at most the resident blocks.
+  and zeroed counters (kept per stream: ``runtime/scratch.py``); those with grid barriers
+  (several passes) launch cooperatively with a grid of at most the resident blocks.
 
 Measured on an H200 (``tools/sweep_reductions.py``, bf16 rows of 1024..16384): one prefetch
 stage and up to 32 elements per thread put layer norm, softmax and RMSNorm at 78-86% of copy
@@ -302,8 +302,8 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         lines.append("    gy = cap // gx")
         lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
         lines.append("    grid = (gx, gy, 1)")
-        lines.append(f"    ws, sem = _workspace({n_red} * rows * gy), _counters(rows)   # alive until launched")
-        lines.append("    a = a + (ws.data_ptr(), sem.data_ptr())")
+        lines.append(f"    wp, sp, keep = _scratch(_stream(_devidx), {n_red} * rows * gy, rows, f.cooperative)")
+        lines.append("    a = a + (wp, sp)")
         lines.append("else:")
         lines.append(f"    cap = {_grid_cap('block[0]', 'sh')}")
         lines.append("    grid = (rows if rows < cap else cap, 1, 1)")
@@ -343,8 +343,9 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
         lines.append(f"    gy, chunks = cap // gx, (nr + {ty - 1}) // {ty}")
         lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
         lines.append("    grid = (gx, gy, 1)")
-        lines.append(f"    ws, sem = _workspace({len(k.reductions())} * rows * gy), _counters(tiles)   # alive until launched")
-        lines.append("    a = a + (ws.data_ptr(), sem.data_ptr())")
+        lines.append(f"    wp, sp, keep = _scratch(_stream(_devidx), {len(k.reductions())} * rows * gy, tiles, "
+                     "f.cooperative)")
+        lines.append("    a = a + (wp, sp)")
         branch = "else:"
     lines.append(branch)
     lines.append("    f = _fns[j + o] or _load(j + o)")
@@ -439,6 +440,7 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         ns.update(zip(("_fn", "_fn2"), fns))
     else:
         from ..runtime import cuda_driver, nvrtc
+        from ..runtime.scratch import split_scratch
 
         idx = cg.device.index if cg.device.index is not None else torch.cuda.current_device()
         arch = cuda_driver.device_arch(idx)
@@ -463,8 +465,7 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         ns["_devidx"] = idx
         ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
         ns["_sms"] = cuda_driver.sm_count(idx)
-        ns["_workspace"] = lambda n: torch.empty(n, dtype=torch.float64, device=cg.device)
-        ns["_counters"] = lambda n: torch.zeros(n, dtype=torch.int32, device=cg.device)
+        ns["_scratch"] = split_scratch(cg.device).get      # partials and counters, kept per stream
         ns["_magic"], ns["_MG"] = _magic_divisor()
     src = launcher_source(cg)
     cg.launcher_source = src

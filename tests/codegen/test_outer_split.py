@@ -73,7 +73,7 @@ def test_batch_norm_training_split_with_grid_barriers(dtype, channels_last):
         _compile(cg, split)
         launcher = launcher_source(cg)
         compile(launcher, "<launcher>", "exec")
-        assert "_workspace(" in launcher and "_counters(" in launcher
+        assert "_scratch(_stream(_devidx), " in launcher and "f.cooperative)" in launcher
 
 
 def test_single_pass_outer_split_lets_the_last_block_finish():

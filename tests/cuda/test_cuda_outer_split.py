@@ -320,3 +320,48 @@ def test_integer_and_bool_outer_reductions(dtype, shape, split_mode, capsys):
     run(int_stats, x, m, tol=dict(rtol=0, atol=0))
     names = launched(capsys.readouterr().out)
     assert names and all(("split" in n) == (split_mode == "split") for n in names if "outer" in n), names
+
+
+def col_sums(x):
+    return x.sum([0, 2, 3]), x.amax([0, 2, 3])
+
+
+def test_split_scratch_is_kept_per_stream_and_stays_correct(monkeypatch):
+    """Split kernels' partials and counters come from buffers kept per stream: repeated calls,
+    growing sizes, single-pass (self-resetting counters) and barrier kernels (counters zeroed per
+    launch) interleaved on one stream, and the same on a side stream, all match eager; after the
+    first calls no launch allocates scratch."""
+    from graphfuser.runtime import scratch
+
+    monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_MIN_ROWS", 1)
+    monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_TILES", 10 ** 6)
+    monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_MIN_VECTORS", 1)
+    monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_ROWS", 10 ** 6)
+    from graphfuser.executor import compiled
+
+    monkeypatch.setattr(compiled, "_MEMORY", {})
+    grown = []
+    real_grow = scratch.SplitScratch._grow
+    monkeypatch.setattr(scratch.SplitScratch, "_grow", lambda self, *a: grown.append(a[:4]) or real_grow(self, *a))
+    w, b = torch.rand(64, device="cuda") + 0.5, torch.randn(64, device="cuda")
+    f_sums, f_stats, f_bn = graphfuser.script(col_sums), graphfuser.script(stats), graphfuser.script(bn_silu)
+    side = torch.cuda.Stream()
+    with config.override(disable=["fallback"]):
+        for stream in (torch.cuda.current_stream(), side):
+            with torch.cuda.stream(stream):
+                for step in range(6):
+                    for shape in [(64, 64, 9, 9), (8, 64, 30, 30)]:
+                        x = x_of(shape, seed=step)
+                        torch.testing.assert_close(f_sums(x), col_sums(x), rtol=1e-4, atol=1e-3)
+                        torch.testing.assert_close(f_stats(x), stats(x), rtol=1e-4, atol=1e-3)
+                        rm, rv = torch.zeros(64, device="cuda"), torch.ones(64, device="cuda")
+                        rm2, rv2 = rm.clone(), rv.clone()
+                        torch.testing.assert_close(f_bn(x, w, b, rm, rv), bn_silu(x, w, b, rm2, rv2),
+                                                   rtol=1e-4, atol=1e-4)
+                        torch.testing.assert_close((rm, rv), (rm2, rv2), rtol=1e-4, atol=1e-5)
+                    if step == 2:
+                        settled = len(grown)
+                assert len(grown) == settled, grown                   # warm: no allocation
+            side.synchronize()
+    assert {g[0] for g in grown} == {torch.cuda.current_stream().cuda_stream, side.cuda_stream}
+    assert {g[3] for g in grown} == {True, False}                     # barrier and single-pass kernels
