@@ -132,17 +132,23 @@ def ensure_context(device_index: int, kernel: str = "<none>"):
 
 
 @functools.lru_cache(maxsize=None)
+def driver_library() -> Optional[ctypes.CDLL]:
+    """The CUDA driver library through ctypes, or None where it cannot be opened."""
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=None)
 def driver_launchers() -> Optional[tuple[Callable, Callable]]:
     """``(cuLaunchKernel, cuLaunchCooperativeKernel)`` of the driver library through ctypes, or
     None where it cannot be opened. They return the ``CUresult`` as a plain int: a launch makes
     no Python objects (cuda-bindings builds a ``CUresult`` enum and a result tuple per call)."""
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError:
-            continue
-    else:
+    lib = driver_library()
+    if lib is None:
         return None
     u, p = ctypes.c_uint, ctypes.c_void_p
     launch, coop = lib.cuLaunchKernel, lib.cuLaunchCooperativeKernel

@@ -28,17 +28,14 @@ from typing import Callable, Optional
 
 import torch
 
+from .cuda_driver import driver_library
+
 
 @functools.lru_cache(maxsize=None)
 def _memset_d32() -> Optional[Callable]:
     """``cuMemsetD32Async`` of the driver library through ctypes (None where it cannot be opened)."""
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError:
-            continue
-    else:
+    lib = driver_library()
+    if lib is None:
         return None
     fn = getattr(lib, "cuMemsetD32Async", None)
     if fn is None:
