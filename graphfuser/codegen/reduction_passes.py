@@ -3,7 +3,7 @@
 Phases: a ``Reduce`` accumulates in pass 1 + the latest pass its input needs; full-size stores
 go in the pass after their last reduction (the last one being the epilogue); values that do not
 vary along the reduced axes are "row" values computed once per row (``hoisted``) when the
-schedule keeps no lanes. Reduction pairs (``reduction_pairs.py``) shift phases: a fused pair
+schedule keeps no lanes or its lanes are a kept vector (one value per lane). Reduction pairs (``reduction_pairs.py``) shift phases: a fused pair
 accumulates in one pass; a deferred pair's first reduction is final only after its second.
 Persistent schedules keep in registers every full-size value that a later pass needs again
 (or, with ``cache_computed`` off, only the loaded ones: later passes recompute the rest);
@@ -55,7 +55,9 @@ class PassPlan:
             if not k.is_row(p):
                 self.pass_stores.setdefault(self.depth[id(e)] + 1, []).append((p, e))
         self.n_passes = max([self.n_phases] + list(self.pass_stores))
-        self.hoisted = self.L == 1
+        # a kept vector's lanes (outer kernels: V adjacent columns per thread) hoist too, one
+        # value per lane; other lane accumulators (the CPU's simd lanes) recompute per element
+        self.hoisted = self.L == 1 or self.kvec
         self.acc = {id(r): f"acc{j}" for j, r in enumerate(self.reduces)}
         # Persistent schedules keep in registers every full-size value a later pass needs again
         # (the loaded row, softmax's exp(x - max) ...): a later pass stops at the first such

@@ -87,3 +87,25 @@ def test_single_pass_outer_split_lets_the_last_block_finish():
     assert "gf_grid_combine_y<gf_op_max, float>" in src
     _compile(cg, ["k0_outer_split_v1_i32", "k0_outer_split_v1_i64"])
     compile(launcher_source(cg), "<launcher>", "exec")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kept_vector_computes_row_values_once_per_tile(dtype):
+    """Outer kernels with V adjacent columns per thread compute what does not vary along the
+    reduced axes (mean, rstd, the weight and bias loads, sums divided by N) once per column
+    tile, in per-lane arrays, not once per element in every pass."""
+    import re
+
+    x = torch.randn(4, 8, 5, 3, dtype=dtype).contiguous(memory_format=torch.channels_last).requires_grad_()
+    w, b = (torch.rand(8) + 0.5).to(dtype).requires_grad_(), torch.randn(8).to(dtype).requires_grad_()
+    rm, rv = torch.zeros(8, dtype=dtype), torch.ones(8, dtype=dtype)
+    for cg in _groups(bn_relu, x, w, b, rm, rv, backward=True):
+        names = [v[0] for v in cg.variants]
+        for name in (n for n in names if "_v8_" in n or "_v4_" in n):
+            src = cg.variant_sources[names.index(name)]
+            passes = src[:src.rindex("gf_store<")]          # the row stores follow the last pass
+            per_element = [ln for ln in passes.splitlines() if re.match(r"\s*const \w+ e\d+ = ", ln)]
+            assert per_element and not [ln for ln in per_element if re.search(r"gf_rsqrt|acc\d+\[v\]|t\d+\[\(x", ln)], \
+                (name, per_element)
+            assert re.search(r"h\d+\[v\] = gf_rsqrt", src), name
+            _compile(cg, [name])
