@@ -179,23 +179,59 @@ def launcher_source(cg: ReductionGroup) -> str:
             L.append("        slots = grid[0]")
             L += ["        " + line for line in _column_lines(cg, columns)]
         L.append("        f.launch(grid, block, _stream(_devidx), *a" + (", shared_mem=sh)" if k.kind == "inner" else ")"))
+    shared = _shared_partials(cg, columns)
+    if shared:
+        n = len(columns)
+        L.append("        if slots == 1:")
+        L.append(f"            ws = w.as_strided(({n}, nr), (span, 1))")
+        L.append("        else:")
+        L.append(f"            ws = w.as_strided(({n}, slots, nr), (span, nr, 1)).sum(1)")
+    order = sorted(columns.values())
     for j, p in columns.items():
         # the slots' sum in the partials' dtype, then the output's (as eager's sum accumulates)
         sz = ["1" if a is None else size[a] for a in plan.outputs[j].axes]
         cast = "" if plan.outputs[j].dtype == k.tensors[p].dtype else f".to(_odt{j})"
-        L.append(f"        o{j} = w{p}.sum(0).view(({', '.join(sz)}{',' if len(sz) == 1 else ''})){cast}")
+        summed = f"ws[{order.index(p)}]" if shared else f"w{p}.sum(0)"
+        L.append(f"        o{j} = {summed}.view(({', '.join(sz)}{',' if len(sz) == 1 else ''})){cast}")
     L.append(f"    return {ret}")
     return _armed(L, n_in)
 
 
+PARTIALS_ALIGN = 64   # elements: each partials block of a shared workspace starts 256-byte aligned
+
+
+def _shared_partials(cg: ReductionGroup, columns: dict[int, int]) -> bool:
+    """Whether the column-sum partials share one workspace: two or more, of one dtype."""
+    return len(columns) > 1 and len({cg.kernel.tensors[p].dtype for p in columns.values()}) == 1
+
+
 def _column_lines(cg: ReductionGroup, columns: dict[int, int]) -> list[str]:
-    """Launcher lines allocating the column-sum partials ([slots, reduced extents], zeroed: the
-    schedules that accumulate in memory add into them) and passing them with ``gf_slots``."""
-    lines = []
-    for p in sorted(columns.values()):
-        lines.append(f"w{p} = _zeros((slots, nr), dtype={cg.kernel.tensors[p].dtype}, device=_dev)")
-        lines.append(f"a = a[:{p}] + (w{p}.data_ptr(),) + a[{p + 1}:]")
-    return lines + ["a = a + (slots,)"]
+    """Launcher lines allocating the column-sum partials ([slots, reduced extents] each, zeroed:
+    the schedules that accumulate in memory add into them) and passing them with ``gf_slots``.
+
+    Partials of one dtype share one workspace (``span`` elements per partial), zeroed by one
+    call and summed over the slots by one (none where there is one slot: the CPU with one thread
+    or one row): a layer norm's weight and bias gradients cost one allocation and one sum
+    instead of two of each, kernels on the GPU."""
+    order = sorted(columns.values())
+    if not _shared_partials(cg, columns):
+        lines = []
+        for p in order:
+            lines.append(f"w{p} = _zeros((slots, nr), dtype={cg.kernel.tensors[p].dtype}, device=_dev)")
+            lines.append(f"a = a[:{p}] + (w{p}.data_ptr(),) + a[{p + 1}:]")
+        return lines + ["a = a + (slots,)"]
+    dtype = cg.kernel.tensors[order[0]].dtype
+    item = dtype.itemsize
+    lines = [f"span = (slots * nr + {PARTIALS_ALIGN - 1}) // {PARTIALS_ALIGN} * {PARTIALS_ALIGN}",
+             f"w = _zeros({len(order)} * span, dtype={dtype}, device=_dev)",
+             "wp = w.data_ptr()"]
+    parts, prev = [], 0
+    for i, p in enumerate(order):
+        parts.append(f"a[{prev}:{p}]")
+        parts.append(f"(wp{f' + {i} * span * {item}' if i else ''},)")
+        prev = p + 1
+    parts.append(f"a[{prev}:]")
+    return lines + [f"a = {' + '.join(parts)} + (slots,)"]
 
 
 def _armed(L: list[str], n_in: int) -> str:

@@ -132,3 +132,24 @@ def test_column_sum_read_inside_the_group_is_not_merged():
     why = analyze(nodes + [], columns=True)
     # %c feeds %w inside: neither set is a column sum... unless %w is outside the group
     assert isinstance(why, str) and "column" in why
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_shared_partials_workspace(monkeypatch, threads):
+    """A layer norm's two column sums (weight, bias) share one zeroed workspace, summed over the
+    slots by one call, or read as they are with one slot (one thread); the gradients match eager."""
+    from graphfuser.executor import compiled
+
+    monkeypatch.setattr(compiled, "_MEMORY", {})      # launchers built with this thread count
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for shape in [(64, 128), (33, 77), (2, 300)]:
+            got, ref, sf = train_grads("layer_norm", shape, torch.float32, "cpu")
+            assert_grads_close(got, ref, torch.float32)
+            assert got[1].data_ptr() != got[2].data_ptr()
+    finally:
+        torch.set_num_threads(old)
+    sources = [r.compiled.launcher_source for r in compiled._MEMORY.values() if hasattr(r, "compiled")]
+    shared = [s for s in sources if "w.as_strided" in s]
+    assert shared and all("_zeros(2 * span" in s and s.count("_zeros(") == 1 for s in shared)
