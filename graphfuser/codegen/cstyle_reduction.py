@@ -558,16 +558,6 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, SumBlocks, ColumnSums):
             em.depth -= 1
             em("}")
 
-    def shared_slots(self) -> int:
-        """Doubles of the block's combine scratch. Combines across threadIdx.x use up to 3 slots
-        per warp of one row of threads (the variance triple); blocks with a threadIdx.y axis
-        (outer schedules) combine across it through one slot per thread of the block. A block
-        of one warp whose kernel declared the outer size (8 KB) fit 25 times on an H100 SM
-        instead of 32, holding short-row softmax / layer norm below full occupancy."""
-        if any(leaf.ptype is ParallelType.TIDy for leaf in self.nest.leaves):
-            return 1024
-        return 3 * 32
-
     def render(self, fname: str, max_threads: int) -> str:
         em, k, d, leaves = _Emitter(), self.k, self.d, self.nest.leaves
         self.parallel_done = False
@@ -581,7 +571,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, SumBlocks, ColumnSums):
         out = [f"{d.kernel_prefix.format(block=max_threads)} {fname}(" + ", ".join(params) + ") {"]
         bound_red = [i for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
         if bound_red:
-            em(d.shared_decl.format(slots=self.shared_slots()))
+            em(d.shared_decl)
         if self.grid_sync:
             em(d.grid_reduce[leaves[self.grid_red[0]].ptype]["sync_decl"])
         for i in range(self.first, len(leaves)):

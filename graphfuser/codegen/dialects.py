@@ -474,9 +474,8 @@ class Dialect:
     vector_registers: bool = False                      # Vectorize = 16-byte register vectors
     constants: dict = field(default_factory=dict)
     # Reduction kernels. thread_reduce: how accumulators combine across the threads of a bound
-    # axis ({acc}, {op}); shared_decl: the scratch those combines use ({slots} doubles: see
-    # ``shared_slots`` in cstyle_reduction); simd_reduction: the OpenMP reduction identifier of
-    # each op for simd loops that accumulate.
+    # axis ({acc}, {op}); shared_decl: the scratch those combines use; simd_reduction: the
+    # OpenMP reduction identifier of each op for simd loops that accumulate.
     thread_reduce: dict = field(default_factory=dict)
     thread_reduce_pair: dict = field(default_factory=dict)     # (pair kind, axis): {a} {b} {n}
     thread_reduce2: dict = field(default_factory=dict)         # axis: two accumulators {a} {b}, one {op}
@@ -590,7 +589,7 @@ CUDA = Dialect(
     thread_reduce2={P.TIDx: "gf_block_reduce2_x<gf_op_{op}>({a}, {b}, gf_smem);"},
     thread_reduce_pair={("softmax", P.TIDx): "gf_block_online_x({a}, {b}, gf_smem);",
                         ("variance", P.TIDx): "gf_block_chan_x({n}, {a}, {b}, gf_smem);"},
-    shared_decl="__shared__ double gf_smem[{slots}];",
+    shared_decl="__shared__ double gf_smem[1024];",
     reduction_prelude=_CUDA_REDUCTION,
     constants={"GF_UNROLL_ALL": '_Pragma("unroll")', "GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
                "GF_INF_D": "__longlong_as_double(0x7ff0000000000000LL)",

@@ -174,7 +174,10 @@ def _bn_steps(fn, x, w, b, steps=None, extra=(), tol=None, knobs=None):
             got = [yf, *gf, rm_f, rv_f]
             want = [ye, *ge, rm_e, rv_e]
             names = ["output", "grad of x", "grad of weight", "grad of bias", "running_mean", "running_var"]
-            if half:
+            if half or x.numel() // c >= 65536:
+                # (fp32 over long channels, the benchmark's 200,704 values per channel: the two
+                # sum orders differ by more than a fixed tolerance, both a few ulps of the sum of
+                # magnitudes from the float64 value.)
                 # eager rounds every elementwise result of the backward to fp16 / bf16, the fused
                 # kernels once at the end: over sums of thousands of values the two differ by more
                 # than a fixed tolerance. Both are compared with a float64 eager run instead: the
