@@ -304,6 +304,17 @@ def _instance_norm(d, a, g, out):
 @opmath
 def _group_norm(d, a, g, out):
     """num_groups == 1 (the only group count the partition fuses): statistics over every dim but N."""
-    dims = list(range(1, d.rank(a["input"])))
+    rank = d.rank(a["input"])
+    dims = list(range(1, rank))
     mean, rstd = _stats(d, a["input"], dims, a["eps"])
-    return _channel_norm_grads(d, a, g, dims, mean, rstd)
+    grads = _channel_norm_grads(d, a, g, dims, mean, rstd)
+    ft = d.ftypes.get(a["input"])
+    sizes = getattr(ft, "sizes", None) or ()
+    if _tensor(d, a, "weight") is not None and sizes and sizes[0] != 0 and 0 in sizes[1:]:
+        # eager's weight gradient is sum over n of rstd[n] * (per-sample sums): samples whose
+        # group is empty (0 elements, NaN statistics) make it NaN where sum(g * xhat) is 0. The
+        # term (0 unless some rstd is NaN) is a second reduction, so it is built only for a
+        # group profiled with such samples (one profiled full and later called empty gives 0).
+        nan_of_empty = d.mul(d.op("aten::sum", rstd, list(range(rank)), False), 0.0)
+        grads["weight"] = Exact(d.add(grads["weight"].value, nan_of_empty))
+    return grads

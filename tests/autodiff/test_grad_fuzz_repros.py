@@ -97,3 +97,13 @@ def test_kinked_activations_pass_a_nan_as_eager(expr):
     fn = make_function(["x"], [expr.replace("F.", "torch.nn.functional.")])
     x = torch.tensor([float("nan"), 0.5, -0.5, 2.0, 0.1, -1.0, 1.0, float("inf"), -float("inf")])
     check_grads(fn, [_leaf(x)], F32)
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 0), (4, 3, 5, 2), (0, 3, 5, 2)])
+def test_group_norm_weight_gradient_of_empty_groups_is_eagers(shape):
+    # fuzz graph 491 (CUDA seed 5151): eager sums rstd[n] * (per-sample sums), NaN for a sample
+    # whose group is empty (NaN statistics); sum(g * xhat) over no elements was 0
+    fn = make_function(["x", "w", "b"], ["torch.nn.functional.group_norm(x * 2.0, 1, w, b, 1e-05) * 3.0"])
+    g = torch.Generator().manual_seed(2)
+    check_grads(fn, [torch.randn(shape, generator=g), _leaf(torch.randn(3, generator=g)),
+                     _leaf(torch.randn(3, generator=g))], F32)
