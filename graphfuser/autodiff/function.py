@@ -64,6 +64,12 @@ class DifferentiableGroup:
         bin_ = plan.graph.inputs
         self.saved_in = [i for i in self.tensor_in if bin_[i].uses or bin_[i] in plan.graph.block.returns]
         self.unsaved_in = [i for i in self.tensor_in if i not in self.saved_in]
+        # saved inputs the graph writes in place after the group (through any alias) are saved as
+        # copies: autograd's version check would otherwise fail where eager's op saved nothing
+        # (its bf16 rms_norm keeps a float32 copy) or the backward would read the new values
+        from ..passes.aliasing import written_after
+
+        self.copied_in = [i for i in written_after(group) if i in self.saved_in]
         self.non_diff_out = [k for k in range(len(sub.outputs)) if k not in plan.diff_outputs]
         self.backward = scripted_graph(plan.graph, f"{group.kind.split('::')[-1]}_backward")
         self.eager = _eager(sub)
@@ -82,7 +88,8 @@ class DifferentiableGroup:
         L = [f"def forward(ctx, {', '.join(xs)}):",
              f"    outs = _run({', '.join(xs)})"]
         if self.saved_in:
-            L.append(f"    ctx.save_for_backward({', '.join(xs[i] for i in self.saved_in)})")
+            saved = [f"{xs[i]}.clone()" if i in self.copied_in else xs[i] for i in self.saved_in]
+            L.append(f"    ctx.save_for_backward({', '.join(saved)})")
         if kept:
             L.append(f"    ctx.kept = ({', '.join(xs[i] for i in kept)},)")
         if self.non_diff_out:

@@ -216,3 +216,32 @@ def all_values(graph: Graph) -> list[Value]:
                 walk(b)
     walk(graph.block)
     return out
+
+
+def written_after(node: Node) -> list[int]:
+    """Indices of ``node``'s inputs that an in-place op after it (in program order, nested blocks
+    included, up the enclosing blocks) writes through a value that may alias them."""
+    block = node.owner
+    if block is None or block.graph is None:
+        return []
+    sets = AliasSets(block.graph)
+    roots = [sets.find(v) for v in node.inputs]
+    hit: set = set()
+
+    def scan(nodes) -> None:
+        for n in nodes:
+            for b in n.blocks:
+                scan(b.nodes)
+            if writes(n):
+                hit.add(sets.find(n.inputs[0]))
+
+    cur: Optional[Node] = node
+    while cur is not None and cur.owner is not None:
+        nodes = cur.owner.nodes
+        scan(nodes[nodes.index(cur) + 1:])
+        cur = cur.owner.owner       # the node whose block holds this one (a loop body runs again:
+        if cur is not None and cur.kind == "prim::Loop":          # the whole body is "after")
+            for b in cur.blocks:
+                scan(b.nodes)
+    return [i for i, r in enumerate(roots) if r in hit]
+

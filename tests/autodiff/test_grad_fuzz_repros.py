@@ -107,3 +107,32 @@ def test_group_norm_weight_gradient_of_empty_groups_is_eagers(shape):
     g = torch.Generator().manual_seed(2)
     check_grads(fn, [torch.randn(shape, generator=g), _leaf(torch.randn(3, generator=g)),
                      _leaf(torch.randn(3, generator=g))], F32)
+
+
+def _written_after(x, w):
+    v0 = x * 2.0
+    v1 = v0.unsqueeze(0)
+    v3 = torch.nn.functional.rms_norm(v1, [4], w, 1e-05)
+    v0.copy_(x)
+    return v3, v0
+
+
+def test_saved_input_written_in_place_after_the_group():
+    # fuzz graph 3829 (seed 2468): the group saved v1 for its backward, the graph then wrote v0
+    # (v1's base) in place: autograd's version check raised where eager (whose bf16 rms_norm saves
+    # a float32 copy) did not. The group saves a copy of such an input.
+    import graphfuser
+    from graphfuser.autodiff.function import STATS
+
+    sf = graphfuser.script(_written_after)
+    g = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        x = torch.randn(3, 4, generator=g).bfloat16().requires_grad_()
+        w = torch.randn(4, generator=g).requires_grad_()
+        gy = torch.randn(1, 3, 4, generator=g)
+        before = dict(STATS)
+        want = torch.autograd.grad(_written_after(x, w)[0], [x, w], gy.bfloat16())
+        got = torch.autograd.grad(sf(x, w)[0], [x, w], gy.bfloat16())
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    assert STATS["backward"] > before["backward"]
