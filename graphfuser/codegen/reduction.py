@@ -286,6 +286,17 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
         ref_param = next((t for t in full_inputs if t.dim_kinds[red_roots[-1]] == "unit"), None)
         # a lone (strided or expanded) row has no kept dim for the outer schedules to spread
         kind = "inner" if ref_param is not None or len(red_roots) == len(roots) else "outer"
+        row_outputs = [t for t in params if t.is_output and "bcast" not in t.dim_kinds
+                       and t.dim_kinds[red_roots[-1]] == "unit"]
+        narrow = all(_narrow_columns(sub, tplans[j], red_roots) for j, t in enumerate(params) if t in full_inputs)
+        if kind == "outer" and full_inputs and row_outputs and narrow:
+            # kept dims inside the reduced one span fewer than a warp and an output is written
+            # along the reduced dim (CaiT's softmax over keys with its 4 heads innermost, after
+            # the talking-heads projection, into eager's contiguous result): an outer kernel's
+            # warp would read 4-element pieces of 8 rows and write 32 rows one element each, a
+            # row kernel reads its strided row (the neighbours' pieces stay in L2) and writes it
+            # contiguously
+            kind = "inner"
     elif red_roots:
         raise LoweringError("reduced loop axes without a reduction")
     if axes.columns and kind != "inner":
@@ -299,6 +310,22 @@ def lower_reduction_group(sub: Graph, name: str = "kernel") -> tuple[ReductionKe
                       if a is not None and source[a] != (i, d)]
     plan.size_checks = _size_checks(nodes, sub, axes_of)
     return kernel, plan
+
+
+def _narrow_columns(sub: Graph, tp: "TensorPlan", red_roots: tuple) -> bool:
+    """Do the kept dims of input ``tp`` with strides below its (last) reduced dim's span fewer
+    than 32 elements in the profiled sizes (the columns an outer kernel's warp would spread)?"""
+    t = sub.inputs[tp.position].type
+    rd = tp.dims[red_roots[-1]]
+    if not rd or t.sizes is None or t.strides is None:
+        return False
+    rs, inner = t.strides[rd[-1]], 1
+    for r, dims in enumerate(tp.dims):
+        if r not in red_roots:
+            for d in dims:
+                if t.sizes[d] > 1 and t.strides[d] < rs:
+                    inner *= t.sizes[d]
+    return inner < 32
 
 
 def _through_casts(e: Expr, dtype: torch.dtype) -> Expr:

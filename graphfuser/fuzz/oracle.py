@@ -210,7 +210,11 @@ def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], 
                 ok = torch.isfinite(y) & torch.isfinite(z)
                 bound = float((y - z)[ok].abs().max()) if bool(ok.any()) else 0.0
                 within = torch.isfinite(x) & ok & ((x - z).abs() <= eager_noise * bound + ref_floor)
-                same = same | within
+                # eager overflowed where the reference is finite (an fp16 product or exp past
+                # 65504, or underflowed to 0 and met an inf: NaN): eager's precision gave no
+                # answer there to hold graphfuser to (fuzz graph 2871 of seed 6161)
+                overflow = torch.isfinite(z) & ~torch.isfinite(y)
+                same = same | within | overflow
         if bool(same.all()):
             return _strides(g, e) if check_strides else None
         bad = (~same).nonzero()[0].tolist()
@@ -513,8 +517,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
             if any(spec.get("requires_grad") for spec in case["inputs"]):
                 judged = check_grads(
                     case, call, fo, fe, ga, ea, lambda: _grad_reference(fn, case, call, device),
-                    lambda g, e, r: compare_tensor(g, e, r, low_eps, check_strides=False, ref_floor=floor,
-                                                   eager_noise=4.0))
+                    lambda g, e, r, go: compare_tensor(g, e, r, low_eps, check_strides=False,
+                                                       ref_floor=floor + low_eps * go, eager_noise=4.0))
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]

@@ -90,7 +90,10 @@ def _fmod_(d, a, g, out):
 
 @derivative("remainder")
 def _remainder(d, a, g, out):
-    return {"self": g, "other": d.neg(d.mul(g, d.op("aten::floor", d.div(a["self"], a["other"]))))}
+    # eager's -grad * self.div(other, rounding_mode="floor"): Python's floor division, which is
+    # not floor(self / other) where the quotient rounds onto an integer (fuzz graph 1307 of seed
+    # 6161: 2 / (2/3) = 3.0000000000000004, whose floor division is 2)
+    return {"self": g, "other": d.neg(d.mul(g, d.op("aten::floor_divide", a["self"], a["other"])))}
 
 
 @derivative("neg")

@@ -109,11 +109,13 @@ def _prod(d, a, g, out):
     zero, 0 where x != 0 (the others' product holds the zero; ``prod / x`` would be NaN when the
     product overflowed before reaching the zero) and, at a zero, the product of the others when
     it is the only zero of its slice, else 0."""
-    x = a["self"]
-    dims = _dims_of(a.get("dim"), d.rank(x))
-    keep = bool(a.get("keepdim"))
-    gu = d.restore_dims(g, dims, keep, d.rank(x))
-    ou = d.restore_dims(out, dims, keep, d.rank(x))
+    # x as eager saved it (a recomputed fp16 / bf16 value rounded: an exp that overflows fp16 is
+    # inf there, and inf / inf is eager's NaN; fuzz graph 2871 of seed 6161)
+    x = d.stored(a["self"])
+    dims = _dims_of(a.get("dim"), d.rank(a["self"]))
+    keep, rank = bool(a.get("keepdim")), d.rank(a["self"])
+    gu = d.restore_dims(g, dims, keep, rank)
+    ou = d.restore_dims(out, dims, keep, rank)
     zero = d.op("aten::eq", x, 0.0)
     count = d.op("aten::sum", zero, dims, True)
     others = _prod_dims(d, d.where(zero, 1.0, x), dims)

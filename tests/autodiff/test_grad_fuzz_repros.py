@@ -136,3 +136,13 @@ def test_saved_input_written_in_place_after_the_group():
         for a, b in zip(got, want):
             torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
     assert STATS["backward"] > before["backward"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_remainder_divisor_gradient_at_exact_multiples(dtype):
+    # fuzz graph 1307 (seed 6161): eager's divisor gradient is -g * floor division (2 / (2/3) =
+    # 3.0000000000000004 floor-divides to 2); floor(self / other) gave 3
+    fn = make_function(["x", "y"], ["torch.remainder(y * 1.0, x) * 2.0", "torch.fmod(y * 1.0, x) + 1.0"])
+    x = torch.full((3, 5), 2.0 / 3.0, dtype=dtype)
+    y = torch.arange(-7.0, 8.0, dtype=dtype).reshape(3, 5)
+    check_grads(fn, [_leaf(x), _leaf(y)], dict(GRAD_TOL[dtype], equal_nan=True))

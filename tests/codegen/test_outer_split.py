@@ -109,3 +109,23 @@ def test_kept_vector_computes_row_values_once_per_tile(dtype):
                 (name, per_element)
             assert re.search(r"h\d+\[v\] = gf_rsqrt", src), name
             _compile(cg, [name])
+
+
+def _scaled_softmax(a):
+    return torch.softmax(a * 0.125, -1)
+
+
+@pytest.mark.parametrize("heads,kind", [(4, "inner"), (48, "outer")])
+def test_rows_with_few_columns_inside_run_as_rows(heads, kind):
+    """CaiT's attention softmax after the talking-heads projection: keys are the reduced dim,
+    the few heads lie inside it (strides (.., 1, 784, 4)) and eager's result is contiguous along
+    the keys. With fewer than a warp of such columns the kernel is a row kernel (an outer kernel
+    would write 32 rows an element each); with a warp of them it stays outer."""
+    x = torch.randn(2, 14, 14, heads).permute(0, 3, 1, 2)
+    (cg,) = _groups(_scaled_softmax, x)
+    assert cg.kernel.kind == kind
+    sf = graphfuser.script(_scaled_softmax)
+    for _ in range(4):
+        got = sf(x)
+    torch.testing.assert_close(got, _scaled_softmax(x))
+    assert got.stride() == _scaled_softmax(x).stride()
