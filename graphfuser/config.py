@@ -27,7 +27,7 @@ DISABLE_OPTIONS = (
     "bias_decomposition", "batch_norm_training", "fused_rng", "cuda_graphs", "column_sums",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
-                  "cuda_batch_norm_training", "lineinfo", "fused_rng")   # fused_rng, cuda_batch_norm_training: on by default, accepted
+                  "cuda_batch_norm_training", "lineinfo", "fused_rng")   # fused_rng: on by default, accepted
 DUMP_OPTIONS = (
     "fusion_ir", "kernel_ir", "cuda_kernel", "cpp_kernel", "launch_param", "kernel_args",
     "python_definition", "scheduler_params", "dump_eff_bandwidth",

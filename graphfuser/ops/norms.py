@@ -218,6 +218,11 @@ def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
             from ..passes.batch_norm import DISABLED_REASON
 
             return DISABLED_REASON
+        device = getattr(node.inputs[0].type, "device", None) if node.inputs else None
+        if device is not None and device.type == "cuda" and not config.is_enabled("cuda_batch_norm_training"):
+            from ..passes.batch_norm import CUDA_REASON
+
+            return CUDA_REASON
         if any(isinstance(args.get(n), Value) for n in ("running_mean", "running_var")):
             return ("batch_norm in training mode updates its running stats in place; not fused (the "
                     "batch_norm_training pass splits the update off where the flag is known True and the "

@@ -211,7 +211,7 @@ def test_training_on_cuda(dtype):
         x = _x(shape, dtype, True).detach().cuda().requires_grad_()
         xr = x.detach().double().requires_grad_()
         r = torch.randn(shape, dtype=dtype, device="cuda")
-        with config.override(disable=["fallback"]):
+        with config.override(disable=["fallback"], enable=["cuda_batch_norm_training"]):
             for k in range(7):
                 gy = torch.randn(shape, dtype=dtype, device="cuda")
                 ye, yf = me(x, r), sf(x, r)

@@ -20,6 +20,12 @@ from graphfuser.runtime import cuda_driver
 from helpers import fallback_counter
 
 
+@pytest.fixture(autouse=True)
+def _fused_batch_norm_training():
+    """Batch norm in training fuses on CUDA only when asked (cuDNN is the default there)."""
+    with config.override(enable=["cuda_batch_norm_training"]):
+        yield
+
 pytestmark = pytest.mark.cuda
 
 HALF = [torch.float16, torch.bfloat16]
