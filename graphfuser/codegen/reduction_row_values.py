@@ -1,0 +1,98 @@
+"""Row values: the fifth mixin of the reduction walk (``cstyle_reduction._Walk``).
+
+A row value is computed once per row (or per column tile of an outer kernel) from the
+reductions a pass finishes: a mean, an rstd, the weight / bias / shift loads, a sum divided by
+N. Schedules without lanes name each once; a kept vector (V adjacent columns per thread) holds
+one per lane, computed in the lane loop after the pass that finishes it, into per-lane arrays
+``h<n>[V]`` where a later pass reads it; values only the row stores need wait for them.
+
+Needs the walk's ``exprs``, ``full``, ``depth``, ``kvec``, ``V``, ``pass_rows``, ``hnames``,
+``base_names``, ``text``, ``row_load`` and ``open_lanes``.
+"""
+from __future__ import annotations
+
+from .cstyle import _Emitter
+from .dialects import COMPUTE_TYPES
+from .kir import Cast, Const, Expr, Reduce
+
+
+class RowValues:
+    def emit_row(self, em: _Emitter, p: int) -> None:
+        """The row values that pass ``p`` finishes, once per row. A kept vector computes those
+        its passes read in its lane loop (the ones only row stores need wait for them); what
+        is read outside the loop (by a pass, or a row value of another pass) goes to per-lane
+        arrays ``h<n>[V]``, the rest stays local to the loop."""
+        todo = [e for e in self.exprs
+                if not (self.full[id(e)] or isinstance(e, (Const, Reduce)) or self.depth[id(e)] != p)]
+        if self.kvec:
+            todo = [e for e in todo if id(e) in self.pass_rows]
+        if not todo:
+            return
+        names = self.base_names("[v]" if self.kvec else "")
+        kept = self._rows_read_outside(todo) if self.kvec else set()
+        for e in todo:
+            if id(e) in kept:
+                em(f"{COMPUTE_TYPES[e.dtype]} h{len(self.hnames)}[{self.V}];")
+                self.hnames[id(e)] = f"h{len(self.hnames)}[v]"
+        outer = em.depth
+        self.open_lanes(em)
+        for n, e in enumerate(todo):
+            text = self.text(e, names, self.row_load)
+            if id(e) in kept:
+                em(f"{self.hnames[id(e)]} = {text};")
+                names[id(e)] = self.hnames[id(e)]
+                continue
+            name = f"r{p}_{n}" if self.kvec else f"h{len(self.hnames)}"
+            em(f"const {COMPUTE_TYPES[e.dtype]} {name} = {text};")
+            names[id(e)] = name
+            if not self.kvec:
+                self.hnames[id(e)] = name
+        while em.depth > outer:
+            em.depth -= 1
+            em("}")
+
+    def _args(self, e: Expr) -> tuple:
+        return getattr(e, "args", ()) or ((e.arg,) if isinstance(e, Cast) else ())
+
+    def _is_row_value(self, e: Expr) -> bool:
+        return not (self.full[id(e)] or isinstance(e, (Const, Reduce)))
+
+    def _pass_rows(self) -> set[int]:
+        """The row values a pass reads (as an argument of a full-size value or a reduction),
+        directly or through other row values."""
+        stack = [a for e in self.exprs if isinstance(e, Reduce) or self.full[id(e)]
+                 for a in self._args(e) if self._is_row_value(a)]
+        seen: set[int] = set()
+        while stack:
+            e = stack.pop()
+            if id(e) not in seen:
+                seen.add(id(e))
+                stack.extend(a for a in self._args(e) if self._is_row_value(a))
+        return seen
+
+    def _rows_read_outside(self, todo: list[Expr]) -> set[int]:
+        """Which of the row values ``todo`` (one pass's) are read outside their lane loop: by a
+        full-size value, a reduction, or a pass-read row value of another pass."""
+        mine = {id(e) for e in todo}
+        read: set[int] = set()
+        for e in self.exprs:
+            if id(e) in mine or not (isinstance(e, Reduce) or self.full[id(e)] or id(e) in self.pass_rows):
+                continue
+            read.update(id(a) for a in self._args(e) if id(a) in mine)
+        return read
+
+    def _row_order(self, roots: list[Expr], names: dict[int, str]) -> list[Expr]:
+        """Row values ``roots`` need that ``names`` does not hold yet, arguments first."""
+        out: list[Expr] = []
+        seen: set[int] = set()
+
+        def visit(e: Expr) -> None:
+            if id(e) in seen or id(e) in names or isinstance(e, (Const, Reduce)):
+                return
+            seen.add(id(e))
+            for a in self._args(e):
+                visit(a)
+            out.append(e)
+        for r in roots:
+            visit(r)
+        return out
