@@ -194,6 +194,12 @@ def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], 
         scale = y[fin].abs().mean().item() if fin.any() else 1.0
         tight = TIGHT_ULPS * eps * (y.abs() + scale + 1e-30)
         same = (x == y) | (x.isnan() & y.isnan()) | ((x - y).abs() <= tight)
+        if (r is None or tuple(r.shape) != tuple(e.shape)) and low_eps > eps:
+            # no reference to tell rounding from error (its backward raised: an input written in
+            # place after the float64 matmul saved it, where autocast's saved a bf16 copy): a float32
+            # value computed from bf16 / fp16 ones may differ from eager's by a couple of roundings
+            # of that precision (fuzz graph 231 of seed 9494: a gradient 1 bf16 ulp apart)
+            same = same | ((x - y).abs() <= 2 * low_eps * (y.abs() + scale))
         if r is not None and tuple(r.shape) == tuple(e.shape):
             z = r.detach().cpu().double()
             zr = z.to(ed.dtype).double()            # the reference rounded to the output dtype
