@@ -265,7 +265,7 @@ def _correction(call: OpCall) -> float:
     return 1.0 if unbiased is None or unbiased else 0.0
 
 
-def shifted_moments(call: OpCall, x: Expr) -> tuple[Expr, Expr, Expr, Expr]:
+def shifted_moments(call: OpCall, x: Expr, acc: Optional[torch.dtype] = None) -> tuple[Expr, Expr, Expr, Expr]:
     """``(d, c, mean, M2)`` from sums shifted by the segment's first element ``k`` (one
     reduction phase): ``d = x - k`` (exact where ``x`` is within a factor 2 of ``k``), ``c = s1 / N``
     (the mean's offset from ``k``), ``mean = k + c``, ``M2 = s2 - s1 * c``.
@@ -274,8 +274,9 @@ def shifted_moments(call: OpCall, x: Expr) -> tuple[Expr, Expr, Expr, Expr]:
     with a huge mean and a small spread (1e4 +- 1e-2 in fp32) ``x - mean`` loses every digit of the
     spread, ``d - c`` keeps them. Constant rows give exactly 0. ``M2`` is kept >= 0 against
     rounding. Non-finite data follow eager's Welford: any inf or NaN in the segment makes the
-    statistics NaN, except a segment of one element, whose mean is that element."""
-    b, ct = call.b, call.compute
+    statistics NaN, except a segment of one element, whose mean is that element. ``acc``: the
+    dtype the sums accumulate in (default: the compute dtype)."""
+    b, ct = call.b, acc or call.compute
     n = b.reduction_size(ct)
     x = b.cast(x, ct)
     k = b.at_first(x)
@@ -284,8 +285,8 @@ def shifted_moments(call: OpCall, x: Expr) -> tuple[Expr, Expr, Expr, Expr]:
     s2 = b.reduce("sum", b.mul(d, d), ct)
     c = b.div(s1, n)
     m2 = b.sub(s2, b.mul(s1, c))
-    m2 = b.where(b.call("lt", m2, call.const(0)), call.const(0), m2)
-    nan = call.const(float("nan"))
+    m2 = b.where(b.call("lt", m2, call.const(0, ct)), call.const(0, ct), m2)
+    nan = call.const(float("nan"), ct)
     bad = b.call("or", b.call("not", b.call("isfinite", k)), b.call("not", b.call("isfinite", s2)))
     # one element: the mean is that element, inf included (eager's Welford); its M2 NaN if inf
     mean = b.where(b.call("eq", n, call.const(1)), k, b.where(bad, nan, b.add(k, c)))
@@ -293,23 +294,30 @@ def shifted_moments(call: OpCall, x: Expr) -> tuple[Expr, Expr, Expr, Expr]:
     return d, c, mean, m2
 
 
-def moments(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
+def moments(call: OpCall, x: Expr, acc: Optional[torch.dtype] = None) -> tuple[Expr, Expr]:
     """(mean, M2) of ``shifted_moments``."""
-    return shifted_moments(call, x)[2:]
+    return shifted_moments(call, x, acc)[2:]
+
+
+def _moment_acc(call: OpCall) -> torch.dtype:
+    """What var / std accumulate in: float64 for float32 on the CPU (eager's CPU accumulation type
+    for float; a spread of 1e30 squares past float32's range: fuzz graph 5799 of seed 8383),
+    the compute dtype elsewhere (eager's CUDA kernels accumulate float in float)."""
+    return torch.float64 if call.device_type == "cpu" and call.compute == torch.float32 else call.compute
 
 
 def _var_mean(call: OpCall, x: Expr) -> tuple[Expr, Expr]:
     """variance from the shifted sums: M2 / max(N - correction, 0), and the mean. On non-finite
     data the mean follows eager's Welford, which meets the segment in order: one ±inf as its
     last element and finite data before it give that inf, any other non-finite data NaN."""
-    b, ct = call.b, call.compute
-    mean, m2 = moments(call, x)
+    b, ct = call.b, _moment_acc(call)
+    mean, m2 = moments(call, x, ct)
     xc = b.cast(x, ct)
     last = b.at_last(xc)
     others = b.reduce("sum", b.cast(b.call("not", b.call("isfinite", xc)), torch.int32), torch.int32)
     alone = b.call("and", b.call("isinf", last), b.call("eq", others, call.const(1, torch.int32)))
     mean = b.where(alone, last, mean)
-    dof = b.call("maximum", b.sub(b.reduction_size(call.compute), call.const(_correction(call))), call.const(0))
+    dof = b.call("maximum", b.sub(b.reduction_size(ct), call.const(_correction(call), ct)), call.const(0, ct))
     return b.div(m2, dof), mean
 
 

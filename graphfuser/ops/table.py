@@ -30,6 +30,7 @@ class OpCall:
     out_dtype: torch.dtype          # the output's dtype, from profiling
     compute: torch.dtype            # dtype the row computes in (after promotion)
     b: ExprBuilder
+    device_type: str = ""           # the node's device ("cpu", "cuda"; "" when not known)
 
     def __getitem__(self, name: str) -> Any:
         return self.args[name]

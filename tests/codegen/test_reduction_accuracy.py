@@ -80,3 +80,20 @@ def test_batch_norm_training_statistics_of_long_channels():
         eager = _bn_train(x, em, ev)
         assert _rel_err(rv, rv64) <= max(2e-6, 2 * _rel_err(ev, rv64))
         assert float((out.double() - ref).abs().max()) <= max(2e-6, 2 * float((eager.double() - ref).abs().max()))
+
+
+def _spread(x):
+    return torch.std(x * 1e30, None, unbiased=False, keepdim=True), torch.var_mean(x * 2.0, [1], correction=1)
+
+
+def test_cpu_var_and_std_accumulate_in_float64_as_eager():
+    # fuzz graph 5799 (seed 8383): eager's CPU var / std of float32 accumulate in float64, so a
+    # spread of 1e30 (squares of 1e60, past float32's range) gives its std; float32 sums gave NaN
+    sf = graphfuser.script(_spread)
+    x = torch.randn(37, 4099, generator=torch.Generator().manual_seed(4))
+    for _ in range(4):
+        got, want = sf(x), _spread(x)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=0)
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
+    assert "CpuFusionGroup" in str(graphfuser.last_executed_optimized_graph())
