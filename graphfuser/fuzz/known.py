@@ -42,6 +42,13 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (the empty result is the right answer; eager's failure is a kernel launch bug)",
         "when_on": "",
     },
+    "eager_overflow": {
+        "what": "eager's value is not finite where the float64 reference is (an fp16 product or exp past "
+                "65504, or a product that underflowed to 0 times an inf): eager's precision gives no value "
+                "to hold graphfuser to there; every other element is judged",
+        "knob": "none (eager's own overflow; graphfuser's fp32 intermediates may or may not overflow there)",
+        "when_on": "",
+    },
 }
 
 # What CUDA says when a kernel is launched with an empty grid or block (cudaErrorInvalidValue,
