@@ -53,7 +53,7 @@ def _column_group(part: "_BlockPartition", gid: int) -> Optional[Axes]:
     return axes if reds and all(n.kind in COLUMN_SUM_KINDS for n in reds) else None
 
 
-def _rows_contiguous(nodes: list[Node], axes: Axes) -> bool:
+def rows_contiguous(nodes: list[Node], axes: Axes) -> bool:
     """Whether the row reductions' input has the reduced axes innermost."""
     for n in nodes:
         if axes.node_reduced.get(n) and axes.node_reduced[n] == axes.reduced:
@@ -102,7 +102,7 @@ def merge_column_sums(part: "_BlockPartition") -> None:
             if why is None and (not axes.columns or not axes.reduced
                                 or any(axes.node_reduced.get(n) not in (None, frozenset(), axes.columns) for n in b_mem)):
                 why = "the sums of the second group are not column sums of the first"
-            elif why is None and not _rows_contiguous(union, axes):
+            elif why is None and not rows_contiguous(union, axes):
                 why = "the rows are not contiguous"
             elif why is None and not part.can_join(a_mem, b_mem, limit):
                 why = "the merge would create a cycle"

@@ -444,7 +444,15 @@ def group_misfit(nodes: list[Node]) -> Optional[str]:
     re-specializations must pass them as the first partition's groups did)."""
     if needs_axes(nodes):
         axes = analyze(nodes, columns=True)      # (column sums: ``column_sums.py``)
-        return axes if isinstance(axes, str) else None
+        if isinstance(axes, str):
+            return axes
+        if axes.columns:
+            from .column_sums import rows_contiguous
+
+            if not rows_contiguous(nodes, axes):
+                # a group made with contiguous rows, re-specialized for another layout
+                return "column sums need a row kernel over contiguous rows, and these rows are not"
+        return None
     return _pointwise_misfit(set(nodes))
 
 
