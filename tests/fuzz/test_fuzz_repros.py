@@ -603,3 +603,24 @@ def test_row_group_with_column_sums_respecialized_for_strided_rows():
             for a, b in zip(sf(x), _rows_and_columns(x)):
                 torch.testing.assert_close(a, b)
                 assert a.stride() == b.stride()
+
+
+def _sum_read_for_its_dtype(x):
+    v0 = torch.sum(x, None, keepdim=False)
+    return torch.rsub(x, 7, alpha=0.5).type_as(v0), torch.div(x, x)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_reduction_read_only_for_its_dtype(grad):
+    # fuzz graph 7521 (seed 8787): a full sum whose result only gives type_as its dtype reaches no
+    # output; the group's lowering raised "reduced loop axes without a reduction"
+    from graphfuser.config import config
+
+    sf = graphfuser.script(_sum_read_for_its_dtype)
+    x = torch.randn(4, 5, 6, generator=torch.Generator().manual_seed(6)).bfloat16().requires_grad_(grad)
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            got, want = sf(x), _sum_read_for_its_dtype(x)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b)
+    assert "CpuFusionGroup" in str(graphfuser.last_executed_optimized_graph())
