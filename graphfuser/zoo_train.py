@@ -79,31 +79,44 @@ def _amp(device: str, amp: str):
     return torch.autocast(device, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[amp])
 
 
+class Trainer:
+    """One copy of a model with its SGD optimizer, run eagerly or through ``graphfuser.script``;
+    :meth:`step` runs one synchronized training step and records its loss and wall ms."""
+
+    def __init__(self, model: torch.nn.Module, amp: str, lr: float, script: bool) -> None:
+        model.train()
+        self.fn: Callable = model
+        if script:
+            import graphfuser
+
+            self.fn = graphfuser.script(model)
+        self.amp = amp
+        self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        self.losses: list[float] = []
+        self.times: list[float] = []
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        device = x.device.type
+        _sync(device)
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        with _amp(device, self.amp):
+            out = _logits(self.fn(x))
+        loss = F.cross_entropy(out.float(), y)
+        loss.backward()
+        self.opt.step()
+        _sync(device)
+        self.times.append(1e3 * (time.perf_counter() - t0))
+        self.losses.append(loss.item())
+
+
 def train_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, amp: str, lr: float,
                 script: bool) -> tuple[list[float], list[float], Any]:
     """``steps`` SGD steps of ``model`` (in place) on one batch; (losses, ms per step, callable)."""
-    device = x.device.type
-    model.train()
-    fn: Callable = model
-    if script:
-        import graphfuser
-
-        fn = graphfuser.script(model)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    losses, times = [], []
+    t = Trainer(model, amp, lr, script)
     for _ in range(steps):
-        _sync(device)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with _amp(device, amp):
-            out = _logits(fn(x))
-        loss = F.cross_entropy(out.float(), y)
-        loss.backward()
-        opt.step()
-        _sync(device)
-        times.append(1e3 * (time.perf_counter() - t0))
-        losses.append(loss.item())
-    return losses, times, fn
+        t.step(x, y)
+    return t.losses, t.times, t.fn
 
 
 def fused_groups(sf: Any) -> tuple[int, int]:
@@ -130,8 +143,11 @@ def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int
     res = TrainResult(name, amp=amp)
     eager = copy.deepcopy(model)
     fused = copy.deepcopy(model)
-    res.eager_losses, te, _ = train_steps(eager, x, y, steps, amp, lr, script=False)
-    res.graphfuser_losses, tg, sf = train_steps(fused, x, y, steps, amp, lr, script=True)
+    te, tg = Trainer(eager, amp, lr, script=False), Trainer(fused, amp, lr, script=True)
+    for k in range(steps):      # alternating, and which goes first alternates too: both see the same device state
+        for t in ((te, tg) if k % 2 == 0 else (tg, te)):
+            t.step(x, y)
+    res.eager_losses, res.graphfuser_losses, sf = te.losses, tg.losses, tg.fn
     if amp != "none":
         res.fp32_losses, _, _ = train_steps(copy.deepcopy(model), x, y, steps, "none", lr, script=False)
     allowed = loss_tolerances(res.eager_losses, res.fp32_losses, tol)
@@ -141,9 +157,9 @@ def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int
         res.max_amp_noise = (allowed[-1] - tol) / 2
     finite = all(math.isfinite(v) for v in res.graphfuser_losses)
     res.status = "ok" if finite and diffs and all(d <= a for d, a in zip(diffs, allowed)) else "mismatch"
-    if len(te) > warmup:
-        res.eager_ms = statistics.median(te[warmup:])
-        res.graphfuser_ms = statistics.median(tg[warmup:])
+    if steps > warmup:
+        res.eager_ms = statistics.median(te.times[warmup:])
+        res.graphfuser_ms = statistics.median(tg.times[warmup:])
     with _amp(x.device.type, amp):
         res.forward_groups, res.backward_groups = fused_groups(sf)
     return res

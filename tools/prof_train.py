@@ -23,7 +23,7 @@ import bench_train  # noqa: E402
 def _backends(fn, names: list[str]) -> dict:
     import graphfuser
 
-    make = {"compile": torch.compile, "graphfuser": graphfuser.script}
+    make = {"eager": lambda f: f, "compile": torch.compile, "graphfuser": graphfuser.script}
     return {n: make[n](fn) for n in names}
 
 
@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warm", type=int, default=6)
     ap.add_argument("--ops", type=int, default=0, help="also list this many host ops by the device time they launched")
-    ap.add_argument("--backends", default="compile,graphfuser", help="comma-separated: compile, graphfuser")
+    ap.add_argument("--backends", default="compile,graphfuser", help="comma-separated: eager, compile, graphfuser")
     ap.add_argument("--groups", action="store_true", help="print graphfuser's backward fusion groups")
     a = ap.parse_args()
     keys = [k for k in a.only.split(",") if k]
