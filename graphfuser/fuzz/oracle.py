@@ -165,7 +165,7 @@ def _lowest_eps(case: dict) -> float:
 
 def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], low_eps: float,
                    check_strides: bool = True, ref_floor: float = 0.0,
-                   eager_noise: float = 1.0) -> Optional[tuple[str, str]]:
+                   eager_noise: float = 2.0) -> Optional[tuple[str, str]]:
     """(category, detail) of the first difference of ``g`` from eager ``e``, or None.
 
     Against the float64 reference ``r``: an element passes when graphfuser is faithful to it
@@ -174,8 +174,13 @@ def compare_tensor(g: torch.Tensor, e: torch.Tensor, r: Optional[torch.Tensor], 
     graphfuser is no farther from it than eager plus the tight margin. ``ref_floor`` is the reference's own absolute accuracy (float64 rounding at
     the inputs' magnitude): differences below it are not judged. Where eager itself is not
     faithful (an ill-conditioned output), graphfuser's error may reach ``eager_noise`` times eager's
-    worst error on the output: gradients pass 4, as a gradient is a sum whose rounding noise, over
-    few elements, is one sample of a spread eager's order of summation happens to draw low in."""
+    worst error on the output. Eager's worst error is one draw of rounding noise that another
+    order of summation draws differently: outputs pass 2 (fuzz graph 1942 of seed 8787: a
+    matmul of a float32 group norm against positive weights cancels 4099 terms of magnitude 1
+    to 20; graphfuser's group norm is as exact as eager's, 3e-7 against 2e-7 to 5e-7 over three
+    draws, and the matmul turned one ulp's difference into 1.6e-5 where eager's worst was
+    1.0e-5), gradients 4, as a gradient is a sum whose rounding noise, over few elements, is one
+    sample of a spread eager's order of summation happens to draw low in."""
     if g.dtype != e.dtype:
         return "wrong_dtype", f"{g.dtype} vs eager {e.dtype}"
     if tuple(g.shape) != tuple(e.shape):
@@ -264,14 +269,20 @@ def _magnitude(args: list) -> float:
     return m
 
 
-def _two_pass(x: torch.Tensor, dims: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, sum of squared deviations) over ``dims`` (keepdim), with the mean corrected by a
-    second pass: exact for constant segments, unlike torch's float64 kernels."""
+def _deviations(x: torch.Tensor, dims: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(deviations from the mean, their sum of squares) over ``dims`` (keepdim), the mean held as a
+    double-double ``hi + lo``: a second pass corrects the mean, and what rounding the corrected
+    mean to float64 loses is kept and subtracted apart. Exact for constant segments, unlike
+    torch's float64 kernels; and for rows of mean 1e4 and spread 1e-2 the deviations are not off
+    by the float64 mean's rounding (1e-12, 1e-10 of the spread: fuzz graph 2090 of seed 8787,
+    where the reference's layer norm summed to 1.5e-10 instead of 0)."""
     n = max(1, x.numel() // max(1, x.sum(dims, keepdim=True).numel()))
-    mean = x.sum(dims, keepdim=True) / n
-    mean = mean + (x - mean).sum(dims, keepdim=True) / n
-    d = x - mean
-    return mean, (d * d).sum(dims, keepdim=True)
+    first = x.sum(dims, keepdim=True) / n
+    residual = (x - first).sum(dims, keepdim=True) / n
+    hi = first + residual
+    lo = residual - (hi - first)                    # exact: the error of rounding first + residual
+    d = (x - hi) - lo
+    return d, (d * d).sum(dims, keepdim=True)
 
 
 class ExactMoments(torch.overrides.TorchFunctionMode):
@@ -303,16 +314,16 @@ def _exact_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5,
     if kw or rest or input.shape[input.dim() - len(normalized_shape):] != tuple(normalized_shape):
         return NotImplemented
     dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
-    mean, m2 = _two_pass(input, dims)
-    y = (input - mean) * torch.rsqrt(m2 / max(1, math.prod(normalized_shape)) + eps)
+    d, m2 = _deviations(input, dims)
+    y = d * torch.rsqrt(m2 / max(1, math.prod(normalized_shape)) + eps)
     if weight is not None:
         y = y * weight
     return y + bias if bias is not None else y
 
 
 def _exact_channels(input, weight, bias, eps, dims, n_per):
-    mean, m2 = _two_pass(input, dims)
-    y = (input - mean) * torch.rsqrt(m2 / n_per + eps)
+    d, m2 = _deviations(input, dims)
+    y = d * torch.rsqrt(m2 / n_per + eps)
     shape = [1, -1] + [1] * (input.dim() - 2)
     if weight is not None:
         y = y * weight.reshape(shape)
@@ -340,8 +351,8 @@ def _exact_group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, *rest
         return NotImplemented
     n, c = input.shape[0], input.shape[1]
     grouped = input.reshape(n, num_groups, -1)      # per (sample, group): C/G channels x spatial
-    mean, m2 = _two_pass(grouped, (2,))
-    y = ((grouped - mean) * torch.rsqrt(m2 / max(1, grouped.shape[2]) + eps)).reshape(input.shape)
+    d, m2 = _deviations(grouped, (2,))
+    y = (d * torch.rsqrt(m2 / max(1, grouped.shape[2]) + eps)).reshape(input.shape)
     shape = [1, c] + [1] * (input.dim() - 2)
     if weight is not None:
         y = y * weight.reshape(shape)
