@@ -23,7 +23,7 @@ Dead recomputations (forward values no formula uses) are removed by the pipeline
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -73,6 +73,7 @@ class D:
         # (amax's, maximum's, relu's) fall where eager's do
         self.rounded: dict[Value, torch.dtype] = {}
         self._stored: dict[Value, Value] = {}
+        self._block = graph.block      # where ``op`` appends (a branch of ``branch`` while it runs)
 
     @staticmethod
     def is_value(x: Any) -> bool:
@@ -90,9 +91,26 @@ class D:
         if kind in _COMPARISONS:
             args = tuple(self.stored(a) for a in args)
         node = self.g.create(kind, [self._in(a) for a in args], [out])
-        self.g.block.append(node)
+        self._block.append(node)
         if kind in _VIEWS and args and args[0] in self.rounded:
             self.rounded[node.output] = self.rounded[args[0]]
+        return node.output
+
+    def branch(self, cond: Value, then: Callable[[], Value], other: Callable[[], Value]) -> Value:
+        """``prim::If(cond)`` with one tensor output: ``then()`` and ``other()`` emit their nodes
+        into the two blocks and return each block's value. A formula whose eager form takes a
+        data-dependent path (``prod_backward``'s zero check) keeps the common path fused and runs
+        the other only when it is taken."""
+        node = self.g.create("prim::If", [cond], [TENSOR])
+        self._block.append(node)
+        outer, stored = self._block, dict(self._stored)
+        for emit in (then, other):
+            self._block = node.add_block()
+            try:
+                self._block.returns = [self._in(emit())]
+            finally:
+                # a value made inside the block is not visible after it
+                self._block, self._stored = outer, dict(stored)
         return node.output
 
     def stored(self, v: Any) -> Any:

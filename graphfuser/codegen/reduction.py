@@ -25,7 +25,7 @@ import torch
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import bind, lookup
-from ..ops.axes import Axes, analyze, is_reduction_node
+from ..ops.axes import Axes, analyze, column_output_misfit, is_reduction_node
 from .kir import (Call, Cast, ColumnSum, Expr, ExprBuilder, FirstLoad, Kernel, LinearIndex, Load, Reduce,
                   ScalarParam, TensorParam, compute_dtype, topo_exprs)
 from .lower import LoweringError, TensorPlan, lower_node, returned_inputs, through_detach
@@ -345,9 +345,9 @@ def _column_store(o: Value, col: ColumnSum, axes: Axes, axes_of, add_param, para
     accumulator dtype, which walks the reduced roots (unit or broadcast; the launcher allocates
     it [slots, reduced extents] and sums the slots into ``o``)."""
     t = o.type
-    walked = {a for a in axes_of(o) if a is not None}
-    if walked != set(axes.reduced) or list(t.stride_order) != sorted(t.stride_order):
-        raise LoweringError(f"column sum %{o.name} must walk exactly the reduced axes, in default order")
+    misfit = column_output_misfit(o, axes)
+    if misfit:
+        raise LoweringError(misfit)
     k = add_param(f"t{len(params)}", replace(_dense(t), dtype=col.dtype), axes_of(o), True, out)
     p = params[k]
     if "strided" in p.dim_kinds:

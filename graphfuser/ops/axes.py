@@ -209,6 +209,20 @@ COLUMN_SUM_KINDS = ("aten::sum", "aten::sum_to_size")
 COLUMN_CASTS = ("aten::type_as", "aten::to")     # what a column sum may feed inside its group
 
 
+def column_output_misfit(o: Value, axes: Axes) -> Optional[str]:
+    """Why column sum output ``o`` cannot be written from per-block partials: it must walk
+    exactly the reduced axes of the row reduction, in row-major order (the launcher sums the
+    slots of a [slots, reduced extents] tensor into it). A summand constant along a reduced axis
+    (a per-row gradient summed to a [1] bias: fuzz graph 5274 of seed 8787) walks fewer: each
+    row worker would add it once per column. The partition asks this before it merges column
+    sums into a row kernel; the lowering asks it again."""
+    t = o.type
+    walked = {a for a in axes.of.get(o, ()) if a is not None}
+    if walked != set(axes.reduced) or t.stride_order is None or list(t.stride_order) != sorted(t.stride_order):
+        return f"column sum %{o.name} must walk exactly the reduced axes, in default order"
+    return None
+
+
 def _column_set(nodes: Sequence[Node], node_reduced: dict, sets: set, domain: set) -> Union[frozenset, str]:
     """The reduction set of ``sets`` that is made of column sums: plain sums, read by no node of
     the group, over the axes the other set keeps (the two sets partition the loop domain)."""

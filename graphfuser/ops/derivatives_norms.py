@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..ir.types import Type
 from .derivatives import DERIVATIVES, ZERO, derivative, reduced_count
 
 
@@ -105,30 +106,59 @@ DERIVATIVES["std_mean"] = _pair(True)
 
 @derivative("prod")
 def _prod(d, a, g, out):
-    """eager's ``prod_backward``: ``g * prod / x`` in a slice without zeros; in a slice with a
-    zero, 0 where x != 0 (the others' product holds the zero; ``prod / x`` would be NaN when the
-    product overflowed before reaching the zero) and, at a zero, the product of the others when
-    it is the only zero of its slice, else 0."""
+    """eager's ``prod_backward`` (``FunctionsManual.cpp``), path for path, on ``self`` cast to the
+    gradient's dtype as eager does (``prod(x, dtype=...)``):
+
+    - no zero anywhere in the input: ``g * (prod / x)`` (fused);
+    - a zero somewhere: ``g`` times the product of the others, as exclusive prefix and suffix
+      products along the reduced dim (``cumprod``, run by eager's kernels) -- in every slice,
+      whether or not it holds the zero, so a NaN or inf among the others propagates as in eager
+      (a row [0, NaN, a] gets NaN * a, 0 * a, 0 * NaN);
+    - a full reduction over a flattened input, where two or more zeros make every gradient 0
+      (eager's shortcut outside grad mode, which a backward runs in).
+
+    The choice is made on the whole input, as eager makes it: a zero in one slice sends every
+    slice through the exclusive products."""
+    if d.rank(a["self"]) == 0:
+        return {"self": g}
     # x as eager saved it (a recomputed fp16 / bf16 value rounded: an exp that overflows fp16 is
     # inf there, and inf / inf is eager's NaN; fuzz graph 2871 of seed 6161)
     x = d.stored(a["self"])
-    dims = _dims_of(a.get("dim"), d.rank(a["self"]))
-    keep, rank = bool(a.get("keepdim")), d.rank(a["self"])
-    gu = d.restore_dims(g, dims, keep, rank)
-    ou = d.restore_dims(out, dims, keep, rank)
-    zero = d.op("aten::eq", x, 0.0)
-    count = d.op("aten::sum", zero, dims, True)
-    others = _prod_dims(d, d.where(zero, 1.0, x), dims)
-    at_zero = d.where(d.op("aten::eq", count, 1), d.mul(gu, others), 0.0)
-    elsewhere = d.where(d.op("aten::gt", count, 0), 0.0, d.div(d.mul(gu, ou), x))
-    return {"self": d.where(zero, at_zero, elsewhere)}
+    if _dtype(d, out) is not None and _dtype(d, out) != _dtype(d, a["self"]):
+        x = d.to(x, _dtype(d, out))
+    full = a.get("dim") is None
+    rank = d.rank(a["self"])
+    dims = _dims_of(a.get("dim"), rank)
+    keep = bool(a.get("keepdim"))
+    gu = g if full else d.restore_dims(g, dims, keep, rank)
+    ou = out if full else d.restore_dims(out, dims, keep, rank)
+    zeros = d.op("aten::sum", d.op("aten::eq", x, 0.0))
+    has_zero = d.op("aten::Bool", d.op("aten::gt", zeros, 0), out=Type("bool"))
+
+    def exclusive():
+        if not full:
+            return d.mul(gu, _exclusive_products(d, x, dims[0]))
+        flat = d.op("aten::reshape", x, [-1])
+        r = d.op("aten::view_as", d.mul(gu, _exclusive_products(d, flat, 0)), x)
+        return d.where(d.op("aten::gt", zeros, 1), 0.0, r)
+
+    return {"self": d.branch(has_zero, exclusive, lambda: d.mul(gu, d.div(ou, x)))}
 
 
-def _prod_dims(d, x, dims: list[int]):
-    """prod over several dims (``aten::prod`` takes one dim): one dim after another, keepdim."""
-    for dim in dims:
-        x = d.op("aten::prod", x, dim, True)
-    return x
+def _exclusive_products(d, x, dim: int):
+    """The product of the other elements of each slice of ``x`` along ``dim``: exclusive prefix
+    products times exclusive suffix products (eager's ``prod_safe_zeros_backward``), exact with
+    zeros, NaN and inf. A dim of size 0 or 1 gives an empty tensor or ones."""
+    ones = d.op("aten::ones_like", d.op("aten::slice", x, dim, 0, 1, 1))
+    head = d.op("aten::slice", x, dim, 0, -1, 1)
+    tail = d.op("aten::flip", d.op("aten::slice", x, dim, 1, None, 1), [dim])
+    prefix = d.op("aten::cumprod", _cat(d, ones, head, dim), dim)
+    suffix = d.op("aten::flip", d.op("aten::cumprod", _cat(d, ones, tail, dim), dim), [dim])
+    return d.mul(prefix, suffix)
+
+
+def _cat(d, a, b, dim: int):
+    return d.op("aten::cat", d.op("prim::ListConstruct", a, b, out=Type("Tensor[]")), dim)
 
 
 _REDUCED = (torch.float16, torch.bfloat16)

@@ -34,7 +34,7 @@ from ..ir.graph import Node
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import bind, lookup
-from ..ops.axes import COLUMN_SUM_KINDS, Axes, analyze, needs_axes
+from ..ops.axes import COLUMN_CASTS, COLUMN_SUM_KINDS, Axes, analyze, column_output_misfit, needs_axes
 from ..ops.random import RANDOM_ROWS
 
 if TYPE_CHECKING:
@@ -65,6 +65,19 @@ def rows_contiguous(nodes: list[Node], axes: Axes) -> bool:
             inner = v.type.stride_order[-1]
             return inner < len(dims) and dims[inner] in axes.reduced
     return False
+
+
+def _outputs_misfit(nodes: list[Node], axes: Axes) -> Optional[str]:
+    """Why a column sum of ``nodes`` (or the dtype cast of one) cannot be written from the row
+    kernel's per-block partials (``ops.axes.column_output_misfit``), or None."""
+    sums = [n for n in nodes if axes.node_reduced.get(n) == axes.columns]
+    outs = [o for n in sums for o in n.outputs]
+    outs += [n.outputs[0] for n in nodes if n.kind in COLUMN_CASTS and n.inputs and n.inputs[0] in outs]
+    for o in outs:
+        why = column_output_misfit(o, axes)
+        if why:
+            return why
+    return None
 
 
 def _full_reads(nodes: list[Node], like: int) -> set:
@@ -104,6 +117,8 @@ def merge_column_sums(part: "_BlockPartition") -> None:
                 why = "the sums of the second group are not column sums of the first"
             elif why is None and not rows_contiguous(union, axes):
                 why = "the rows are not contiguous"
+            elif why is None:
+                why = _outputs_misfit(b_mem, axes)
             elif why is None and not part.can_join(a_mem, b_mem, limit):
                 why = "the merge would create a cycle"
             if why:

@@ -153,3 +153,24 @@ def test_shared_partials_workspace(monkeypatch, threads):
     sources = [r.compiled.launcher_source for r in compiled._MEMORY.values() if hasattr(r, "compiled")]
     shared = [s for s in sources if "w.as_strided" in s]
     assert shared and all("_zeros(2 * span" in s and s.count("_zeros(") == 1 for s in shared)
+
+
+@pytest.mark.parametrize("shape,dims,y", [
+    ((33, 2, 1), [1, 2], (1,)),        # fuzz graph 5274 of seed 8787: a per-row gradient summed to [1]
+    ((33, 2, 1), [2, 1], (1, 1)),      # the reduced dims listed out of order
+    ((9, 1, 5), [1, 2], (1,)),
+    ((9, 4, 5), [2], (4, 1)),          # the column sum walks a kept axis, not the reduced one
+    ((9, 4, 5), [1, 2], (1, 1, 1)),
+])
+def test_column_sums_that_do_not_walk_the_reduced_axes_stay_apart(shape, dims, y):
+    """A row reduction's input gradient next to a sum over its rows that is constant along the
+    reduced axes: the partition keeps them apart (logged) instead of a group that cannot lower,
+    and the gradients match eager's with the fallback disabled."""
+    from grad_helpers import GRAD_TOL, check_grads, make_function
+
+    fn = make_function(["x", "y"], [f"torch.mean(x, {dims}, keepdim=True, dtype=torch.float16) + y",
+                                    f"torch.sum(x * 2.0, {dims}, keepdim=True) * y"])
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(shape, generator=g).requires_grad_()
+    yv = torch.rand(y, generator=g, dtype=torch.float64).requires_grad_()
+    check_grads(fn, [x, yv], dict(GRAD_TOL[torch.float16]))
