@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import math
 import os
 import sys
 import time
@@ -24,6 +23,7 @@ import torch
 
 from .grads import check_grads
 from .known import DEVIATIONS, eager_launch_failure_on_empty
+from .reference import ExactMoments
 
 DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
          "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8,
@@ -267,100 +267,6 @@ def _magnitude(args: list) -> float:
             if f.numel():
                 m = max(m, float(f.max()))
     return m
-
-
-def _deviations(x: torch.Tensor, dims: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(deviations from the mean, their sum of squares) over ``dims`` (keepdim), the mean held as a
-    double-double ``hi + lo``: a second pass corrects the mean, and what rounding the corrected
-    mean to float64 loses is kept and subtracted apart. Exact for constant segments, unlike
-    torch's float64 kernels; and for rows of mean 1e4 and spread 1e-2 the deviations are not off
-    by the float64 mean's rounding (1e-12, 1e-10 of the spread: fuzz graph 2090 of seed 8787,
-    where the reference's layer norm summed to 1.5e-10 instead of 0)."""
-    n = max(1, x.numel() // max(1, x.sum(dims, keepdim=True).numel()))
-    first = x.sum(dims, keepdim=True) / n
-    residual = (x - first).sum(dims, keepdim=True) / n
-    hi = first + residual
-    lo = residual - (hi - first)                    # exact: the error of rounding first + residual
-    d = (x - hi) - lo
-    return d, (d * d).sum(dims, keepdim=True)
-
-
-class ExactMoments(torch.overrides.TorchFunctionMode):
-    """Under this mode the reference computes the normalizations two-pass in float64 (mean,
-    then deviations from it), rounded to eager's output dtype: torch's kernels are not exact for
-    constant rows (a batch norm of a constant channel gives 1e-12 noise in float64, 1e-5 in
-    float32, which a following comparison or a tiny eps turns into a different answer). Other
-    ops run as usual."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        x = args[0] if args else kwargs.get("input")
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and name in _EXACT:
-            # eager runs first: its checks and errors, and its running-stats update
-            out = func(*args, **kwargs)
-            wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-            try:
-                exact = _EXACT[name](*wide, **kwargs)
-            except Exception:  # noqa: BLE001 - a signature the exact form does not cover
-                exact = NotImplemented
-            if exact is NotImplemented or exact.shape != out.shape:
-                return out
-            return exact.to(out.dtype)
-        return func(*args, **kwargs)
-
-
-def _exact_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *rest, **kw):
-    if kw or rest or input.shape[input.dim() - len(normalized_shape):] != tuple(normalized_shape):
-        return NotImplemented
-    dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
-    d, m2 = _deviations(input, dims)
-    y = d * torch.rsqrt(m2 / max(1, math.prod(normalized_shape)) + eps)
-    if weight is not None:
-        y = y * weight
-    return y + bias if bias is not None else y
-
-
-def _exact_channels(input, weight, bias, eps, dims, n_per):
-    d, m2 = _deviations(input, dims)
-    y = d * torch.rsqrt(m2 / n_per + eps)
-    shape = [1, -1] + [1] * (input.dim() - 2)
-    if weight is not None:
-        y = y * weight.reshape(shape)
-    return y + bias.reshape(shape) if bias is not None else y
-
-
-def _exact_batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
-                      eps=1e-5, *rest):
-    if not training or input.dim() < 2 or input.numel() == 0 or rest:
-        return NotImplemented       # inference: eager's own
-    dims = (0,) + tuple(range(2, input.dim()))
-    return _exact_channels(input, weight, bias, eps, dims, input.numel() // input.shape[1])
-
-
-def _exact_instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
-                         use_input_stats=True, momentum=0.1, eps=1e-5, *rest):
-    if not use_input_stats or input.dim() < 3 or input.numel() == 0 or rest:
-        return NotImplemented
-    dims = tuple(range(2, input.dim()))
-    return _exact_channels(input, weight, bias, eps, dims, max(1, math.prod(input.shape[2:])))
-
-
-def _exact_group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, *rest):
-    if num_groups < 1 or input.dim() < 2 or input.numel() == 0 or rest or input.shape[1] % num_groups:
-        return NotImplemented
-    n, c = input.shape[0], input.shape[1]
-    grouped = input.reshape(n, num_groups, -1)      # per (sample, group): C/G channels x spatial
-    d, m2 = _deviations(grouped, (2,))
-    y = (d * torch.rsqrt(m2 / max(1, grouped.shape[2]) + eps)).reshape(input.shape)
-    shape = [1, c] + [1] * (input.dim() - 2)
-    if weight is not None:
-        y = y * weight.reshape(shape)
-    return y + bias.reshape(shape) if bias is not None else y
-
-
-_EXACT = {"layer_norm": _exact_layer_norm, "batch_norm": _exact_batch_norm,
-          "instance_norm": _exact_instance_norm, "group_norm": _exact_group_norm}
 
 
 def _emulating() -> bool:
