@@ -174,3 +174,16 @@ def test_prod_gradient_with_zeros_nan_and_inf(rows, expr, dtype):
     # transposed, and a slice of a wider tensor
     check_grads(fn, [_leaf(torch.tensor(rows).to(dtype).t().contiguous().t())], tol)
     check_grads(fn, [torch.tensor(rows).to(dtype).repeat_interleave(2, 1)[:, ::2].detach().requires_grad_()], tol)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_prod_gradient_with_zeros_nan_and_inf_on_cuda(dtype):
+    rows = [[0.0, NAN, 2.0, 1.5], [INF, -2.0, 0.5, 3.0], [2.0, 1.0, -1.0, 0.25]]
+    tol = dict(GRAD_TOL[dtype], equal_nan=True)
+    for expr in ("torch.prod(x * 1.0, 1)", "torch.prod(x * 1.0) * 2.0", "torch.prod(x * 1.0, 0, keepdim=True)"):
+        for zero in (True, False):
+            x = torch.tensor(rows, device="cuda").to(dtype)
+            if not zero:
+                x[0, 0] = 1.0
+            check_grads(make_function(["x"], [expr]), [_leaf(x)], tol)
