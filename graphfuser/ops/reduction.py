@@ -56,6 +56,15 @@ def scalar_type(code: Any) -> Optional[torch.dtype]:
     return _SCALAR_TYPES[int(code)]
 
 
+def _fits_type(name: str, type_name: str) -> bool:
+    """Can an argument of type ``type_name`` be the overload's argument ``name``?"""
+    if name == "unbiased":
+        return type_name == "bool"
+    if name == "dtype":
+        return not type_name.endswith("[]")
+    return True
+
+
 @dataclass
 class ReductionRow(OpRow):
     """A row whose node reduces dims or lines tensors up other than by right alignment."""
@@ -78,10 +87,13 @@ class ReductionRow(OpRow):
             names = tuple(a.name for a in torch._C.parse_schema(schema).arguments)
             if all(n in self.arg_names for n in names):
                 return names
-        fits = [o for o in self.overloads if len(o) >= len(node.inputs)]
+        # TorchScript passes every argument, defaults included: an overload of the node's own
+        # arity comes first (a printed and parsed ``aten::prod(%x, %dtype)`` is prod(self, *,
+        # dtype), not prod.dim_int with a dim of 6 and keepdim, dtype left to their defaults)
+        n_in = len(node.inputs)
+        fits = sorted((o for o in self.overloads if len(o) >= n_in), key=lambda o: len(o) != n_in)
         if len(fits) > 1:
-            typed = [o for o in fits if all(not (n == "unbiased") or node.inputs[i].type.name == "bool"
-                                            for i, n in enumerate(o[:len(node.inputs)]))]
+            typed = [o for o in fits if all(_fits_type(n, v.type.name) for n, v in zip(o, node.inputs))]
             fits = typed or fits
         return fits[0] if fits else self.arg_names
 

@@ -117,10 +117,10 @@ def merge_column_sums(part: "_BlockPartition") -> None:
                 why = "the sums of the second group are not column sums of the first"
             elif why is None and not rows_contiguous(union, axes):
                 why = "the rows are not contiguous"
-            elif why is None:
-                why = _outputs_misfit(b_mem, axes)
             elif why is None and not part.can_join(a_mem, b_mem, limit):
                 why = "the merge would create a cycle"
+            if why is None:
+                why = _outputs_misfit(b_mem, axes)
             if why:
                 jit_log("partition", 2, f"column sums of group {b} not merged into group {a}: {why}")
                 continue

@@ -69,3 +69,28 @@ def test_varying_during_profiling_stays_unfused_with_a_reason():
 
     adds = [n for n in sf._optimized.all_nodes() if n.kind == "aten::add"]
     assert adds and "changed between profiling runs" in fusible(adds[0])
+
+
+@pytest.mark.parametrize("text,want", [
+    # TorchScript prints every argument: two inputs are prod(self, *, dtype), four prod.dim_int
+    ("aten::prod(%x, %six)", {"dtype": 6}),
+    ("aten::prod(%x, %one, %false, %none)", {"dim": 1, "keepdim": False}),
+    ("aten::sum(%x, %six)", {"dtype": 6}),
+    ("aten::sum(%x, %dims, %false, %none)", {"dim": [1], "keepdim": False}),
+    ("aten::mean(%x, %dims, %false, %none)", {"dim": [1], "keepdim": False}),
+])
+def test_parsed_reductions_bind_the_overload_of_their_arity(text, want):
+    # a group of prod(x, dtype=torch.float32), printed and parsed (repro files, the CUDA compile
+    # of CPU groups in the tests), bound its dtype as prod.dim_int's dim: "dim 6 is out of range"
+    from graphfuser.ir import parse_graph
+    from graphfuser.ops import bind, lookup
+
+    g = parse_graph("graph(%x : Float(3, 4, strides=[4, 1], requires_grad=0, device=cpu)):\n"
+                    "  %six : int = prim::Constant[value=6]()\n  %one : int = prim::Constant[value=1]()\n"
+                    "  %false : bool = prim::Constant[value=0]()\n  %none : NoneType = prim::Constant()\n"
+                    "  %dims : int[] = prim::Constant[value=[1]]()\n"
+                    f"  %r : Tensor = {text}\n  return (%r)\n")
+    node = next(n for n in g.block.nodes if n.kind.startswith("aten::"))
+    _, consts, _ = bind(lookup(node.kind), node)
+    for k, v in want.items():
+        assert consts.get(k) == v, (k, consts)
