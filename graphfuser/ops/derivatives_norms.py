@@ -218,8 +218,11 @@ def _channel(d, v, rank: int):
 
 def _normalized_grad(d, g, x, w, dims: list[int], mean, rstd):
     """dx of ``(x - mean) * rstd * w`` with mean and rstd the statistics of x over ``dims``:
-    ``rstd * (gw - mean(gw) - xhat * mean(gw * xhat))``; also returns xhat."""
-    xhat = d.mul(d.sub(x, mean), rstd)
+    ``rstd * (gw - mean(gw) - xhat * mean(gw * xhat))``; also returns xhat. The deviations are
+    re-centred as var's are (``_centered``): a float32 mean of rows near 1e4 with a 1e-2 spread is
+    off by a tenth of the spread (fuzz graph 2713 of seed 9292, an instance norm's gradient 27%
+    off where eager's was 3%)."""
+    xhat = d.mul(_centered(d, x, mean, dims), rstd)
     gw = g if w is None else d.mul(g, w)
     m1 = d.op("aten::mean", gw, dims, True)
     m2 = d.op("aten::mean", d.mul(gw, xhat), dims, True)
