@@ -311,8 +311,10 @@ def _fit(d: D, r: Value, inp: Value, out: Value, vmap: dict) -> Value:
     return d.op("aten::sum_to_size", r, d.op("aten::size", vmap[inp], out=Type("int[]")))
 
 
-def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
-    """The backward of the forward subgraph ``sub``, or the reason there is none."""
+def plan_backward(sub: Graph, defined: Optional[frozenset] = None) -> Union[BackwardPlan, str]:
+    """The backward of the forward subgraph ``sub``, or the reason there is none. ``defined``
+    (group output positions) limits it to the outputs whose gradient is defined: the others
+    contribute nothing, not zeros (TorchScript's AutogradZero specialization)."""
     diff: set[Value] = {v for v in sub.inputs if isinstance(v.type, TensorType) and v.type.requires_grad
                         and _is_float_tensor(v)}
     for n in sub.block.nodes:
@@ -329,7 +331,7 @@ def plan_backward(sub: Graph) -> Union[BackwardPlan, str]:
     vmap: dict[Value, Value] = {}
     for v in sub.inputs:
         vmap[v] = g.add_input(v.name, TENSOR if v.type.is_tensor else v.type)
-    diff_outputs = [k for k, o in enumerate(sub.outputs) if o in diff]
+    diff_outputs = [k for k, o in enumerate(sub.outputs) if o in diff and (defined is None or k in defined)]
     if not diff_outputs:
         return NO_GRADIENT
     grads: dict[Value, Value] = {}

@@ -73,6 +73,7 @@ class DifferentiableGroup:
         self.non_diff_out = [k for k in range(len(sub.outputs)) if k not in plan.diff_outputs]
         self.backward = scripted_graph(plan.graph, f"{group.kind.split('::')[-1]}_backward")
         self.eager = _eager(sub)
+        self._partial: dict[frozenset, Any] = {}
         self.fn = self._function()
 
     def _function(self) -> type:
@@ -85,7 +86,11 @@ class DifferentiableGroup:
         gs = [f"g{k}" for k in range(n_out)]
         ns: dict[str, Any] = {"_run": self.forward, "_S": STATS, "_grad_enabled": torch.is_grad_enabled,
                               "_zeros_like": torch.zeros_like, "_dg": self}
+        # gradients left undefined (an output no loss reaches) stay None, not zeros: its terms are
+        # left out of the backward, as eager never runs the nodes behind it (0 * the NaN derivative
+        # of asin past 1 would otherwise poison another output's gradient)
         L = [f"def forward(ctx, {', '.join(xs)}):",
+             "    ctx.set_materialize_grads(False)",
              f"    outs = _run({', '.join(xs)})"]
         if self.saved_in:
             saved = [f"{xs[i]}.clone()" if i in self.copied_in else xs[i] for i in self.saved_in]
@@ -105,6 +110,8 @@ class DifferentiableGroup:
         L += ["    if _grad_enabled():",
               f"        return _dg.double_backward([{', '.join(xs)}], ({', '.join(gs)},))",
               '    _S["backward"] += 1',
+              f"    if {' or '.join(f'{gs[k]} is None' for k in plan.diff_outputs)}:",
+              f"        return _dg.partial([{', '.join(xs)}], ({', '.join(gs)},))",
               f"    r = _dg.backward({', '.join(xs + [gs[k] for k in plan.diff_outputs])})"]
         grads = ["None"] * n
         for j, i in enumerate(plan.grad_inputs):
@@ -131,6 +138,32 @@ class DifferentiableGroup:
         self.run = run
         return fn
 
+    def partial(self, args: list, gouts: tuple) -> tuple:
+        """The backward when some outputs' gradients are undefined: a backward graph of the outputs
+        whose gradients are (built once per such set)."""
+        key = frozenset(k for k in self.plan.diff_outputs if gouts[k] is not None)
+        if key not in self._partial:
+            plan = plan_backward(self.group.subgraph, key) if key else NO_GRADIENT
+            self._partial[key] = plan if isinstance(plan, str) else \
+                (plan, scripted_graph(plan.graph, f"{self.group.kind.split('::')[-1]}_backward_partial"))
+        entry = self._partial[key]
+        full: list[Optional[torch.Tensor]] = [None] * self.n_in
+        if isinstance(entry, str):
+            if entry == NO_GRADIENT:
+                return tuple(full)
+            # (not expected: a subset of a differentiable group's outputs is differentiable)
+            gouts = tuple(g if g is not None else torch.zeros_like(o) for g, o in zip(gouts, self.eager(*args)))
+            plan, run = self.plan, self.backward
+        else:
+            plan, run = entry
+        r = run(*args, *[gouts[k] for k in plan.diff_outputs])
+        rs = (r,) if len(plan.grad_inputs) == 1 else r
+        for i, g in zip(plan.grad_inputs, rs):
+            full[i] = g
+        for i in plan.zero_inputs:
+            full[i] = torch.zeros_like(args[i])
+        return tuple(full)
+
     def double_backward(self, args: list, gouts: tuple) -> tuple:
         global _warned_double
         if not _warned_double:
@@ -140,7 +173,8 @@ class DifferentiableGroup:
         STATS["double_backward"] += 1
         ins = [a for i, a in enumerate(args) if i in self.tensor_in and a.requires_grad]
         outs = self.eager(*args)
-        pairs = [(outs[k], gouts[k]) for k in self.plan.diff_outputs if outs[k].requires_grad]
+        pairs = [(outs[k], gouts[k]) for k in self.plan.diff_outputs
+                 if outs[k].requires_grad and gouts[k] is not None]
         res = torch.autograd.grad([o for o, _ in pairs], ins, [g for _, g in pairs],
                                   create_graph=True, allow_unused=True)
         full: list[Optional[torch.Tensor]] = [None] * self.n_in

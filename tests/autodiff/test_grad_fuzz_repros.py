@@ -241,3 +241,28 @@ def test_normalization_gradient_of_a_huge_mean_and_a_small_spread(expr):
         scale = float(want.abs().max())
         err, eager_err = float((got.double() - want).abs().max()), float((eager.double() - want).abs().max())
         assert err <= 2 * eager_err + 1e-5 * scale, (call, err / scale, eager_err / scale)
+
+
+def test_an_output_no_loss_reaches_adds_nothing_to_other_gradients():
+    # fuzz graph 604 (seed 7575, CUDA): the group's outputs asin(x) (copied into another input) and
+    # x + 2 * inf; only the second reaches the loss. The undefined gradient of asin(x) was made
+    # zeros, and 0 * asin's NaN derivative past 1 made x's gradient NaN where eager's is g.
+    import graphfuser
+    from graphfuser.autodiff import STATS
+    from graphfuser.config import config
+
+    fn = make_function(["x"], ["torch.asin(x * 1.0)", "torch.add(x, float('inf'), alpha=2)"])
+    x = _leaf(torch.tensor([0.3, 1.5, -2.0, 0.9]))
+    gout = torch.tensor([1.0, -1.5, 2.0, 0.5])
+    sf = graphfuser.script(fn)
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            before = STATS["backward"]
+            for which in ([1], [0, 1]):
+                got = sf(x)
+                want = fn(x)
+                g, = torch.autograd.grad([got[k] for k in which], x, [gout] * len(which))
+                e, = torch.autograd.grad([want[k] for k in which], x, [gout] * len(which))
+                torch.testing.assert_close(g, e, **F32)
+                assert g.isnan().any() == (len(which) == 2)
+        assert STATS["backward"] == before + 2

@@ -350,3 +350,36 @@ def test_a_gradient_across_a_tie_is_a_deviation_only_at_a_few_elements():
         got = check_grads({"seed": 1, "inputs": [{"name": "x0"}], "ops": ops}, 0, [xg * scale], [xe * 1.0],
                           [xg], [xe], lambda: None, cmp)
         assert len(got) == 1 and want in got[0], (ops, got)
+
+
+def test_rounded_pipeline_reference_knows_an_amplified_last_ulp():
+    # fuzz graph 6476 (seed 9292): acos(erf(x)) with erf(x) = 1 - 2.8e-8, which a correctly rounded
+    # float32 erf makes 1.0 (graphfuser: acos gives 0); eager's erf gave the float below 1 (acos:
+    # 3.45e-4); the float64 reference held graphfuser's 0 to be wrong (here: erf(3.95) = 1 - 2.3e-8)
+    from graphfuser.fuzz.reference import RoundedIntermediates
+
+    x = torch.tensor([3.95, 0.5])
+    with RoundedIntermediates():
+        r = torch.acos(torch.erf(x)).double()
+    z = torch.acos(torch.erf(x.double()))
+    assert r[0] == 0 and z[0] > 2e-4 and abs(r[1] - z[1]) < 1e-7
+    g, e = torch.tensor([0.0, float(z[1])]), torch.tensor([3.0e-4, float(z[1])])
+    assert compare_tensor(g, e, z, 1.2e-7)[0] == "wrong_value"
+    assert compare_tensor(g, e, r, 1.2e-7) is None
+    assert compare_tensor(torch.tensor([7e-4, float(z[1])]), e, r, 1.2e-7)[0] == "wrong_value"
+
+
+def test_rounded_pipeline_reference_leaves_views_in_place_and_random_ops_to_eager():
+    from graphfuser.fuzz.reference import RoundedIntermediates
+
+    x = torch.tensor([1.0, 2.0, 3.0])
+    torch.manual_seed(5)
+    want = torch.rand_like(x)
+    torch.manual_seed(5)
+    with RoundedIntermediates():
+        v = x[1:]
+        x.add_(0.5)
+        y = torch.rand_like(x)
+        m = torch.max(x.view(3, 1) * 1.0, 1)
+    assert v.data_ptr() == x.data_ptr() + 4 and torch.equal(v, torch.tensor([2.5, 3.5]))
+    assert torch.equal(y, want) and type(m).__name__ == "max" and m.values.dtype == torch.float32
