@@ -30,7 +30,8 @@ from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
-from ..passes import (batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs, functionalize,
+from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs,
+                      functionalize, plan_conv_layouts,
                       insert_autocast, insert_guards, partition, randomize, sink_views, split_biases, wrap_group)
 from .cuda_graphs import GraphReplayer, make_replayer
 from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
@@ -161,6 +162,9 @@ class ScriptedFunction:
         decompose(self._work)
         if not config.is_disabled("fused_rng"):
             randomize(self._work)
+        plan = getattr(self, "_conv_plan", None)
+        if plan:
+            apply_conv_layouts(self._work, plan)
         self._record: Optional[ProfileRecord] = None
         self._profiling: Optional[HostProgram] = None
         self._plain: Optional[HostProgram] = None
@@ -173,6 +177,7 @@ class ScriptedFunction:
         self._replay: Optional[GraphReplayer] = None    # steady no-grad CUDA calls: CUDA graph replay
         self._nargs = len(self._captured.arg_names)
         self._reprofiled = False
+        self._writes: Optional[bool] = None
 
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -218,6 +223,19 @@ class ScriptedFunction:
             except Exception as e:
                 return self._recover(user_args, user_kwargs, e)
 
+    def _writes_state(self) -> bool:
+        """Whether a call may write into its arguments or the module's tensors: then a call that
+        raised is never run a second time (its writes before the error are made: a second run
+        would see them, ``x.add_(1); x // x`` of uint8 255 raises in eager, and a rerun would not)."""
+        if self._writes is None:
+            from ..passes.aliasing import AliasSets, all_values
+
+            g = self.graph
+            sets = AliasSets(g)
+            state = list(g.inputs) + [v for v in all_values(g) if v.node is not None and v.node.kind == "prim::GetAttr"]
+            self._writes = any(v.type.is_tensor and sets.is_written(v) for v in state)
+        return self._writes
+
     def _recover(self, args: tuple, kwargs: dict, exc: Exception) -> Any:
         """The host program raised: if torch.jit.script's own executor runs the same call, the
         graph has a construct the host program gets wrong; from now on it runs through
@@ -225,7 +243,7 @@ class ScriptedFunction:
         A ``raise`` in the scripted code (torch.jit.Error) and ``PYTORCH_NVFUSER_DISABLE=fallback``
         never recover."""
         scripted = self._captured.scripted if self._captured is not None else None
-        if isinstance(exc, torch.jit.Error) or config.is_disabled("fallback"):
+        if isinstance(exc, torch.jit.Error) or config.is_disabled("fallback") or self._writes_state():
             raise exc
         if self._program is not None and not self._reprofiled:
             # the optimized program assumed what profiling saw of the module (a bias that was a
@@ -338,6 +356,13 @@ class ScriptedFunction:
         self._record.apply()
         g = self._work
         jit_log_graph("profiling_graph_executor_impl", "Profiled Graph:", g)
+        if getattr(self, "_conv_plan", None) is None:
+            # the first round decides the convolutions' layout; a plan changes the graph's
+            # layouts, so profiling starts again on the planned graph (passes/conv_layout.py)
+            self._conv_plan = plan_conv_layouts(g) or False
+            if self._conv_plan:
+                self._reset()
+                return
         fold_constant_ifs(g)
         fill_numbers(g)
         batch_norm_training(g)

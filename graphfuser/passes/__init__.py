@@ -8,8 +8,13 @@ Before profiling (on the captured graph, so new nodes get profiled types):
    randomize      dropout in training, native_dropout, rand_like, bernoulli draw from Philox:
                   a philox_state node per op plus the op table's random row (passes/random.py;
                   off with PYTORCH_NVFUSER_DISABLE=fused_rng)
+   apply_conv_layouts  once a first round of profiling made a channels-last plan (CUDA convs;
+                  passes/conv_layout.py): conv weights to channels-last, graph outputs back to
+                  their profiled layout; profiling then starts again on the planned graph
 
 After profiling:
+
+0-. plan_conv_layouts  first round only: the channels-last plan (or none)
 
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)
@@ -40,6 +45,7 @@ After profiling:
 """
 from .batch_norm import batch_norm_training
 from .bias import split_biases
+from .conv_layout import apply_conv_layouts, plan_conv_layouts
 from .autocast import insert_autocast
 from .dce import dce
 from .decompose import decompose
@@ -50,10 +56,10 @@ from .random import randomize
 from .simplify import fill_numbers, fold_constant_ifs
 from .sink_views import sink_views
 
-PRE_PROFILING = ("insert_autocast", "decompose", "randomize")
-PIPELINE = ("fold_constant_ifs", "fill_numbers", "batch_norm_training", "split_biases", "functionalize", "sink_views", "partition",
+PRE_PROFILING = ("insert_autocast", "decompose", "randomize", "apply_conv_layouts")
+PIPELINE = ("plan_conv_layouts", "fold_constant_ifs", "fill_numbers", "batch_norm_training", "split_biases", "functionalize", "sink_views", "partition",
             "insert_guards", "dce")
 
-__all__ = ["PRE_PROFILING", "PIPELINE", "insert_autocast", "batch_norm_training", "decompose", "fill_numbers",
+__all__ = ["PRE_PROFILING", "PIPELINE", "apply_conv_layouts", "plan_conv_layouts", "insert_autocast", "batch_norm_training", "decompose", "fill_numbers",
            "fold_constant_ifs",
            "functionalize", "sink_views", "split_biases", "partition", "insert_guards", "wrap_group", "dce", "randomize"]

@@ -266,3 +266,25 @@ def test_an_output_no_loss_reaches_adds_nothing_to_other_gradients():
                 torch.testing.assert_close(g, e, **F32)
                 assert g.isnan().any() == (len(which) == 2)
         assert STATS["backward"] == before + 2
+
+
+def _tan_variance(x0):
+    v0 = x0.tan()
+    return torch.var(v0, None, unbiased=True, keepdim=True) + 0, x0 * v0
+
+
+def test_variance_gradient_of_one_bf16_element_under_autocast():
+    # fuzz graph 6582 (seed 9595): no degrees of freedom, so eager's gradient is NaN where x is
+    # the mean; the fused backward compared x rounded to bf16 with the mean of the unrounded fp32
+    # tan, found them different and gave inf
+    import graphfuser
+
+    sf = graphfuser.script(_tan_variance)
+    gouts = [torch.tensor(-1.0), torch.tensor(0.5, dtype=torch.bfloat16)]
+    for v in (1.2, 0.7, 1.2, 0.3, 1.5):
+        x = torch.tensor(v, dtype=torch.bfloat16, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = sf(x), _tan_variance(x)
+        g, = torch.autograd.grad(got, x, [go.to(o.dtype) for go, o in zip(gouts, got)])
+        e, = torch.autograd.grad(want, x, [go.to(o.dtype) for go, o in zip(gouts, want)])
+        assert g.isnan() == e.isnan() and e.isnan()

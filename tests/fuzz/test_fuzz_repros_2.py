@@ -170,3 +170,68 @@ def test_cpu_lgamma_is_correctly_rounded_as_eagers():
     exact = eager == ref
     assert bool((lg[exact] == eager[exact]).all())
     assert bool((lg == ref).all())
+
+
+def _divide_after_an_in_place_add(x0, x1):
+    v0 = x0.t()
+    x0.add_(1)
+    return x0 // x0, v0
+
+
+def test_a_call_that_raised_after_writing_an_input_is_not_run_again():
+    # fuzz graph 1977 (seed 9595): uint8 255 + 1 wraps to 0 and 0 // 0 raises in eager; the host
+    # program raised too, then ran the call again through TorchScript, whose add_ saw the first
+    # run's write (1 // 1): no error, and the input written twice
+    sf = graphfuser.script(_divide_after_an_in_place_add)
+    for _ in range(3):
+        x, y = torch.full((1, 5), 255, dtype=torch.uint8), torch.full((1, 5), 255, dtype=torch.uint8)
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            _divide_after_an_in_place_add(x, x)
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            sf(y, y)
+        assert torch.equal(x, y)            # written once, as eager's
+    ok = lambda: (torch.full((1, 5), 3, dtype=torch.uint8), torch.ones(1))      # noqa: E731
+    _run(_divide_after_an_in_place_add, ok)
+
+
+def _group_norm_of_no_channels_written_in_place(x0, x1, s0: float):
+    v0 = F.group_norm(x1, 3, None, None, 0.1)
+    v0.sub_(s0)
+    x0.mul_(2)
+    return torch.remainder(F.softplus(x1, 1.0, 1.0), float("nan")), v0
+
+
+def test_an_empty_normalization_written_in_place_under_grad():
+    # fuzz graph 2088 (seed 9595): the group norm of a [33, 0, 1] input ran its eager fallback,
+    # which returned a view of its input from the group's autograd node; the sub_ on it raised
+    # ("a view created inside a custom Function"), then the call ran again through TorchScript
+    def make():
+        return torch.zeros(33, 0, 1, dtype=torch.uint8), torch.zeros(33, 0, 1, requires_grad=True), 0.5
+
+    sf = graphfuser.script(_group_norm_of_no_channels_written_in_place)
+    with graphfuser.config.override(disable=["fallback"]):
+        for _ in range(5):
+            for g, e in zip(sf(*make()), _group_norm_of_no_channels_written_in_place(*make())):
+                assert g.dtype == e.dtype and g.shape == e.shape
+
+
+def _layer_norm_of_transposed_rows(x1, w, b):
+    return F.layer_norm(x1, [7, 5], w, b, 1e-05) * 2.0
+
+
+def test_layer_norm_gradients_of_rows_against_memory_order():
+    # fuzz graph 5420 (seed 9595): a layer norm over [7, 5] of an input whose last two dims are
+    # transposed; its weight gradient joined the row kernel and could not be stored ("column sum
+    # spans reduced roots that do not coalesce"): the backward group ran eagerly
+    g = torch.Generator().manual_seed(0)
+    sf = graphfuser.script(_layer_norm_of_transposed_rows)
+    with graphfuser.config.override(disable=["fallback"]):
+        for n in (16, 16, 16, 16, 1, 1):
+            x = torch.randn(n, 5, 5, 7, generator=g).transpose(2, 3)
+            w, b = torch.randn(7, 5, generator=g), torch.randn(7, 5, generator=g)
+            ins = [t.clone().requires_grad_() for t in (x, w, b)]
+            ref = [t.clone().requires_grad_() for t in (x, w, b)]
+            sf(*ins).square().sum().backward()
+            _layer_norm_of_transposed_rows(*ref).square().sum().backward()
+            for a, e in zip(ins, ref):
+                torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-4)
