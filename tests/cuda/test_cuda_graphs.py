@@ -24,7 +24,9 @@ def _net(dropout=True):
 
 
 def _close(a, b):
-    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    # the nets' convolutions run channels-last (passes/conv_layout.py): cuDNN's TF32 algorithms
+    # round differently by layout; a stale weight (x1.5) would be off by far more
+    torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
 
 
 def test_replay_matches_eager_on_new_values_and_outputs_do_not_alias():
