@@ -375,7 +375,9 @@ def _addcdiv(d, a, g, out):
 
 @derivative("nan_to_num")
 def _nan_to_num(d, a, g, out):
-    return {"self": d.where(d.op("aten::isfinite", a["self"]), g, 0.0)}
+    # eager's grad * isfinite(self): an inf or NaN gradient at a non-finite x stays NaN (0 * inf),
+    # where a select would give 0 (fuzz graph 5480 of seed 9696: addcdiv by a zero tensor)
+    return {"self": d.mul(g, d.op("aten::isfinite", a["self"]))}
 
 
 @derivative("to", "autocast_to_full_precision", "autocast_to_reduced_precision")

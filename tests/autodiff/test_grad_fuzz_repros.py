@@ -288,3 +288,11 @@ def test_variance_gradient_of_one_bf16_element_under_autocast():
         g, = torch.autograd.grad(got, x, [go.to(o.dtype) for go, o in zip(gouts, got)])
         e, = torch.autograd.grad(want, x, [go.to(o.dtype) for go, o in zip(gouts, want)])
         assert g.isnan() == e.isnan() and e.isnan()
+
+
+def test_nan_to_num_gradient_keeps_nan_of_an_infinite_factor():
+    # fuzz graph 5480 (seed 9696): addcdiv by zero makes the gradient reaching nan_to_num inf;
+    # eager's grad * isfinite(x) is NaN at a non-finite x, the fused select gave 0
+    fn = make_function(["x", "y"], ["torch.addcdiv(x, torch.nan_to_num(x, nan=0.0, posinf=1.0), y, value=1.0)"])
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0, 2.0])
+    check_grads(fn, [_leaf(x), torch.tensor([0.0, 0.0, 0.0, 0.0, 2.0])], F32)
