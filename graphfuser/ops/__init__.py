@@ -19,6 +19,7 @@ from . import reduction  # noqa: F401  (registers the rows)
 from . import norms  # noqa: F401  (registers the rows)
 from . import activations  # noqa: F401  (registers the rows)
 from . import random  # noqa: F401  (registers the rows)
+from .norms import widened as _widened
 from .promotion import Participant, participant_of, result_type
 from .reduction import CHECKS, ReductionRow, scalar_type_code
 from .table import REGISTRY, ROWS, OpCall, OpRow, lookup
@@ -215,7 +216,8 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
             expected, compute = row.result_dtypes(parts, consts)
         except (ValueError, TypeError) as e:
             return f"type promotion failed: {e}"
-        if expected != out.dtype:
+        if expected != out.dtype and not (out.dtype == torch.float32 and expected in (torch.float16, torch.bfloat16)
+                                          and row.name == "instance_norm" and _widened(node)):
             return f"type promotion gives {expected}, profiled output is {out.dtype}"
     if reducing:
         why = CHECKS[row.name](node, args, consts)

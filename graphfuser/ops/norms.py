@@ -319,8 +319,18 @@ def grouped_instance_norm(input: torch.Tensor, weight: Optional[torch.Tensor], b
     dims = tuple(range(2, x.dim()))
     d = x - x[(slice(None), slice(None)) + (slice(0, 1),) * len(dims)]
     var, mean = torch.var_mean(d, dims, correction=0, keepdim=True)
-    # contiguous, as eager instance_norm's output (the decomposition reshapes it back to the input's shape)
-    return ((d - mean) * torch.rsqrt(var + eps)).to(input.dtype).contiguous()
+    # contiguous, as eager instance_norm's output (the decomposition reshapes it back to the input's
+    # shape). An fp16 / bf16 input's result stays float32 (``widened``): the decomposition's affine
+    # then runs in float32 and its type_as rounds once, as eager's group_norm and the fused kernel
+    # do (rounded here, then scaled and shifted in fp16, an fp16 group norm near tan's pole was an
+    # ulp off in the profiling call: fuzz graph 7399 of seed 9797)
+    return ((d - mean) * torch.rsqrt(var + eps)).contiguous()
+
+
+def widened(node) -> bool:
+    """Whether ``node`` is the decomposition's instance norm, whose fp16 / bf16 input gives a
+    float32 result (``grouped_instance_norm``): the op table accepts that profiled dtype."""
+    return getattr(node.schema, "op", None) is grouped_instance_norm
 
 
 _LN = ("input", "normalized_shape", "weight=None", "bias=None", "eps=1e-05", "cudnn_enable=True")
