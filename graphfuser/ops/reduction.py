@@ -286,11 +286,8 @@ def shifted_moments(call: OpCall, x: Expr, acc: Optional[torch.dtype] = None) ->
     with a huge mean and a small spread (1e4 +- 1e-2 in fp32) ``x - mean`` loses every digit of the
     spread, ``d - c`` keeps them. Constant rows give exactly 0. ``M2`` is kept >= 0 against
     rounding. Non-finite data follow eager's Welford: any inf or NaN in the segment makes the
-    statistics NaN, except a segment of one element, whose mean is that element. Finite data
-    whose squares overflow: on CUDA an infinite M2, as eager's Welford gives (a group norm of 0
-    and 1e30 in fp32 is then 0, eager's value; inf - inf had made it NaN: fuzz graph 2403 of CUDA
-    seed 7777); on the CPU NaN, as eager's kernels there give.
-    ``acc``: the dtype the sums accumulate in (default: the compute dtype)."""
+    statistics NaN, except a segment of one element, whose mean is that element. ``acc``: the
+    dtype the sums accumulate in (default: the compute dtype)."""
     b, ct = call.b, acc or call.compute
     n = b.reduction_size(ct)
     x = b.cast(x, ct)
@@ -302,12 +299,9 @@ def shifted_moments(call: OpCall, x: Expr, acc: Optional[torch.dtype] = None) ->
     m2 = b.sub(s2, b.mul(s1, c))
     m2 = b.where(b.call("lt", m2, call.const(0, ct)), call.const(0, ct), m2)
     nan = call.const(float("nan"), ct)
-    welford = call.device_type == "cuda"
-    bad = b.call("or", b.call("not", b.call("isfinite", k)), b.call("not", b.call("isfinite", s1 if welford else s2)))
+    bad = b.call("or", b.call("not", b.call("isfinite", k)), b.call("not", b.call("isfinite", s2)))
     # one element: the mean is that element, inf included (eager's Welford); its M2 NaN if inf
     mean = b.where(b.call("eq", n, call.const(1)), k, b.where(bad, nan, b.add(k, c)))
-    if welford:
-        m2 = b.where(b.call("isfinite", s2), m2, call.const(float("inf"), ct))
     m2 = b.where(bad, nan, m2)
     return d, c, mean, m2
 
