@@ -51,10 +51,9 @@ DEVIATIONS: dict[str, dict[str, str]] = {
     },
     "ill_conditioned": {
         "what": "graphfuser's value differs from the float64 reference by more than eager's but is the value "
-                "of a float32 pipeline whose every op is correctly rounded (the reference with each "
-                "intermediate rounded to float32): an op amplifies its input's last ulp (acos of a value "
-                "that rounds to 1)",
-        "knob": "none (the output's conditioning: float32 intermediates carry that ulp in eager too)",
+                "of a pipeline whose every op is correctly rounded (each op computed in float64 and rounded "
+                "to eager's dtype): an op amplifies its input's last ulp (acos of a value that rounds to 1)",
+        "knob": "none (the output's conditioning: eager's rounded intermediates carry that ulp too)",
         "when_on": "",
     },
 }
