@@ -6,7 +6,7 @@ Ops: group_norm, matmul, mul, tan. Calls (batch size, layout flipped): [(4, Fals
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: x0: bool['B', 3, 2] channels_last normal; x1: float32[] dense positive; x2: float32[2, 8] dense ints; x3: float32[3] dense normal
 
-Run from the repository root: PYTHONPATH=. python /root/out/f/cuda/fuzz-repros/cuda-00-wrong_value-group_norm-matmul.py
+Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cuda-00-wrong_value-group_norm-matmul.py
 """
 import torch
 import torch.nn.functional as F
