@@ -179,3 +179,21 @@ def test_not_fused_under_grad_is_logged(caplog, monkeypatch):
     torch.testing.assert_close(g, ge)
     assert config.log_level("partition") >= 1
     assert "not fused under grad" in caplog.text and "lgamma" in caplog.text
+
+
+def test_cuda_groups_move_backward_passes_to_the_calling_thread(monkeypatch):
+    # (CPU groups never do; the knob keeps autograd's device threads)
+    from graphfuser.autodiff import function
+    from graphfuser.config import config
+
+    was = torch.autograd.is_multithreading_enabled()
+    try:
+        torch.autograd.set_multithreading_enabled(True)
+        monkeypatch.setattr(function, "_calling_thread", [False])
+        with config.override(disable=["calling_thread_backward"]):
+            function._backward_on_the_calling_thread()
+        assert torch.autograd.is_multithreading_enabled()
+        function._backward_on_the_calling_thread()
+        assert not torch.autograd.is_multithreading_enabled()
+    finally:
+        torch.autograd.set_multithreading_enabled(was)
