@@ -227,8 +227,9 @@ def _backward_on_the_calling_thread() -> None:
     """Once a CUDA group runs as an autograd node, backward passes run on the thread that calls
     them (``torch.autograd.set_multithreading_enabled(False)``), not on autograd's CUDA device
     thread. The group's backward is Python, and on the device thread each such node cost about
-    200 us more (H100, vit_small bf16 training, batch 64: 39 group backwards, backward() 24.7 ms
-    against 11.5 ms on the calling thread; the step 23.7 ms against 17.9, eager's 25.4 either way).
+    340 us more (H100, vit_small bf16 training, batch 64, 39 group backwards: backward() 24.7 ms
+    against 11.5 ms on the calling thread; in another measurement the step 23.7 ms against 17.9,
+    eager's 25.4 either way). Where the time goes between the nodes is not known yet.
     What runs is unchanged; backward passes of several GPUs in one process no longer overlap.
     ``PYTORCH_NVFUSER_DISABLE=calling_thread_backward`` keeps the device threads."""
     from ..config import config
