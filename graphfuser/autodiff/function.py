@@ -95,7 +95,7 @@ class DifferentiableGroup:
              # an eager fallback may return a view of an input (an instance norm of an empty
              # tensor): a custom Function's view output cannot be written in place later (fuzz
              # graph 2088 of seed 9595), so such outputs are copies
-             "    if any(o._is_view() for o in outs):",
+             f"    if {' or '.join(f'outs[{k}]._is_view()' for k in range(n_out))}:",
              "        outs = [o.clone() if o._is_view() else o for o in outs]"]
         if self.saved_in:
             saved = [f"{xs[i]}.clone()" if i in self.copied_in else xs[i] for i in self.saved_in]

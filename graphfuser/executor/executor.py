@@ -31,8 +31,8 @@ from ..ir.types import TensorType
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
 from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs,
-                      functionalize, plan_conv_layouts,
-                      insert_autocast, insert_guards, partition, randomize, sink_views, split_biases, wrap_group)
+                      functionalize, insert_autocast, insert_guards, partition, plan_conv_layouts, randomize,
+                      sink_views, split_biases, wrap_group)
 from .cuda_graphs import GraphReplayer, make_replayer
 from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
