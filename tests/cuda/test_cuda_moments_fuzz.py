@@ -36,6 +36,10 @@ def test_inf_last_in_a_segment_is_eagers_mean(fn, shape, dim):
     assert torch.isnan(got[1]).all() and (~torch.isfinite(exp[1])).all()
 
 
+def _ln(x, w, b):
+    return F.layer_norm(x * 1.0, [x.shape[-1]], w, b, 1e-5)
+
+
 def _std_mean_and_gelu(x):
     return torch.std_mean(x, None, correction=0, keepdim=True)[1], F.gelu(x, approximate="tanh")
 
@@ -85,10 +89,6 @@ def test_variance_of_finite_data_past_the_range_is_inf():
     var, mean = sf(_overflow_rows())
     assert torch.equal(var[:2].cpu(), torch.full((2,), float("inf")))
     torch.testing.assert_close(mean, _var_mean_last(_overflow_rows().double())[1].float(), rtol=1e-6, atol=0)
-
-
-def _ln(x, w, b):
-    return F.layer_norm(x * 1.0, [x.shape[-1]], w, b, 1e-5)
 
 
 @pytest.mark.parametrize("n", [31, 1024, 4096])
