@@ -309,7 +309,8 @@ class GraphReplayer:
                     if s is not None:
                         s.copy_(a)
                 entry.graph.replay()
-                outs = [o.clone() for o in entry.outputs]
+                # non-tensor outputs (a None aux output, a size) are kept as captured
+                outs = [o.clone() if isinstance(o, torch.Tensor) else o for o in entry.outputs]
             self.entries.move_to_end(key)
             STATS["replays"] += 1
             return torch.utils._pytree.tree_unflatten(outs, entry.treedef)

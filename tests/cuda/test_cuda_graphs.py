@@ -2,6 +2,7 @@
 result equals eager's, across new input values, parameters updated in place or replaced, module
 flags, torch's TF32 flags and random ops (which must not be replayed)."""
 import copy
+from typing import Optional
 
 import pytest
 import torch
@@ -43,6 +44,32 @@ def test_replay_matches_eager_on_new_values_and_outputs_do_not_alias():
     assert STATS["replays"] > before, "steady calls were not replayed"
     for got, want in outs:          # earlier results were not overwritten by later replays
         _close(got, want)
+
+
+class _WithAux(nn.Module):
+    """googlenet / inception_v3 in eval: a named tuple whose aux outputs are None."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = _net(dropout=False)
+
+    def forward(self, x):
+        y = self.net(x)
+        aux: Optional[torch.Tensor] = None
+        return y, aux, y.size(0)
+
+
+def test_outputs_that_are_not_tensors_are_replayed_as_captured():
+    m = _WithAux().eval()
+    sf = graphfuser.script(m)
+    before = STATS["replays"]
+    with torch.no_grad():
+        for _ in range(8):
+            x = torch.randn(4, 3, 16, 16, device="cuda")
+            y, aux, n = sf(x)
+            _close(y, m(x)[0])
+            assert aux is None and n == 4
+    assert STATS["replays"] > before, "steady calls were not replayed"
 
 
 def test_parameters_updated_in_place_or_replaced_and_flags():
