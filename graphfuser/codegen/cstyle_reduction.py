@@ -371,6 +371,15 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums):
         em.depth += 1
         return "[v]"
 
+    def open_row_lanes(self, em: _Emitter) -> None:
+        """Open the lanes a row value is computed for: a kept vector's lane loop, or the
+        kept leaves inside the reduction (the CPU's simd lanes, a cut tile's tail included)."""
+        if self.kvec:
+            self.open_lanes(em)
+            return
+        for i in self.lane_leaves:
+            self.open_leaf(em, i, self.d.simd_pragma if self.nest.leaves[i].ptype is ParallelType.Vectorize else None)
+
     def emit_thread_combines(self, em: _Emitter, ptype, reds: list[Reduce]) -> None:
         """Combine ``reds`` across the threads of a bound axis; two reductions of one op and
         dtype share one combine where the dialect has it (``thread_reduce2``: one round of
@@ -474,9 +483,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums):
             em.depth += 1
         self.open_lanes(em)
         names = self.base_names(self.lane())
-        if not self.hoisted:
-            self.emit_exprs(em, self.order_from([e for _, e in self.row_stores]), names, self.n_passes + 1)
-        elif self.kvec:         # row values no pass read (see emit_row)
+        if self.L > 1:          # row values no pass read (see emit_row)
             self.emit_exprs(em, self._row_order([e for _, e in self.row_stores], names), names, self.n_passes + 1)
         for q, e in self.row_stores:
             t = self.k.tensors[q]
@@ -490,7 +497,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums):
         em, k, d, leaves = _Emitter(), self.k, self.d, self.nest.leaves
         self.parallel_done = False
         self.hnames: dict[int, str] = {}
-        self.pass_rows = self._pass_rows() if self.kvec else set()
+        self.pass_rows = self._pass_rows() if self.L > 1 else set()
         params = signature(k, d, self.o)
         if self.grid_red:
             params += [f"double* {d.restrict} gf_work", f"unsigned int* {d.restrict} gf_sem"]
@@ -525,12 +532,10 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums):
         for e in self.exprs:
             if id(e) in self.cached:
                 em(f"{COMPUTE_TYPES[e.dtype]} {self.cache_name[id(e)]}[{self.cache_size()}];")
-        if self.hoisted:
-            self.emit_row(em, 0)
+        self.emit_row(em, 0)
         for p in range(1, self.n_passes + 1):
             self.emit_pass(em, p)
-            if self.hoisted:
-                self.emit_row(em, p)
+            self.emit_row(em, p)
         self.emit_row_stores(em)
         if self.columns:
             self._close(em, slot_depth)

@@ -184,7 +184,7 @@ class IndexPlan:
     def row_load(self, e: Load) -> str:
         t = self.k.tensors[e.tensor]
         raw = f"{t.name}[{self.ix(self.offsets_v[e.tensor])}]"
-        if self.kept_preds and self.hoisted:
+        if self.kept_preds:
             cond = " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.kept_preds)
             return f"(({cond}) ? {raw} : ({STORAGE_TYPES[t.dtype]})0)"
         return raw

@@ -2,8 +2,9 @@
 
 Phases: a ``Reduce`` accumulates in pass 1 + the latest pass its input needs; full-size stores
 go in the pass after their last reduction (the last one being the epilogue); values that do not
-vary along the reduced axes are "row" values computed once per row (``hoisted``) when the
-schedule keeps no lanes or its lanes are a kept vector (one value per lane). Reduction pairs (``reduction_pairs.py``) shift phases: a fused pair
+vary along the reduced axes are "row" values computed once per row, or once per lane where
+the schedule keeps lanes (a kept vector, the CPU's simd lanes: ``reduction_row_values.py``).
+Reduction pairs (``reduction_pairs.py``) shift phases: a fused pair
 accumulates in one pass; a deferred pair's first reduction is final only after its second.
 Persistent schedules keep in registers every full-size value that a later pass needs again
 (or, with ``cache_computed`` off, only the loaded ones: later passes recompute the rest);
@@ -55,9 +56,6 @@ class PassPlan:
             if not k.is_row(p):
                 self.pass_stores.setdefault(self.depth[id(e)] + 1, []).append((p, e))
         self.n_passes = max([self.n_phases] + list(self.pass_stores))
-        # a kept vector's lanes (outer kernels: V adjacent columns per thread) hoist too, one
-        # value per lane; other lane accumulators (the CPU's simd lanes) recompute per element
-        self.hoisted = self.L == 1 or self.kvec
         self.acc = {id(r): f"acc{j}" for j, r in enumerate(self.reduces)}
         # Persistent schedules keep in registers every full-size value a later pass needs again
         # (the loaded row, softmax's exp(x - max) ...): a later pass stops at the first such
@@ -87,7 +85,7 @@ class PassPlan:
                 for r in self.reduces if self.phase[id(r)] == p] + [e for _, e in self.pass_stores.get(p, [])]
 
     def stop(self, e: Expr) -> bool:
-        return isinstance(e, (Reduce, Const)) or (self.hoisted and not self.full[id(e)])
+        return isinstance(e, (Reduce, Const)) or not self.full[id(e)]
 
     def hit(self, e: Expr, p: int) -> bool:
         """True when pass ``p`` reads ``e`` from the register cache (persistent schedules)."""
