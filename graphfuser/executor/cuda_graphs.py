@@ -39,7 +39,10 @@ outputs once (``COPY_BYTES_PER_S``; CUDA events cannot time the kernels alone: a
 call's events also time the host's gaps). A training step's backward program runs with grad
 mode off, but it is a few launches over tensors of hundreds of MB (RMSNorm [16384, 4096]'s
 backward: 0.34 ms of copies per step against ~30 us of host time): it keeps running its host
-program.
+program. The copies and clones also cost host time, a launch each: a call of one or two kernels
+over small tensors enqueues faster than a replay does, so the first ``REPLAY_TRIALS`` replays of
+a signature are timed, and its graph is dropped unless one of them enqueued faster than the host
+program had (``_judge``).
 
 The first ``warm`` steady calls of a signature run normally (variants compile on first use), the
 next is captured (after one warm-up run on a side stream, as torch.cuda.make_graphed_callables
@@ -67,7 +70,8 @@ _CONTAINER_WRITES = {"aten::append", "aten::_set_item", "aten::insert", "aten::p
 _RUNNING_STATS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batch_norm",
                   "aten::instance_norm", "aten::cudnn_batch_norm"}
 
-STATS = {"captures": 0, "replays": 0, "capture_failures": 0, "copy_bound": 0}
+STATS = {"captures": 0, "replays": 0, "capture_failures": 0, "copy_bound": 0, "slower_replays": 0}
+REPLAY_TRIALS = 3           # replays timed before a signature's graph is kept or dropped (_judge)
 # Bytes of tensor data a device-to-device copy moves per second (read + write of an H100 / H200's
 # HBM at ~3 TB/s, each byte read once and written once): what a replay's input copies and output
 # clones cost, against the host time it saves.
@@ -216,10 +220,13 @@ def _dense(t: torch.Tensor) -> bool:
 
 
 class _Entry:
-    __slots__ = ("graph", "inputs", "outputs", "treedef")
+    __slots__ = ("graph", "inputs", "outputs", "treedef", "host", "trials", "best")
 
-    def __init__(self, graph: Any, inputs: list, outputs: list, treedef: Any) -> None:
+    def __init__(self, graph: Any, inputs: list, outputs: list, treedef: Any, host: float) -> None:
         self.graph, self.inputs, self.outputs, self.treedef = graph, inputs, outputs, treedef
+        self.host = host                # host seconds of the steady call the capture followed
+        self.trials = 0                 # replays timed so far; -1 once the graph is kept
+        self.best = float("inf")        # the fastest of them
 
 
 class GraphReplayer:
@@ -304,6 +311,7 @@ class GraphReplayer:
             return fast(*args)
         entry = self.entries.get(key)
         if entry is not None:
+            start = time.perf_counter() if entry.trials >= 0 else 0.0
             with self.lock:
                 for s, a in zip(entry.inputs, args):
                     if s is not None:
@@ -313,6 +321,8 @@ class GraphReplayer:
                 outs = [o.clone() if isinstance(o, torch.Tensor) else o for o in entry.outputs]
             self.entries.move_to_end(key)
             STATS["replays"] += 1
+            if entry.trials >= 0:
+                self._judge(key, entry, time.perf_counter() - start)
             return torch.utils._pytree.tree_unflatten(outs, entry.treedef)
         if key in self.failed:
             return fast(*args)
@@ -332,10 +342,26 @@ class GraphReplayer:
             jit_log("executor", 1, f"{self.name}: no CUDA graph for this signature: its host time "
                     f"({host * 1e6:.0f} us) is below what replaying would add ({copied / 1e6:.1f} MB of copies)")
             return out
-        self._capture(fast, args, key)
+        self._capture(fast, args, key, host)
         return out
 
-    def _capture(self, fast: Callable, args: tuple, key: tuple) -> None:
+    def _judge(self, key: tuple, entry: _Entry, seconds: float) -> None:
+        """After REPLAY_TRIALS replays: keep the graph only if replaying (copies, the replay,
+        the clones: a launch each) enqueues faster than the host program did. A call of one or
+        two kernels over small tensors enqueues in less time than the copies around a replay
+        (an elementwise function of two [3, 5, 3, 3] tensors: 58 us per replayed call on an
+        H100 host, where TorchScript takes 10)."""
+        entry.best, entry.trials = min(entry.best, seconds), entry.trials + 1
+        if entry.best < entry.host:
+            entry.trials = -1
+        elif entry.trials >= REPLAY_TRIALS:
+            self.entries.pop(key, None)
+            self.failed.add(key)
+            STATS["slower_replays"] += 1
+            jit_log("executor", 1, f"{self.name}: dropped the CUDA graph of a signature: a replay enqueues in "
+                    f"{entry.best * 1e6:.0f} us, the host program in {entry.host * 1e6:.0f} us")
+
+    def _capture(self, fast: Callable, args: tuple, key: tuple, host: float) -> None:
         if self._key(args) != key:
             # the call just made changed what the key covers (it filled a cache in a module
             # dict): a graph captured now would be filed under the state before it
@@ -384,7 +410,7 @@ class GraphReplayer:
                     f"{str(e).splitlines()[0] if str(e) else ''}")
             torch.cuda.synchronize()
             return
-        self.entries[key] = _Entry(g, statics, flat, treedef)
+        self.entries[key] = _Entry(g, statics, flat, treedef, host)
         STATS["captures"] += 1
         jit_log("executor", 1, f"{self.name}: captured a CUDA graph ({len(self.entries)} signatures)")
         while len(self.entries) > self.max_graphs:

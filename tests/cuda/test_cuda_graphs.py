@@ -266,3 +266,27 @@ def test_module_dict_cache_replays_and_follows_a_refilled_cache():
             x = torch.randn(3, 4, 4, device="cuda")
             _close(sf(x), x * m.bias[:, m.idx])
         assert list(m.cache) == ["cuda:0"]
+
+
+@pytest.mark.parametrize("host, kept", [(0.0, False), (10.0, True)])
+def test_replays_slower_than_the_host_program_are_dropped(monkeypatch, host, kept):
+    """The first replays of a signature are timed against the host program's time (here set to
+    0 s or 10 s in place of the measured one): a graph that enqueues no faster is dropped and the
+    host program runs from then on; one that does is kept without further timing."""
+    from graphfuser.executor import cuda_graphs
+
+    capture = cuda_graphs.GraphReplayer._capture
+    monkeypatch.setattr(cuda_graphs.GraphReplayer, "_capture",
+                        lambda self, fast, args, key, _host: capture(self, fast, args, key, host))
+    sf = graphfuser.script(_scale_relu)
+    before = dict(STATS)
+    with torch.no_grad():
+        for _ in range(14):
+            y = torch.randn(64, device="cuda")
+            _close(sf(y), _scale_relu(y))
+    replays = STATS["replays"] - before["replays"]
+    assert STATS["captures"] == before["captures"] + 1
+    if kept:
+        assert replays > cuda_graphs.REPLAY_TRIALS and STATS["slower_replays"] == before["slower_replays"]
+    else:
+        assert replays == cuda_graphs.REPLAY_TRIALS and STATS["slower_replays"] == before["slower_replays"] + 1
