@@ -176,6 +176,13 @@ class ScriptedFunction:
         self._fast: Optional[Callable] = None           # steady state: host program, self bound
         self._replay: Optional[GraphReplayer] = None    # steady no-grad CUDA calls: CUDA graph replay
         self._nargs = len(self._captured.arg_names)
+        # trailing arguments with defaults (timm's forward(x, attn_mask=None)): a call that
+        # leaves them out still takes the fast path (and CUDA graph replay), with the defaults
+        names, defaults = self._captured.arg_names, self._captured.defaults
+        self._nreq = len(names)
+        while self._nreq and names[self._nreq - 1] in defaults:
+            self._nreq -= 1
+        self._tail = tuple(defaults[n] for n in names[self._nreq:])
         self._reprofiled = False
         self._writes: Optional[bool] = None
 
@@ -186,6 +193,8 @@ class ScriptedFunction:
             if sf is not self:
                 return sf(*args, **kwargs)
         fast = self._fast
+        if fast is not None and not kwargs and self._nreq <= len(args) < self._nargs:
+            args = args + self._tail[len(args) - self._nreq:]
         if fast is not None and not kwargs and len(args) == self._nargs and config.fusion_on:
             try:
                 replay = self._replay

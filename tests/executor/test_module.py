@@ -1,4 +1,6 @@
 """nn.Module: parameters and buffers are read at run time, so in-place updates are seen."""
+from typing import Optional
+
 import torch
 
 import graphfuser
@@ -135,3 +137,29 @@ def test_module_attribute_that_moves_out_of_its_dict_still_runs():
         assert "weight" in lin.__dict__
         for _ in range(4):
             torch.testing.assert_close(s(x), m(x))
+
+
+class _WithDefaults(torch.nn.Module):
+    """timm's ``forward(self, x, attn_mask=None)``: callers leave the trailing arguments out."""
+
+    def forward(self, x, mask: Optional[torch.Tensor] = None, scale: float = 2.0):
+        y = (x * scale).relu()
+        if mask is not None:
+            y = y * mask
+        return y + 1.0
+
+
+def test_calls_that_leave_out_defaulted_arguments_take_the_fast_path():
+    m = _WithDefaults()
+    sf = graphfuser.script(m)
+    x = torch.randn(4, 8)
+    for _ in range(4):
+        torch.testing.assert_close(sf(x), m(x))
+    calls = []
+    fast = sf._fast
+    sf._fast = lambda *a: calls.append(len(a)) or fast(*a)
+    mask = torch.rand(4, 8)
+    for args in ((x,), (x, None), (x, None, 3.0), (x, mask)):
+        torch.testing.assert_close(sf(*args), m(*args))
+    assert calls[:2] == [3, 3], calls       # the defaults filled in, no bind
+    torch.testing.assert_close(sf(x, scale=0.5), m(x, scale=0.5))     # keywords bind as before
