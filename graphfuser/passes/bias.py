@@ -12,8 +12,10 @@ convolution adds its bias in a separate ``add_`` over the whole output (oneDNN o
 in the conv's epilogue, which is no cheaper than adding it in the pass that follows). vgg, alexnet
 and squeezenet are conv(bias) -> relu -> maxpool and linear -> relu -> dropout stacks whose only
 fusible chain is bias + relu. A linear's bias is already free in eager (the GEMM epilogue): split,
-it costs nothing either, since it is split only where its add joins a pass that runs anyway (a
-GELU, a residual add, a normalization after an MLP).
+it costs no traffic either, since it is split only where its add joins a pass that runs anyway (a
+GELU, a residual add, a normalization after an MLP); but on CUDA the GEMM without it may run
+another cuBLAS algorithm (a slower one for vit_base's fc1), so there a linear's bias is split
+only under training, where its gradient's column sum joins the fused backward.
 
 When. The result's only consumer, past eval-mode dropouts, is a row of the op table (an in-place
 activation counts: functionalize makes it functional on the fresh add); the bias has the result's
@@ -109,8 +111,13 @@ def _split(block: Block, node: Node, module: Any) -> bool:
                                                                    and bias.node.kind == "prim::Constant"):
         return False
     bt = _bias_type(bias, module)
-    if out_t.dtype not in _WIDE and not (node.kind in _CONVS and out_t.device is not None
-                                         and out_t.device.type == "cuda"):
+    cuda = out_t.device is not None and out_t.device.type == "cuda"
+    if out_t.dtype not in _WIDE and not (node.kind in _CONVS and cuda):
+        return False
+    if node.kind == "aten::linear" and cuda and not out_t.requires_grad:
+        # cuBLAS picks its algorithm by the call: without the bias (mm, not addmm) timm's
+        # vit_base / beit fc1 GEMM ([12608, 768] x [768, 3072] fp32) took 128x64 tiles, 1.47 ms
+        # on an H100, against addmm's 64x128, 1.44 ms; the split add saves no traffic there
         return False
     if (bt is None or bt.dtype != out_t.dtype or bt.device != out_t.device or bt.sizes is None
             or bt.strides is None or any(s < 0 for s in bt.sizes) or not _fuses_with_consumer(node.output)):

@@ -1,6 +1,7 @@
 """Automatic bias decomposition on the GPU: conv bias adds fuse with the ReLU after them in fp32,
 fp16 and bf16 (cuDNN rounds the conv output before adding its bias, so the split adds no rounding);
-a linear's bias is split only in fp32 (the GEMM epilogue rounds once)."""
+a linear's bias is split only in fp32 (the GEMM epilogue rounds once) and under training (without
+its bias, cuBLAS may run a slower GEMM: inference keeps addmm)."""
 import pytest
 import torch
 import torch.nn as nn
@@ -34,5 +35,36 @@ def test_vgg_like_bias_relu_fuses(dtype):
         counts = fallback_counter(sf)
         sf(x)
     assert fusion_groups(g) and counts["fallback"] == 0
-    expected = ["None", "None", "bias"] if dtype == torch.float32 else ["None", "bias", "bias"]
+    expected = ["None", "bias", "bias"]
     assert _biases(g) == expected, g
+
+
+class _LinearGelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 256)
+
+    def forward(self, x):
+        return nn.functional.gelu(self.fc(x))
+
+
+def test_linear_bias_split_only_under_training():
+    """Inference keeps addmm (the bias in the GEMM's epilogue); training splits the bias so its
+    gradient's column sum joins the fused backward. Both match eager."""
+    torch.manual_seed(0)
+    m = _LinearGelu().cuda()
+    x = torch.randn(32, 64, device="cuda")
+    sf = graphfuser.script(m)
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(sf(x), m(x), rtol=1e-4, atol=1e-4)
+        assert _biases(sf._optimized) == ["bias"]
+    sf = graphfuser.script(m)
+    for _ in range(4):
+        m.zero_grad()
+        sf(x).sum().backward()
+    got = m.fc.bias.grad.clone()
+    m.zero_grad()
+    m(x).sum().backward()
+    torch.testing.assert_close(got, m.fc.bias.grad, rtol=1e-4, atol=1e-4)
+    assert _biases(sf._optimized) == ["None"]
