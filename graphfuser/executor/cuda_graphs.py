@@ -48,7 +48,9 @@ The first ``warm`` steady calls of a signature run normally (variants compile on
 next is captured (after one warm-up run on a side stream, as torch.cuda.make_graphed_callables
 does, with host syncs turned into errors and the module buffers it writes restored; a call that
 writes a parameter in place is not captured); at most ``max_graphs`` signatures are kept per specialization (least recently used is
-dropped). ``PYTORCH_NVFUSER_DISABLE=cuda_graphs`` turns replay off.
+dropped). A captured signature keeps its graph's private memory pool (the program's
+intermediates, the static inputs and outputs) for as long as the scripted function lives: the
+memory eager allocates for a call, held. ``PYTORCH_NVFUSER_DISABLE=cuda_graphs`` turns replay off.
 """
 from __future__ import annotations
 
