@@ -563,5 +563,16 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
     return text
 
 
-def render_reduction_source(functions: list[str], dialect: Dialect) -> str:
-    return dialect.prelude() + "\n" + dialect.reduction_prelude + "\n\n" + "\n\n".join(functions) + "\n"
+def exact_products(kernel: ReductionKernel) -> bool:
+    """Whether the kernel must round every product before it adds: one with a max / min
+    reduction. Its later passes recompute the values it took the max of (softmax's ``x * s``)
+    and subtract the max; contracted into a multiply-add, the max element's difference is the
+    product's rounding error instead of 0 (8192 for 200 * 1e10 in float32), and exp of that
+    is inf: a log_softmax of such a row came out -inf everywhere. CPU: a GCC pragma in the
+    source; CUDA: NVRTC's ``--fmad=false`` for its variants."""
+    return any(r.op in ("max", "min") for r in kernel.reductions())
+
+
+def render_reduction_source(functions: list[str], dialect: Dialect, contract: bool = True) -> str:
+    head = "" if contract or not dialect.no_contract_pragma else dialect.no_contract_pragma + "\n"
+    return head + dialect.prelude() + "\n" + dialect.reduction_prelude + "\n\n" + "\n\n".join(functions) + "\n"

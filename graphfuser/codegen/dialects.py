@@ -266,6 +266,9 @@ class Dialect:
     simd_pragma: str = ""
     parallel_simd_pragma: str = ""                      # a simd loop split across threads ({work} {threshold})
     unroll_pragma: str = "#pragma unroll"
+    # Source-level switch that turns multiply-add contraction off (kernels with a max / min
+    # reduction: ``cstyle_reduction.exact_products``); empty: the compile option does it (NVRTC)
+    no_contract_pragma: str = ""
     vector_registers: bool = False                      # Vectorize = 16-byte register vectors
     constants: dict = field(default_factory=dict)
     # Reduction kernels. thread_reduce: how accumulators combine across the threads of a bound
@@ -330,6 +333,7 @@ CPP = Dialect(
     },
     parallel_pragma="#pragma omp parallel for schedule(static) if ({work} > {threshold})",
     simd_pragma="#pragma omp simd",
+    no_contract_pragma='#pragma GCC optimize ("fp-contract=off")',
     parallel_simd_pragma="#pragma omp parallel for simd schedule(static) if ({work} > {threshold})",
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},

@@ -35,7 +35,7 @@ from typing import Any, Callable
 import torch
 
 from ..codegen.cstyle import render_function, render_source, serial_twin, stride_args
-from ..codegen.cstyle_reduction import render_reduction, render_reduction_source
+from ..codegen.cstyle_reduction import exact_products, render_reduction, render_reduction_source
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import kernel_ir_text
 from ..codegen.reduction import lower_reduction_group
@@ -92,7 +92,12 @@ class ReductionGroup:
                 self.variants.append((fname, nest, params, itype, info.get("divisors", []),
                                       info.get("shared_per_thread", 0)))
                 self.grid_sync.append(bool(info.get("grid_sync")))
-        render = render_source if self.kernel.kind == "none" else render_reduction_source
+        self.exact_products = exact_products(self.kernel)
+        if self.kernel.kind == "none":
+            render = render_source
+        else:
+            def render(functions: list[str], d) -> str:
+                return render_reduction_source(functions, d, contract=not self.exact_products)
         if target == "cpu":
             fns = [serial_twin(fn) for fn in fns]      # no OpenMP runtime below its threshold
         self.functions = fns
@@ -488,7 +493,8 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
             vk = ["ptr"] * len(k.tensors) + ["i32" if itype == "int" else "i64"] * n_index + scalar_kinds \
                 + ["u32", "u32"] * len(divs) + ["ptr", "ptr"] * params.split \
                 + (["i32" if itype == "int" else "i64"] if slots else [])
-            f = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch), fname, idx, vk,
+            options = ("--fmad=false",) if cg.exact_products else ()     # (see exact_products)
+            f = cuda_driver.CudaKernel(nvrtc.compile_cubin(cg.variant_sources[i], fname, arch, options), fname, idx, vk,
                                        cooperative=cg.grid_sync[i])
             shared = cg.variants[i][5] * MAX_THREADS
             if shared > 48 * 1024:
