@@ -301,11 +301,34 @@ def _channel_norm_grads(d, a, g, dims: list[int], mean, rstd) -> dict:
     rank = d.rank(x)
     w = _tensor(d, a, "weight")
     wc = None if w is None else _channel(d, w, rank)
-    dx, xhat = _normalized_grad(d, g, x, wc, dims, mean, rstd)
     param_dims = [0] + list(range(2, rank))
+    if dims == param_dims:
+        return _batch_norm_grads(d, g, x, wc, dims, mean, rstd)
+    dx, xhat = _normalized_grad(d, g, x, wc, dims, mean, rstd)
     return {"input": dx,
             "weight": Exact(d.op("aten::sum", d.mul(g, xhat), param_dims, False)),
             "bias": Exact(d.op("aten::sum", g, param_dims, False))}
+
+
+def _batch_norm_grads(d, g, x, w, dims: list[int], mean, rstd) -> dict:
+    """``_normalized_grad`` and the parameter gradients where the statistics' dims are the
+    parameters' (batch norm), with ``mean(gw * xhat)`` expanded: ``xhat = (dev - off) * rstd``
+    (``off`` the mean of the deviations, 0 where not finite, as in ``_centered``), so it is
+    ``rstd * (mean(gw * dev) - off * mean(gw))``. Every mean dx needs then takes only the
+    statistics, not ``off``: the backward kernel reads x and the gradient once for all of them
+    and once more for dx and the weight's sum (3 passes over x, not 4; a channel's column is
+    N * H * W elements, past any cache)."""
+    dev = d.sub(x, mean)
+    off = d.op("aten::mean", dev, dims, True)
+    off = d.where(d.op("aten::isfinite", off), off, 0.0)
+    xhat = d.mul(d.sub(dev, off), rstd)
+    gw = g if w is None else d.mul(g, w)
+    m1 = d.op("aten::mean", gw, dims, True)
+    m2 = d.mul(rstd, d.sub(d.op("aten::mean", d.mul(gw, dev), dims, True), d.mul(off, m1)))
+    dx = d.mul(rstd, d.sub(d.sub(gw, m1), d.mul(xhat, m2)))
+    return {"input": dx,
+            "weight": Exact(d.op("aten::sum", d.mul(g, xhat), dims, False)),
+            "bias": Exact(d.op("aten::sum", g, dims, False))}
 
 
 def _running_stats_grads(d, a, g) -> dict:

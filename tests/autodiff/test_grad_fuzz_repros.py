@@ -219,7 +219,10 @@ def test_variance_gradient_of_a_huge_mean_and_a_small_spread(expr):
 
 @pytest.mark.parametrize("expr", ["torch.nn.functional.instance_norm(x.view(2, 2, 8) * 1.0, eps=1e-12).view(4, 8) % 2.0",
                                   "torch.nn.functional.layer_norm(x * 1.0, [8], eps=1e-12) * 3.0",
-                                  "torch.nn.functional.group_norm(x.view(2, 2, 8) * 1.0, 2, eps=1e-12).view(4, 8).neg()"])
+                                  "torch.nn.functional.group_norm(x.view(2, 2, 8) * 1.0, 2, eps=1e-12).view(4, 8).neg()",
+                                  "torch.nn.functional.batch_norm(x.view(4, 2, 4) * 1.0, None, None, training=True, "
+                                  "eps=1e-12).view(4, 8) * 2.0",
+                                  "torch.nn.functional.batch_norm(x * 1.0, None, None, training=True, eps=1e-12).relu()"])
 def test_normalization_gradient_of_a_huge_mean_and_a_small_spread(expr):
     # fuzz graph 2713 (seed 9292): an instance norm of float32 rows near 1e4 with a 1e-2 spread;
     # the backward's float32 mean was off by a tenth of the spread and the gradient 4-27% off where
