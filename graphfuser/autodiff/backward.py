@@ -32,7 +32,7 @@ from ..ir.types import TENSOR, TensorType, Type
 from ..ops import bind, lookup
 from ..ops.reduction import ReductionRow, scalar_type_code
 from ..passes import dce
-from ..ops.derivatives import DERIVATIVES, NON_DIFFERENTIABLE, ZERO, Exact
+from ..ops.derivatives import DERIVATIVES, NON_DIFFERENTIABLE, REBUILDS, ZERO, Exact
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TO_DTYPE = ("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
@@ -311,10 +311,14 @@ def _fit(d: D, r: Value, inp: Value, out: Value, vmap: dict) -> Value:
     return d.op("aten::sum_to_size", r, d.op("aten::size", vmap[inp], out=Type("int[]")))
 
 
-def plan_backward(sub: Graph, defined: Optional[frozenset] = None) -> Union[BackwardPlan, str]:
+def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 0) -> Union[BackwardPlan, str]:
     """The backward of the forward subgraph ``sub``, or the reason there is none. ``defined``
     (group output positions) limits it to the outputs whose gradient is defined: the others
-    contribute nothing, not zeros (TorchScript's AutogradZero specialization)."""
+    contribute nothing, not zeros (TorchScript's AutogradZero specialization). ``saved``: the
+    last outputs of ``sub`` are statistics the forward saves (``saved.py``); they follow the
+    gradients as inputs of the backward graph, and the nodes that made them are rebuilt from
+    them (``REBUILDS``), not recomputed."""
+    n_out = len(sub.outputs) - saved
     diff: set[Value] = {v for v in sub.inputs if isinstance(v.type, TensorType) and v.type.requires_grad
                         and _is_float_tensor(v)}
     for n in sub.block.nodes:
@@ -331,7 +335,7 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None) -> Union[Back
     vmap: dict[Value, Value] = {}
     for v in sub.inputs:
         vmap[v] = g.add_input(v.name, TENSOR if v.type.is_tensor else v.type)
-    diff_outputs = [k for k, o in enumerate(sub.outputs) if o in diff and (defined is None or k in defined)]
+    diff_outputs = [k for k, o in enumerate(sub.outputs[:n_out]) if o in diff and (defined is None or k in defined)]
     if not diff_outputs:
         return NO_GRADIENT
     grads: dict[Value, Value] = {}
@@ -341,7 +345,19 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None) -> Union[Back
         o = sub.outputs[k]
         d.pats[gv] = _pattern(o.type)
         grads[o] = d.add(grads[o], gv) if o in grads else gv
+    for j, o in enumerate(sub.outputs[n_out:]):
+        vmap[o] = g.add_input(f"saved_{j}", TENSOR)
+        d.pats[vmap[o]] = _pattern(o.type)
     for n in sub.block.nodes:        # the forward, recomputed
+        row = lookup(n.kind)
+        if row is not None and row.name in REBUILDS and all(o in vmap for o in n.outputs[1:]):
+            bound, _, _ = bind(row, n)
+            args = {k: vmap[v] if isinstance(v, Value) else v for k, v in bound.items()}
+            y = REBUILDS[row.name](d, args, [vmap.get(o) for o in n.outputs], n.inputs[0].type, n.outputs[0].type)
+            vmap[n.outputs[0]] = y
+            if n.outputs[0].type.dtype in (torch.float16, torch.bfloat16):
+                d.rounded[y] = n.outputs[0].type.dtype
+            continue
         nn = g.create(n.kind, [vmap[i] for i in n.inputs],
                       [TENSOR if o.type.is_tensor else o.type for o in n.outputs], dict(n.attrs), n.source)
         nn.schema = n.schema

@@ -51,12 +51,14 @@ class DifferentiableGroup:
     """Forward kernel + backward graph of one group: what ``graph_for`` shows as
     ``prim::DifferentiableGraph``."""
 
-    def __init__(self, group: Node, forward: Callable[..., tuple], plan: BackwardPlan) -> None:
+    def __init__(self, group: Node, forward: Callable[..., tuple], plan: BackwardPlan, saved: int = 0) -> None:
         self.group = group
         self.forward = forward
         self.plan = plan
+        self.saved = saved          # the forward's last outputs: statistics it saves (saved.py)
         sub = group.subgraph
         self.n_in = len(sub.inputs)
+        self.n_out = len(sub.outputs) - saved
         self.tensor_in = [i for i, v in enumerate(sub.inputs) if v.type.is_tensor]
         # saved for the backward (version-checked): the tensor inputs its graph reads. The others
         # (a batch norm's running stats, which a copy_ after the group updates in place) are
@@ -70,7 +72,7 @@ class DifferentiableGroup:
         from ..passes.aliasing import written_after
 
         self.copied_in = [i for i in written_after(group) if i in self.saved_in]
-        self.non_diff_out = [k for k in range(len(sub.outputs)) if k not in plan.diff_outputs]
+        self.non_diff_out = [k for k in range(self.n_out) if k not in plan.diff_outputs]
         self.backward = scripted_graph(plan.graph, f"{group.kind.split('::')[-1]}_backward")
         self.eager = _eager(sub)
         self._partial: dict[frozenset, Any] = {}
@@ -82,8 +84,9 @@ class DifferentiableGroup:
         n, plan = self.n_in, self.plan
         xs = [f"x{i}" for i in range(n)]
         kept = [i for i in range(n) if i not in self.saved_in]   # non-tensors, unsaved tensors: references
-        n_out = len(self.group.subgraph.outputs)
+        n_out = self.n_out
         gs = [f"g{k}" for k in range(n_out)]
+        ss = [f"outs[{n_out + j}]" for j in range(self.saved)]   # statistics saved, not returned
         ns: dict[str, Any] = {"_run": self.forward, "_S": STATS, "_grad_enabled": torch.is_grad_enabled,
                               "_zeros_like": torch.zeros_like, "_dg": self}
         # gradients left undefined (an output no loss reaches) stay None, not zeros: its terms are
@@ -97,18 +100,19 @@ class DifferentiableGroup:
              # graph 2088 of seed 9595), so such outputs are copies
              f"    if {' or '.join(f'outs[{k}]._is_view()' for k in range(n_out))}:",
              "        outs = [o.clone() if o._is_view() else o for o in outs]"]
-        if self.saved_in:
+        if self.saved_in or ss:
             saved = [f"{xs[i]}.clone()" if i in self.copied_in else xs[i] for i in self.saved_in]
-            L.append(f"    ctx.save_for_backward({', '.join(saved)})")
+            L.append(f"    ctx.save_for_backward({', '.join(saved + ss)})")
         if kept:
             L.append(f"    ctx.kept = ({', '.join(xs[i] for i in kept)},)")
         if self.non_diff_out:
             L.append(f"    ctx.mark_non_differentiable({', '.join(f'outs[{k}]' for k in self.non_diff_out)})")
         L += ['    _S["forward"] += 1',
-              "    return tuple(outs)",
+              f"    return tuple(outs{f'[:{n_out}]' if ss else ''})",
               f"def backward(ctx, {', '.join(gs)}):"]
-        if self.saved_in:
-            L.append(f"    ({', '.join(xs[i] for i in self.saved_in)},) = ctx.saved_tensors")
+        sv = [f"s{j}" for j in range(self.saved)]
+        if self.saved_in or sv:
+            L.append(f"    ({', '.join([xs[i] for i in self.saved_in] + sv)},) = ctx.saved_tensors")
         if kept:
             L.append(f"    ({', '.join(xs[i] for i in kept)},) = ctx.kept")
         # the engine runs a backward in grad mode only for create_graph=True: a double backward
@@ -116,8 +120,8 @@ class DifferentiableGroup:
               f"        return _dg.double_backward([{', '.join(xs)}], ({', '.join(gs)},))",
               '    _S["backward"] += 1',
               f"    if {' or '.join(f'{gs[k]} is None' for k in plan.diff_outputs)}:",
-              f"        return _dg.partial([{', '.join(xs)}], ({', '.join(gs)},))",
-              f"    r = _dg.backward({', '.join(xs + [gs[k] for k in plan.diff_outputs])})"]
+              f"        return _dg.partial([{', '.join(xs)}], ({', '.join(gs)},), [{', '.join(sv)}])",
+              f"    r = _dg.backward({', '.join(xs + [gs[k] for k in plan.diff_outputs] + sv)})"]
         grads = ["None"] * n
         for j, i in enumerate(plan.grad_inputs):
             grads[i] = "r" if len(plan.grad_inputs) == 1 else f"r[{j}]"
@@ -136,19 +140,26 @@ class DifferentiableGroup:
         functorch_active = torch._C._are_functorch_transforms_active
         py_apply = fn.apply
 
-        def run(*args: Any) -> tuple:
-            if torch.is_grad_enabled():
-                return py_apply(*args) if functorch_active() else c_apply(*args)
-            return self.forward(*args)
+        forward, n_out = self.forward, self.n_out
+        if self.saved:
+            def run(*args: Any) -> tuple:
+                if torch.is_grad_enabled():
+                    return py_apply(*args) if functorch_active() else c_apply(*args)
+                return tuple(forward(*args)[:n_out])
+        else:
+            def run(*args: Any) -> tuple:
+                if torch.is_grad_enabled():
+                    return py_apply(*args) if functorch_active() else c_apply(*args)
+                return forward(*args)
         self.run = run
         return fn
 
-    def partial(self, args: list, gouts: tuple) -> tuple:
+    def partial(self, args: list, gouts: tuple, saved: list) -> tuple:
         """The backward when some outputs' gradients are undefined: a backward graph of the outputs
         whose gradients are (built once per such set)."""
         key = frozenset(k for k in self.plan.diff_outputs if gouts[k] is not None)
         if key not in self._partial:
-            plan = plan_backward(self.group.subgraph, key) if key else NO_GRADIENT
+            plan = plan_backward(self.group.subgraph, key, self.saved) if key else NO_GRADIENT
             self._partial[key] = plan if isinstance(plan, str) else \
                 (plan, scripted_graph(plan.graph, f"{self.group.kind.split('::')[-1]}_backward_partial"))
         entry = self._partial[key]
@@ -161,7 +172,7 @@ class DifferentiableGroup:
             plan, run = self.plan, self.backward
         else:
             plan, run = entry
-        r = run(*args, *[gouts[k] for k in plan.diff_outputs])
+        r = run(*args, *[gouts[k] for k in plan.diff_outputs], *saved)
         rs = (r,) if len(plan.grad_inputs) == 1 else r
         for i, g in zip(plan.grad_inputs, rs):
             full[i] = g
@@ -197,7 +208,8 @@ class DifferentiableGroup:
         forward group, what it saves, and the backward graph (optimized once it has run)."""
         sub = self.group.subgraph
         index = name.rsplit("_", 1)[-1]
-        saved = ", ".join(f"%{sub.inputs[i].name}" for i in self.saved_in)
+        saved = ", ".join([f"%{sub.inputs[i].name}" for i in self.saved_in]
+                          + [f"%{v.name} (statistics)" for v in sub.outputs[self.n_out:]])
         bwd = self.backward._optimized or self.backward.graph
         body = print_graph(bwd).rstrip("\n").splitlines()
         return "\n".join([f"with prim::DifferentiableGraph_{index} = {name} as one autograd node:",
@@ -243,26 +255,35 @@ def _backward_on_the_calling_thread() -> None:
                                   "(PYTORCH_NVFUSER_DISABLE=calling_thread_backward keeps autograd's device threads)")
 
 
-def make_differentiable_runner(group: Node, forward: Callable[..., tuple]) -> Callable[..., tuple]:
+def make_differentiable_runner(group: Node, forward: Callable[..., tuple], saved: int = 0) -> Callable[..., tuple]:
     """``forward`` (the group's compiled runner) as one autograd node when the group was
     specialized for inputs requiring grad; ``forward`` itself otherwise. A group whose backward
-    cannot be built runs its eager program, and the reason is logged under ``>partition``."""
+    cannot be built runs its eager program, and the reason is logged under ``>partition``.
+    ``saved``: outputs ``saved.save_statistics`` appended to the group's subgraph, which only
+    the autograd node's backward reads."""
     sub = group.subgraph
     if not any(v.type.is_tensor and getattr(v.type, "requires_grad", None) for v in sub.inputs):
-        return forward
-    plan = plan_backward(sub)
+        return _first(forward, len(sub.outputs) - saved, saved)
+    plan = plan_backward(sub, saved=saved)
     if plan == NO_GRADIENT:
         jit_log("partition", 1, f"{group.kind} runs its forward kernel under grad: {plan}")
-        return forward
+        return _first(forward, len(sub.outputs) - saved, saved)
     if isinstance(plan, str):
         jit_log("partition", 1, f"{group.kind} not fused under grad: {plan}; it runs eagerly")
         eager = _eager(sub)
-        return eager
+        return _first(eager, len(sub.outputs) - saved, saved)
     if group.kind.startswith("prim::Cuda"):
         _backward_on_the_calling_thread()
     jit_log("partition", 1, f"{group.kind} runs under grad as one autograd node; its backward graph "
                             f"returns the gradients of inputs {plan.grad_inputs}")
     jit_log_graph("graph_fuser", f"Backward of {group.kind} (before fusion):", plan.graph)
-    dg = DifferentiableGroup(group, forward, plan)
+    dg = DifferentiableGroup(group, forward, plan, saved)
     GROUPS[group] = weakref.ref(dg)    # read by graph_for's printer
     return dg
+
+
+def _first(run: Callable[..., tuple], n: int, saved: int) -> Callable[..., tuple]:
+    """``run`` without the ``saved`` statistics it appends (a group that runs no autograd node)."""
+    if not saved:
+        return run
+    return lambda *args: tuple(run(*args)[:n])

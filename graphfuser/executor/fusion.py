@@ -90,6 +90,8 @@ def make_group_runner(group: Node) -> Callable[..., tuple]:
     """The compiled kernel for ``group`` (the codegen backend), or the eager program when the
     backend cannot take it; compile failures follow the fallback policy."""
     from ..autodiff import make_differentiable_runner
+    from ..autodiff.saved import save_statistics
     from .compiled import compile_group  # the kernel backend
 
-    return make_differentiable_runner(group, compile_group(group))
+    saved = save_statistics(group)      # before compiling: the kernel writes what the backward reads
+    return make_differentiable_runner(group, compile_group(group), saved)

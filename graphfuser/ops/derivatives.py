@@ -30,6 +30,9 @@ ZERO = object()      # "this input's gradient is zero"
 NON_DIFFERENTIABLE = frozenset({"detach"})
 
 DERIVATIVES: dict[str, Callable[..., dict[str, Any]]] = {}
+# rows whose node a backward graph rebuilds from the outputs the forward saved (autodiff/saved.py):
+# fn(d, args, outputs, input type, output type) -> the first output, pointwise
+REBUILDS: dict[str, Callable[..., Any]] = {}
 
 
 def derivative(*names: str):

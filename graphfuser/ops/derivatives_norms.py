@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from ..ir.types import Type
-from .derivatives import DERIVATIVES, ZERO, derivative, reduced_count
+from .derivatives import DERIVATIVES, REBUILDS, ZERO, derivative, reduced_count
 
 
 # -- moments, prod and the normalizations ---------------------------------------------------------
@@ -359,6 +359,51 @@ def _batch_norm(d, a, g, out):
     dims = [0] + list(range(2, rank))
     mean, rstd = _stats(d, a["input"], dims, a["eps"])
     return _channel_norm_grads(d, a, g, dims, mean, rstd)
+
+
+def _rebuild_batch_norm_train(d, a, outs, xt, yt):
+    """y of ``graphfuser::batch_norm_train`` from its saved statistics, as the forward kernel
+    computed it: ``((x - shift) - offset) * rstd * w + b`` in the compute dtype."""
+    _, shift, offset, rstd = outs
+    rank = xt.rank
+    x = a["input"]
+    if xt.dtype in _REDUCED:
+        x = d.to(x, torch.float32)
+    y = d.mul(d.sub(d.sub(x, shift), offset), rstd)
+    for name, fn in (("weight", d.mul), ("bias", d.add)):
+        if _tensor(d, a, name) is not None:
+            y = fn(y, _channel(d, a[name], rank))
+    return d.to(y, yt.dtype) if yt.dtype in _REDUCED else y
+
+
+@opmath
+def _batch_norm_train_grads(d, a, g, outs):
+    """The batch-norm gradients of ``_batch_norm_grads`` from the saved statistics: the
+    deviations ``(x - shift) - offset`` are the forward's (no re-centring mean), so one pass over
+    x and the gradient takes every mean dx needs and the parameters' sums, a second writes dx."""
+    x = a["input"]
+    rank = d.rank(x)
+    dims = [0] + list(range(2, rank))
+    _, shift, offset, rstd = outs
+    xhat = d.mul(d.sub(d.sub(x, shift), offset), rstd)
+    w = _tensor(d, a, "weight")
+    gw = g if w is None else d.mul(g, _channel(d, w, rank))
+    m1 = d.op("aten::mean", gw, dims, True)
+    m2 = d.op("aten::mean", d.mul(gw, xhat), dims, True)
+    return {"input": d.mul(rstd, d.sub(d.sub(gw, m1), d.mul(xhat, m2))),
+            "weight": Exact(d.op("aten::sum", d.mul(g, xhat), dims, False)),
+            "bias": Exact(d.op("aten::sum", g, dims, False))}
+
+
+def _batch_norm_train(d, a, gs, outs):
+    """(y, shift, offset, rstd): only y is differentiable; the statistics are the forward's."""
+    return _batch_norm_train_grads(d, a, gs[0], outs)
+
+
+_batch_norm_train.multi_output = True
+_batch_norm_train.differentiable_outputs = (0,)
+DERIVATIVES["batch_norm_train"] = _batch_norm_train
+REBUILDS["batch_norm_train"] = _rebuild_batch_norm_train
 
 
 @derivative("instance_norm")

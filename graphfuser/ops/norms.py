@@ -126,12 +126,18 @@ def _affine(call: OpCall, y: Expr) -> Expr:
 
 
 def _normalize(call: OpCall) -> tuple[Expr, Expr, Expr]:
+    y, _, mean, rstd = _normalize_parts(call)
+    return y, mean, rstd
+
+
+def _normalize_parts(call: OpCall) -> tuple[Expr, Expr, Expr, Expr]:
+    """(y, c, mean, rstd) of a normalization by the statistics of its segments."""
     b, x = call.b, arg_expr(call, "input")
     d, c, mean, m2 = shifted_moments(call, x)
     var = b.div(m2, b.reduction_size(call.compute))
     rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
     # (x - k) - s1 / N: x - mean without the rounding of mean (see shifted_moments)
-    return _affine(call, b.mul(b.sub(d, c), rstd)), mean, rstd
+    return _affine(call, b.mul(b.sub(d, c), rstd)), c, mean, rstd
 
 
 def _layer_norm(call: OpCall) -> Expr:
@@ -163,6 +169,18 @@ def _batch_norm(call: OpCall) -> Expr:
     b, x = call.b, arg_expr(call, "input")
     invstd = b.call("rsqrt", b.add(call.x("running_var"), call.const(call["eps"])))
     return _affine(call, b.mul(b.sub(x, call.x("running_mean")), invstd))
+
+
+def _batch_norm_train(call: OpCall) -> tuple[Expr, Expr, Expr, Expr]:
+    """(batch_norm(x) in training, shift, offset, rstd): the batch norm of ``_normalize`` and the
+    per-channel statistics its output is made of, ``y = ((x - shift) - offset) * rstd * w + b``
+    with ``shift`` the channel's first element and ``offset`` the shifted sum's mean
+    (``shifted_moments``). A differentiable group saves them for its backward
+    (``autodiff/saved.py``), which then reads x twice, not three times."""
+    b = call.b
+    y, c, _, rstd = _normalize_parts(call)
+    # the shift shifted_moments took (the builder interns it: one load)
+    return y, b.at_first(b.cast(arg_expr(call, "input"), call.compute)), c, rstd
 
 
 def _group_norm(call: OpCall) -> Expr:
@@ -356,6 +374,41 @@ reduction("batch_norm", ("aten::batch_norm",), "normalization",
           torch.batch_norm(input, w, b, rm, rv, training, momentum, eps, cudnn),
           doc="batch norm: running stats, or batch stats over N and the spatial dims in training (channel dim 1, "
               "any memory format)")
+def _batch_norm_train_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
+    plan = _channel_plan(False)(node, {**args, "training": True}, consts)
+    if isinstance(plan, str):
+        return plan
+    stats = tuple(None if d in plan.reduced else d for d in range(plan.rank))
+    return DimPlan(plan.rank, plan.args, [plan.outputs[0]] + [stats] * 3, plan.reduced)
+
+
+def batch_norm_train_eager(input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                           eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The eager program of ``graphfuser::batch_norm_train`` (fallbacks, double backward)."""
+    ct = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    x = input.to(ct)
+    dims = [0] + list(range(2, x.dim()))
+    shift = x
+    for dim in dims:
+        shift = shift.narrow(dim, 0, 1) if x.shape[dim] else x.new_zeros(()).expand(*shift.shape[:dim], 1,
+                                                                               *shift.shape[dim + 1:])
+    d = x - shift
+    offset = d.mean(dims, keepdim=True)
+    rstd = torch.rsqrt(((d - offset) ** 2).mean(dims, keepdim=True) + eps)
+    y = (d - offset) * rstd
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y.to(input.dtype), shift.contiguous(), offset, rstd
+
+
+reduction("batch_norm_train", ("graphfuser::batch_norm_train",), "normalization",
+          ("input", "weight", "bias", "eps"), _batch_norm_train, planner=_batch_norm_train_plan,
+          out_dtype=same_float, consts=("eps",), n_outputs=4, eager=batch_norm_train_eager,
+          doc="batch norm in training and its statistics (shift, offset, rstd), which a differentiable "
+              "group saves for its backward")
 reduction("instance_norm", ("aten::instance_norm",), "normalization",
           ("input", "weight", "bias", "running_mean", "running_var", "use_input_stats", "momentum", "eps",
            "cudnn_enabled"), _instance_norm, planner=_channel_plan(True), out_dtype=same_float,

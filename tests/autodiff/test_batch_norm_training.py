@@ -17,6 +17,8 @@ from graphfuser.config import config
 from grad_helpers import GRAD_TOL, differentiable_groups
 from helpers import fallback_counter
 
+BN_KINDS = {"aten::batch_norm", "graphfuser::batch_norm_train"}
+
 # fp16 / bf16: eager rounds the batch statistics it returns to the input dtype only at the end
 _TOL = {torch.float64: GRAD_TOL[torch.float64], torch.float32: dict(rtol=1e-4, atol=1e-5),
         torch.float16: dict(rtol=2e-2, atol=2e-2), torch.bfloat16: dict(rtol=8e-2, atol=8e-2)}
@@ -91,7 +93,8 @@ def test_functional_training(dtype, channels_last):
     groups = [n for n in sf._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"]
     assert len(groups) == 1, str(sf._optimized)       # stats + normalize + add + relu + update
     kinds = [n.kind for n in groups[0].subgraph.nodes()]
-    assert {"aten::batch_norm", "aten::relu", "aten::var", "aten::add"} <= set(kinds), kinds
+    # the differentiable group's batch norm saves its statistics for the backward (autodiff/saved.py)
+    assert {"graphfuser::batch_norm_train", "aten::relu", "aten::var", "aten::add"} <= set(kinds), kinds
     dgs = differentiable_groups(sf)
     assert len(dgs) == 1
     bwd = [n for n in dgs[0].backward._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"]
@@ -320,9 +323,29 @@ def test_module_consumers_join_the_group():
     they fuse with the batch norm (forward and backward) instead of running after the If."""
     sf = _module_run(lambda: Block(2), (4, 6, 5, 3), channels_last=True, eval_after=False)
     groups = [n for n in sf._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"
-              and any(m.kind == "aten::batch_norm" for m in n.subgraph.nodes())]
+              and any(m.kind in BN_KINDS for m in n.subgraph.nodes())]
     assert len(groups) == 1, str(sf._optimized)
     kinds = {n.kind for n in groups[0].subgraph.nodes()}
-    assert {"aten::batch_norm", "aten::add", "aten::relu"} <= kinds, kinds
+    assert kinds & BN_KINDS and {"aten::add", "aten::relu"} <= kinds, kinds
     outside = [n.kind for n in sf._optimized.block.nodes if n.kind in ("aten::relu", "aten::add")]
     assert not outside, str(sf._optimized)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_backward_reads_the_saved_statistics(channels_last):
+    """The forward kernel writes each channel's shift, offset and rstd; the backward rebuilds the
+    normalized tensor from them (for ReLU's mask) and reduces only gradient terms: no statistics
+    of x are recomputed, so its kernel reads x twice (gradient sums, then dx), not three times."""
+    sf = _function_run(bn_relu, torch.float32, (4, 6, 5, 3), channels_last)
+    (dg,) = differentiable_groups(sf)
+    assert dg.saved == 3 and dg.n_out == len(dg.group.subgraph.outputs) - 3
+    inputs = [v.name for v in dg.plan.graph.inputs]
+    assert inputs[-3:] == ["saved_0", "saved_1", "saved_2"], inputs
+    (bwd,) = [n for n in dg.backward._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"]
+    x = bwd.subgraph.inputs[0]
+    kinds = [n.kind for n in bwd.subgraph.nodes()]
+    assert "aten::var" not in kinds and "aten::batch_norm" not in kinds, kinds
+    # every reduction reduces a gradient term, none x alone
+    reduced = [n.inputs[0] for n in bwd.subgraph.nodes() if n.kind in ("aten::mean", "aten::sum")]
+    assert len(reduced) == 4 and x not in reduced, str(bwd.subgraph)
+    assert "(statistics)" in dg.text("CpuFusionGroup_0")

@@ -1,0 +1,86 @@
+"""Forward values a differentiable group saves for its backward: the exception to the rule of
+``backward.py`` (save the inputs, recompute every intermediate).
+
+Recomputing a value costs arithmetic when it is a pointwise function of what the backward
+reads anyway. A training batch norm's statistics are not: rebuilding a few numbers per channel
+reads the whole input once more (a pass over N * H * W elements per channel, past any cache),
+while saving them costs the forward one store of C numbers each. Its backward then reads the
+input twice (the gradient sums, then dx) where it read it three times (the statistics first),
+as eager's ``native_batch_norm_backward`` does from its saved mean and invstd.
+
+``save_statistics`` rewrites such a node of a group that will run as an autograd node into
+``graphfuser::batch_norm_train``, whose outputs are the normalized tensor and its statistics
+(shift, offset, rstd: ``y = ((x - shift) - offset) * rstd * w + b``, see ``ops/norms.py``),
+and appends the statistics to the group's outputs. The autograd node returns the group's own
+outputs, saves the appended ones, and hands them to the backward graph (``plan_backward``'s
+``saved``), which rebuilds ``y`` pointwise from them instead of reducing again. The offset is
+saved with the shift rather than folded into a mean: ``(x - shift) - offset`` is the deviation
+without the rounding of a mean near 1e4 with a 1e-2 spread (``shifted_moments``), and the
+backward's deviations are then those of the forward, bit for bit.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..ir.graph import Node
+from ..ir.types import TensorType, layout_of
+
+_SAVED: "weakref.WeakKeyDictionary[Node, int]" = weakref.WeakKeyDictionary()
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def saved_outputs(group: Node) -> int:
+    """How many outputs ``save_statistics`` appended to ``group``'s subgraph (0: none)."""
+    return _SAVED.get(group, 0)
+
+
+def save_statistics(group: Node) -> int:
+    """Rewrite the training batch norms of ``group`` (when an input requires grad) to save their
+    statistics; the number of outputs appended to its subgraph. Idempotent per group."""
+    if group in _SAVED:
+        return _SAVED[group]
+    sub = group.subgraph
+    added = 0
+    if any(v.type.is_tensor and getattr(v.type, "requires_grad", None) for v in sub.inputs):
+        for n in list(sub.block.nodes):
+            if _statistics_node(n):
+                added += _rewrite(sub, n)
+    _SAVED[group] = added
+    return added
+
+
+def _const(v, default=None):
+    return v.constant() if v.is_constant else default
+
+
+def _statistics_node(n: Node) -> bool:
+    """A training batch norm without running stats (the update is split off before fusion,
+    ``passes/batch_norm.py``) over an input of known rank."""
+    if n.kind != "aten::batch_norm" or len(n.inputs) != 9:
+        return False
+    x, rm, rv, training, eps = n.inputs[0], n.inputs[3], n.inputs[4], n.inputs[5], n.inputs[7]
+    t = x.type
+    return (_const(training) is True and rm.is_constant and _const(rm) is None and rv.is_constant
+            and _const(rv) is None and eps.is_constant and isinstance(t, TensorType) and t.sizes is not None
+            and len(t.sizes) >= 2 and t.dtype is not None)
+
+
+def _rewrite(sub, n: Node) -> int:
+    x = n.inputs[0].type
+    sizes = tuple(s if d == 1 else 1 for d, s in enumerate(x.sizes))
+    strides = tuple(1 if d >= 1 else sizes[1] for d in range(len(sizes)))
+    order, contig = layout_of(sizes, strides)
+    stat = TensorType(dtype=torch.float32 if x.dtype in _HALF else x.dtype, sizes=sizes, strides=strides,
+                      stride_order=order, contiguity=contig, device=x.device, requires_grad=False)
+    new = sub.create("graphfuser::batch_norm_train", [n.inputs[i] for i in (0, 1, 2, 7)],
+                     [n.output.type, stat, stat, stat], source=n.source)
+    sub.block.insert_before(n, new)
+    y = new.outputs[0]
+    for user, i in list(n.output.uses):
+        user.replace_input(i, y)
+    sub.block.replace_return_everywhere(n.output, y)
+    sub.block.remove(n)
+    sub.block.returns = list(sub.block.returns) + new.outputs[1:]
+    return 3
