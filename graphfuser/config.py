@@ -25,10 +25,11 @@ import yaml
 DISABLE_OPTIONS = (
     "fallback", "fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng", "compile_cache",
     "bias_decomposition", "batch_norm_training", "fused_rng", "cuda_graphs", "column_sums",
-    "calling_thread_backward", "conv_layout",
+    "calling_thread_backward", "conv_layout", "cuda_batch_norm_training",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
-                  "cuda_batch_norm_training", "lineinfo", "fused_rng")   # fused_rng: on by default, accepted
+                  "cuda_batch_norm_training", "lineinfo", "fused_rng")   # on by default, accepted:
+# fused_rng, cuda_batch_norm_training
 DUMP_OPTIONS = (
     "fusion_ir", "kernel_ir", "cuda_kernel", "cpp_kernel", "launch_param", "kernel_args",
     "python_definition", "scheduler_params", "dump_eff_bandwidth",

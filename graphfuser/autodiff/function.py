@@ -51,12 +51,13 @@ class DifferentiableGroup:
     """Forward kernel + backward graph of one group: what ``graph_for`` shows as
     ``prim::DifferentiableGraph``."""
 
-    def __init__(self, group: Node, forward: Callable[..., tuple], plan: BackwardPlan, saved: int = 0) -> None:
+    def __init__(self, group: Node, forward: Callable[..., tuple], plan: BackwardPlan, sub: Graph,
+                 saved: int = 0) -> None:
         self.group = group
         self.forward = forward
         self.plan = plan
-        self.saved = saved          # the forward's last outputs: statistics it saves (saved.py)
-        sub = group.subgraph
+        self.sub = sub              # what ``forward`` computes: the group's subgraph, or a copy that
+        self.saved = saved          # appends ``saved`` statistics to its outputs (saved.py)
         self.n_in = len(sub.inputs)
         self.n_out = len(sub.outputs) - saved
         self.tensor_in = [i for i, v in enumerate(sub.inputs) if v.type.is_tensor]
@@ -159,7 +160,7 @@ class DifferentiableGroup:
         whose gradients are (built once per such set)."""
         key = frozenset(k for k in self.plan.diff_outputs if gouts[k] is not None)
         if key not in self._partial:
-            plan = plan_backward(self.group.subgraph, key, self.saved) if key else NO_GRADIENT
+            plan = plan_backward(self.sub, key, self.saved) if key else NO_GRADIENT
             self._partial[key] = plan if isinstance(plan, str) else \
                 (plan, scripted_graph(plan.graph, f"{self.group.kind.split('::')[-1]}_backward_partial"))
         entry = self._partial[key]
@@ -206,7 +207,7 @@ class DifferentiableGroup:
     def text(self, name: str) -> str:
         """The ``prim::DifferentiableGraph`` section printed after the group's own section: the
         forward group, what it saves, and the backward graph (optimized once it has run)."""
-        sub = self.group.subgraph
+        sub = self.sub
         index = name.rsplit("_", 1)[-1]
         saved = ", ".join([f"%{sub.inputs[i].name}" for i in self.saved_in]
                           + [f"%{v.name} (statistics)" for v in sub.outputs[self.n_out:]])
@@ -255,13 +256,14 @@ def _backward_on_the_calling_thread() -> None:
                                   "(PYTORCH_NVFUSER_DISABLE=calling_thread_backward keeps autograd's device threads)")
 
 
-def make_differentiable_runner(group: Node, forward: Callable[..., tuple], saved: int = 0) -> Callable[..., tuple]:
+def make_differentiable_runner(group: Node, forward: Callable[..., tuple], sub: Optional[Graph] = None,
+                               saved: int = 0) -> Callable[..., tuple]:
     """``forward`` (the group's compiled runner) as one autograd node when the group was
     specialized for inputs requiring grad; ``forward`` itself otherwise. A group whose backward
     cannot be built runs its eager program, and the reason is logged under ``>partition``.
-    ``saved``: outputs ``saved.save_statistics`` appended to the group's subgraph, which only
-    the autograd node's backward reads."""
-    sub = group.subgraph
+    ``sub``: what ``forward`` computes (default: the group's subgraph), whose last ``saved``
+    outputs are statistics (``saved.save_statistics``) that only the autograd node's backward reads."""
+    sub = sub or group.subgraph
     if not any(v.type.is_tensor and getattr(v.type, "requires_grad", None) for v in sub.inputs):
         return _first(forward, len(sub.outputs) - saved, saved)
     plan = plan_backward(sub, saved=saved)
@@ -277,7 +279,7 @@ def make_differentiable_runner(group: Node, forward: Callable[..., tuple], saved
     jit_log("partition", 1, f"{group.kind} runs under grad as one autograd node; its backward graph "
                             f"returns the gradients of inputs {plan.grad_inputs}")
     jit_log_graph("graph_fuser", f"Backward of {group.kind} (before fusion):", plan.graph)
-    dg = DifferentiableGroup(group, forward, plan, saved)
+    dg = DifferentiableGroup(group, forward, plan, sub, saved)
     GROUPS[group] = weakref.ref(dg)    # read by graph_for's printer
     return dg
 

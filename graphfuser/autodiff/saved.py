@@ -11,7 +11,7 @@ as eager's ``native_batch_norm_backward`` does from its saved mean and invstd.
 ``save_statistics`` rewrites such a node of a group that will run as an autograd node into
 ``graphfuser::batch_norm_train``, whose outputs are the normalized tensor and its statistics
 (shift, offset, rstd: ``y = ((x - shift) - offset) * rstd * w + b``, see ``ops/norms.py``),
-and appends the statistics to the group's outputs. The autograd node returns the group's own
+in a copy of the group's subgraph that appends the statistics to its outputs. The autograd node returns the group's own
 outputs, saves the appended ones, and hands them to the backward graph (``plan_backward``'s
 ``saved``), which rebuilds ``y`` pointwise from them instead of reducing again. The offset is
 saved with the shift rather than folded into a mean: ``(x - shift) - offset`` is the deviation
@@ -20,35 +20,35 @@ backward's deviations are then those of the forward, bit for bit.
 """
 from __future__ import annotations
 
-import weakref
-
 import torch
 
+from ..ir.clone import clone_graph
 from ..ir.graph import Node
 from ..ir.types import TensorType, layout_of
 
-_SAVED: "weakref.WeakKeyDictionary[Node, int]" = weakref.WeakKeyDictionary()
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def saved_outputs(group: Node) -> int:
-    """How many outputs ``save_statistics`` appended to ``group``'s subgraph (0: none)."""
-    return _SAVED.get(group, 0)
-
-
-def save_statistics(group: Node) -> int:
-    """Rewrite the training batch norms of ``group`` (when an input requires grad) to save their
-    statistics; the number of outputs appended to its subgraph. Idempotent per group."""
-    if group in _SAVED:
-        return _SAVED[group]
+def save_statistics(group: Node) -> tuple[Node, int]:
+    """``(forward, saved)``: ``group`` itself and 0, or (when an input requires grad and the group
+    has training batch norms) a detached copy of ``group`` whose subgraph computes the same
+    outputs and appends ``saved`` statistics after them. The graph keeps ``group`` as it is;
+    the copy is what compiles and what the autograd node's forward runs."""
     sub = group.subgraph
-    added = 0
-    if any(v.type.is_tensor and getattr(v.type, "requires_grad", None) for v in sub.inputs):
-        for n in list(sub.block.nodes):
-            if _statistics_node(n):
-                added += _rewrite(sub, n)
-    _SAVED[group] = added
-    return added
+    if not any(v.type.is_tensor and getattr(v.type, "requires_grad", None) for v in sub.inputs) or \
+            not any(_statistics_node(n) for n in sub.block.nodes):
+        return group, 0
+    copy = clone_graph(sub)
+    # what profiling saw of non-tensor values (reductions' dims, eps) is not part of a clone
+    for a, b in zip(sub.inputs, copy.inputs):
+        b.profiled = a.profiled
+    for na, nb in zip(sub.block.nodes, copy.block.nodes):
+        for a, b in zip(na.outputs, nb.outputs):
+            b.profiled = a.profiled
+    added = sum(_rewrite(copy, n) for n in list(copy.block.nodes) if _statistics_node(n))
+    shadow = Node(group.kind, dict(group.attrs), group.source)
+    shadow.subgraph = copy
+    return shadow, added
 
 
 def _const(v, default=None):

@@ -265,8 +265,13 @@ _BINDINGS: dict[tuple[str, str], tuple[Any, str]] = {
         ("conv1d", ""), ("conv2d", ""), ("conv3d", ""), ("conv1d", "padding"), ("conv2d", "padding"),
         ("conv3d", "padding"), ("matmul", ""), ("mm", ""), ("bmm", ""), ("addmm", ""), ("baddbmm", ""),
         ("unsqueeze", ""), ("flatten", "using_ints"), ("transpose", "int"), ("permute", ""), ("reshape", ""),
-        ("cat", ""), ("roll", ""), ("layer_norm", ""), ("max_pool2d", ""), ("select", "int"))},
+        ("cat", ""), ("roll", ""), ("layer_norm", ""), ("max_pool2d", ""), ("select", "int"),
+        ("batch_norm", ""), ("dropout", ""))},
     ("linear", ""): (torch._C._nn, "linear"), ("gelu", ""): (torch._C._nn, "gelu"),
+    # (CPU, min of 3 x 5000 calls: batch_norm in eval 26.2 -> 15.8 us, attention 44.3 -> 33.0,
+    # adaptive_avg_pool2d 10.4 -> 4.3)
+    ("scaled_dot_product_attention", ""): (torch._C._nn, "scaled_dot_product_attention"),
+    ("adaptive_avg_pool2d", ""): (torch._C._nn, "adaptive_avg_pool2d"),
     ("view", ""): (torch._C.TensorBase, "view"),
     # eager's ``x.mul_(number)`` is mul_.Tensor of a wrapped number, computed in float; the
     # schema's mul_.Scalar first rounds the number to an fp16 / bf16 self's dtype (1e-6 becomes

@@ -93,5 +93,6 @@ def make_group_runner(group: Node) -> Callable[..., tuple]:
     from ..autodiff.saved import save_statistics
     from .compiled import compile_group  # the kernel backend
 
-    saved = save_statistics(group)      # before compiling: the kernel writes what the backward reads
-    return make_differentiable_runner(group, compile_group(group), saved)
+    # a training batch norm's statistics: the forward kernel of a copy writes what the backward reads
+    forward, saved = save_statistics(group)
+    return make_differentiable_runner(group, compile_group(forward), forward.subgraph, saved)

@@ -237,9 +237,9 @@ def _batch_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
 
             return DISABLED_REASON
         device = getattr(node.inputs[0].type, "device", None) if node.inputs else None
-        if device is not None and device.type == "cuda" and not config.is_enabled("cuda_batch_norm_training"):
-            from ..passes.batch_norm import CUDA_REASON
+        from ..passes.batch_norm import CUDA_REASON, cuda_training_fused
 
+        if device is not None and device.type == "cuda" and not cuda_training_fused():
             return CUDA_REASON
         if any(isinstance(args.get(n), Value) for n in ("running_mean", "running_var")):
             return ("batch_norm in training mode updates its running stats in place; not fused (the "
