@@ -417,6 +417,12 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
     returns = []
     for i in grad_inputs:
         v, r = sub.inputs[i], grads[sub.inputs[i]]
+        if isinstance(v.type, TensorType) and v.type.dtype in (torch.float16, torch.bfloat16) \
+                and r.node is not None and r.node.kind not in ("aten::to", "aten::type_as"):
+            # the gradient in its input's dtype, as autograd's engine casts what a node returns
+            # (an fp16 / bf16 input promoted by an add with an fp32 one gets the fp32 gradient):
+            # cast in the kernel, not by a copy after it (a no-op where it is already that dtype)
+            r = d.to(r, v.type.dtype)
         if d.pattern(r) != _pattern(v.type):     # a gradient left narrow: expanded as a view, as eager's
             r = d.op("aten::expand_as", r, vmap[v])
         returns.append(r)

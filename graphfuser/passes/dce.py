@@ -1,6 +1,8 @@
 """Dead code elimination: drop side-effect-free nodes whose outputs are never used."""
 from __future__ import annotations
 
+import torch
+
 from ..ir.graph import Block, Graph
 from ..ops import lookup
 from .partition import _mutates
@@ -15,6 +17,18 @@ def _returned_values(block: Block, out: set) -> set:
     return out
 
 
+_INT_DIVISIONS = ("aten::floor_divide", "aten::remainder", "aten::fmod", "aten::div")
+
+
+def _may_raise(node) -> bool:
+    """An integer division: eager raises ZeroDivisionError for a zero divisor even where the
+    result is never read (``x.floor_divide(s).size(-1)``: fuzz graph 3572 of seed 10909)."""
+    if node.kind not in _INT_DIVISIONS or len(node.outputs) != 1:
+        return False
+    dt = getattr(node.outputs[0].type, "dtype", None)
+    return dt is not None and not dt.is_floating_point and not dt.is_complex and dt != torch.bool
+
+
 def _dce_block(block: Block, returned: set) -> int:
     removed = 0
     for node in reversed(list(block.nodes)):
@@ -26,7 +40,7 @@ def _dce_block(block: Block, returned: set) -> int:
                 continue
             if any(n.kind.startswith("prim::") and n.kind not in ("prim::Constant",) for b in node.blocks for n in b.nodes):
                 continue
-        if _mutates(node) or not node.outputs and node.kind not in ("prim::Constant",):
+        if _mutates(node) or not node.outputs and node.kind not in ("prim::Constant",) or _may_raise(node):
             continue
         if any(o.uses or o in returned for o in node.outputs):
             continue

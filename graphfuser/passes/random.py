@@ -48,7 +48,7 @@ def _target(node: Node) -> Optional[tuple[str, list[Value]]]:
     """The random kind ``node`` becomes and its inputs before (seed, offset); None to keep it."""
     ins = node.inputs
     if node.kind in ("aten::dropout", "aten::native_dropout") and len(ins) == 3:
-        # dropout with p = 0 returns its input itself in eager (an alias, no draw): kept as is
+        # (dropout with p = 0 returns its input itself: removed by _identity before this)
         if _const(ins[2]) is True and _p(ins[1]) is not None and \
                 not (node.kind == "aten::dropout" and _p(ins[1]) == 0.0):
             return node.kind.replace("aten::", "graphfuser::"), [ins[0], ins[1]]
@@ -63,12 +63,29 @@ def _target(node: Node) -> Optional[tuple[str, list[Value]]]:
     return None
 
 
+_DROPOUTS = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout")
+
+
+def _identity(node: Node) -> bool:
+    """A dropout that returns its input itself in eager: not training, or p = 0 (``_dropout_impl``)."""
+    if node.kind not in _DROPOUTS or len(node.inputs) != 3 or len(node.outputs) != 1:
+        return False
+    return _const(node.inputs[2]) is False or _p(node.inputs[1]) == 0.0
+
+
 def _rewrite_block(block: Block) -> int:
     done = 0
     graph: Graph = block.graph
     for node in list(block.nodes):
         for b in node.blocks:
             done += _rewrite_block(b)
+        if _identity(node):
+            # eager returns the input itself (the same tensor, its strides): so does the graph
+            for user, i in list(node.output.uses):
+                user.replace_input(i, node.inputs[0])
+            block.replace_return_everywhere(node.output, node.inputs[0])
+            block.remove(node)
+            continue
         target = _target(node)
         if target is None:
             continue

@@ -490,3 +490,48 @@ def test_fallback_does_not_write_an_alias_that_is_read_later(dtype):
         return (x.transpose(1, 2).contiguous().transpose(1, 2) if t else x,)
 
     _run(_write_through_identity_alias_after_a_read, make, calls=7)
+
+
+def _eval_dropout_and_mul(x, s: float):
+    return F.dropout(x, 0.5, False), x * s
+
+
+def _zero_p_dropout(x):
+    return F.dropout(x, 0.0, True) + 0, F.alpha_dropout(x, 0.3, False)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("fn", [_eval_dropout_and_mul, _zero_p_dropout])
+def test_dropout_that_returns_its_input_returns_it(fn, requires_grad):
+    """Dropout not training (or with p = 0) returns its input itself in eager: the same tensor,
+    strides and all (fuzz graph 3439 of seed 10909: a differentiable group's copy of a sliced
+    bf16 input came back contiguous)."""
+    base = torch.randn(7, 8, dtype=torch.bfloat16, requires_grad=requires_grad)
+    x = base[:, ::2]
+    sf = graphfuser.script(fn)
+    for _ in range(4):
+        got, want = sf(x, 2.0) if fn is _eval_dropout_and_mul else sf(x), \
+            fn(x, 2.0) if fn is _eval_dropout_and_mul else fn(x)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+            assert g.stride() == e.stride()
+    if fn is _eval_dropout_and_mul:
+        assert got[0] is x
+
+
+def _dead_integer_division(x, s: int):
+    v = torch.floor_divide(x, s)
+    return x * v.size(-1)
+
+
+def test_unused_integer_division_by_zero_still_raises():
+    """Eager raises ZeroDivisionError for an integer division by 0 even where only the result's
+    size is read: the division is not dead code (fuzz graph 3572 of seed 10909)."""
+    x = torch.randint(0, 100, (3, 4), dtype=torch.uint8)
+    sf = graphfuser.script(_dead_integer_division)
+    for _ in range(3):
+        torch.testing.assert_close(sf(x, 3), _dead_integer_division(x, 3))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        _dead_integer_division(x, 0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        sf(x, 0)
