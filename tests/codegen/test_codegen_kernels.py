@@ -111,7 +111,8 @@ def test_output_that_is_an_input_is_the_callers_tensor():
     out = sf(x, y)
     assert out[1] is x and out[2] is x and out[3] is x
     group = fusion_groups(sf._optimized)[0]
-    assert len(group.outputs) == 4
+    # (the eval-mode dropout is its input before fusion: passes/random.py)
+    assert len(group.outputs) == 3
 
 
 def identity_math(x):
