@@ -15,9 +15,11 @@ no memory). Every intermediate is recomputed inside the backward kernel. For a p
 group this is always the cheaper side of the cut: the derivative formulas read the inputs
 anyway (or values computed from them), so recomputing an intermediate costs arithmetic only,
 while saving it would cost one write in the forward and one read in the backward
-(2 x numel x itemsize bytes). Saving would win only for a value whose recomputation reads more
-bytes than the value itself (a reduction over a large extent feeding a small result); such
-values are recomputed too for now, at the price of one extra read of the reduced input.
+(2 x numel x itemsize bytes). Saving wins only for a value whose recomputation reads more
+bytes than the value itself (a reduction over a large extent feeding a small result): a training
+batch norm's per-channel statistics are saved (``saved.py``, the ``saved`` outputs below); other
+such values (layer norm's per-row statistics, whose row the backward reads once anyway) are
+recomputed.
 Dead recomputations (forward values no formula uses) are removed by the pipeline's dce.
 """
 from __future__ import annotations
