@@ -553,13 +553,16 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
     softmax's max and sum passes (for schedules that re-read memory every pass); ``scratch``:
     keep computed values for later passes in a per-row array (the dialect's ``row_scratch``).
     ``info`` (if given) receives ``shared_per_thread``: dynamic shared memory bytes the launch
-    gives per thread of the block (the prefetch stages), and ``grid_sync``: whether blocks wait
-    for each other (the launch must make every block resident at once)."""
+    gives per thread of the block (the prefetch stages), ``grid_sync``: whether blocks wait
+    for each other (the launch must make every block resident at once), and ``column_registers``:
+    whether column partials are accumulated in registers and written whole (else the kernel adds
+    into its slots, which the launcher zeroes)."""
     walk = _Walk(kernel, nest, dialect, opts or RenderOptions(), online, scratch)
     text = walk.render(fname, max_threads)
     if info is not None:
         info["shared_per_thread"] = walk.stage_bytes()
         info["grid_sync"] = walk.grid_sync
+        info["column_registers"] = walk.persistent
     return text
 
 

@@ -63,6 +63,12 @@ MIN_THREADS = 64           # the launcher takes the largest P that leaves a row 
 # [64, 128, 56, 56] 190 -> 135, the batch-norm + ReLU training backward [64, 256, 56, 56]
 # 628 -> 530; fewer row threads (32x8, 32x4, 64x4) were slower on every one
 OUTER_BLOCK = (32, 32)
+# ... and 16 x 64 where the columns are few: the vector variants' 32 x V columns would leave
+# half the threads of a 32 x 32 block without a column (``_outer_choice`` in
+# executor/compiled_reduction.py). Measured on an H100, batch norm (train) + ReLU forward and
+# backward, bf16 channels-last [32, 64, 56, 56]: 149 -> 121 us (eager 101); 168.8 us before the
+# y reductions became trees (cuda_reduction_prelude.gf_block_reduce_y)
+OUTER_NARROW_BLOCK = (16, 64)
 NONE_BLOCK = (256, 2)      # (threads, unroll) of normalizations without a reduction (the pointwise ones)
 CPU_LANES = 16
 SECTOR_BYTES = 32          # a DRAM sector: what a transposed tile keeps whole (transposed_tile)
@@ -88,7 +94,8 @@ class ReductionParams:
         if self.target == "cpu":
             return f"{self.kind}_scratch" if self.scratch else self.kind
         if self.kind != "inner":
-            return f"{self.kind}_{'split_' if self.split else ''}v{self.vector}"
+            narrow = "_n" if self.kind == "outer" and self.block == OUTER_NARROW_BLOCK else ""
+            return f"{self.kind}_{'split_' if self.split else ''}v{self.vector}{narrow}"
         if self.split:
             return f"split_v{self.vector}"
         return f"p{self.persistent}_v{self.vector}" if self.persistent else f"mp_v{self.vector}"
@@ -118,8 +125,12 @@ def reduction_variants(kernel: ReductionKernel, target: str,
         # stride or broadcasts along it) the ones whose threads hold V adjacent columns each
         threads = OUTER_BLOCK[0] * OUTER_BLOCK[1]
         v = 1 if no_vector else vector_width(kernel, vector_root(kernel))
-        return [ReductionParams("cuda", "outer", vector=w, block=OUTER_BLOCK, max_threads=threads, split=split)
-                for w in sorted({1, v}) for split in (False, True)]
+        out = [ReductionParams("cuda", "outer", vector=w, block=OUTER_BLOCK, max_threads=threads, split=split)
+               for w in sorted({1, v}) for split in (False, True)]
+        if v > 1:
+            out += [ReductionParams("cuda", "outer", vector=v, block=OUTER_NARROW_BLOCK, max_threads=threads,
+                                    split=split) for split in (False, True)]
+        return out
     out = []
     widths = [1]
     v = 1 if no_vector else vector_width(kernel)

@@ -39,8 +39,8 @@ from ..codegen.cstyle_reduction import exact_products, render_reduction, render_
 from ..codegen.dialects import CPP, CUDA
 from ..codegen.kir import kernel_ir_text
 from ..codegen.reduction import lower_reduction_group
-from ..codegen.reduction_schedule import (MAX_THREADS, SCRATCH_ROWS, ReductionParams,
-                                          reduction_variants, schedule_reduction, vector_root)
+from ..codegen.reduction_schedule import (MAX_THREADS, OUTER_BLOCK, OUTER_NARROW_BLOCK, SCRATCH_ROWS,
+                                          ReductionParams, reduction_variants, schedule_reduction, vector_root)
 from ..ir.graph import Graph
 from ..config import config
 from ..log import dump
@@ -69,6 +69,7 @@ class ReductionGroup:
         self.kernel, self.plan = lower_reduction_group(sub, name)
         self.variants: list[tuple[str, Any, ReductionParams, str, list[str], int]] = []
         self.grid_sync: list[bool] = []     # per variant: blocks wait for each other (cooperative launch)
+        self.column_registers: list[bool] = []   # per variant: column partials written whole, not added
         dialect = CUDA if target == "cuda" else CPP
         fns: list[str] = []
         self.stages, self.min_threads = auto_knobs(self.kernel)
@@ -92,6 +93,7 @@ class ReductionGroup:
                 self.variants.append((fname, nest, params, itype, info.get("divisors", []),
                                       info.get("shared_per_thread", 0)))
                 self.grid_sync.append(bool(info.get("grid_sync")))
+                self.column_registers.append(bool(info.get("column_registers")))
         self.exact_products = exact_products(self.kernel)
         if self.kernel.kind == "none":
             render = render_source
@@ -149,7 +151,7 @@ def launcher_source(cg: ReductionGroup) -> str:
         L.append(f"    if {' or '.join(defer)}:")
         L.append("        raise _Defer")
     outs = []
-    columns = {tp.position: p for p, (t, tp) in enumerate(zip(k.tensors, plan.tensors)) if t.partials}
+    columns = column_outputs(cg)
     for j, op in enumerate(plan.outputs):
         if j in plan.aliases:
             outs.append(f"x{plan.aliases[j]}" + (".detach()" if j in plan.detached else ""))
@@ -180,10 +182,16 @@ def launcher_source(cg: ReductionGroup) -> str:
     else:
         L.append(f"        a = ({', '.join(args)},)")
         L += ["        " + line for line in _cuda_choice(cg, len(args))]
+        launch = "        f.launch(grid, block, _stream(_devidx), *a" + (", shared_mem=sh)" if k.kind == "inner" else ")")
+        if columns and finalized(cg, columns):
+            L.append("        slots = grid[0]")
+            L += ["        " + line for line in _finalized_lines(cg, columns, size, launch)]
+            L.append(f"    return {ret}")
+            return _armed(L, n_in)
         if columns:
             L.append("        slots = grid[0]")
             L += ["        " + line for line in _column_lines(cg, columns)]
-        L.append("        f.launch(grid, block, _stream(_devidx), *a" + (", shared_mem=sh)" if k.kind == "inner" else ")"))
+        L.append(launch)
     shared = _shared_partials(cg, columns)
     if shared:
         n = len(columns)
@@ -237,6 +245,48 @@ def _column_lines(cg: ReductionGroup, columns: dict[int, int]) -> list[str]:
         prev = p + 1
     parts.append(f"a[{prev}:]")
     return lines + [f"a = {' + '.join(parts)} + (slots,)"]
+
+
+def column_outputs(cg: ReductionGroup) -> dict[int, int]:
+    """Output index -> kernel tensor of its column-sum partials."""
+    return {tp.position: p for p, (t, tp) in enumerate(zip(cg.kernel.tensors, cg.plan.tensors)) if t.partials}
+
+
+def finalized(cg: ReductionGroup, columns: dict[int, int]) -> bool:
+    """Whether a CUDA group's column sums are finalized by ``runtime/column_sums.py``'s kernel:
+    partials of one dtype, outputs of one dtype, at most ``MAX_OUTPUTS`` of them."""
+    from ..runtime.column_sums import MAX_OUTPUTS, supported
+
+    accs = {cg.kernel.tensors[p].dtype for p in columns.values()}
+    outs = {cg.plan.outputs[j].dtype for j in columns}
+    return len(accs) == 1 and len(outs) == 1 and len(columns) <= MAX_OUTPUTS and supported(*accs, *outs)
+
+
+def _finalized_lines(cg: ReductionGroup, columns: dict[int, int], size: dict, launch: str) -> list[str]:
+    """CUDA launcher lines of a row kernel whose column sums ``column_sums.py``'s kernel adds up:
+    the partials in the stream's scratch workspace (zeroed only for kernels that add into it),
+    the row kernel, the outputs, the finalizing launch."""
+    order = sorted(columns.values())
+    item = cg.kernel.tensors[order[0]].dtype.itemsize
+    lines = [f"span = (slots * nr + {PARTIALS_ALIGN - 1}) // {PARTIALS_ALIGN} * {PARTIALS_ALIGN}",
+             f"wp, keep = _colws(_stream(_devidx), {len(order)} * span * {item}, f.zero_columns)"]
+    parts, prev = [], 0
+    for i, p in enumerate(order):
+        parts += [f"a[{prev}:{p}]", f"(wp{f' + {i} * span * {item}' if i else ''},)"]
+        prev = p + 1
+    lines += [f"a = {' + '.join(parts)} + a[{prev}:] + (slots,)", launch.strip()]
+    ptrs = []
+    for p in order:
+        j = next(j for j, q in columns.items() if q == p)
+        sz = ["1" if a is None else size[a] for a in cg.plan.outputs[j].axes]
+        lines.append(f"o{j} = _empty_c(({', '.join(sz)}{',' if len(sz) == 1 else ''}), dtype=_odt{j}, device=_dev)")
+        ptrs.append(f"o{j}.data_ptr()")
+    from ..runtime.column_sums import MAX_OUTPUTS
+
+    ptrs += ["0"] * (MAX_OUTPUTS - len(ptrs))
+    lines.append(f"_colsum.launch(((nr + 31) // 32, {len(order)}, 1), (32, 32 if slots >= 32 else 8, 1), "
+                 f"_stream(_devidx), wp, span, slots, nr, {', '.join(ptrs)})")
+    return lines
 
 
 def _armed(L: list[str], n_in: int) -> str:
@@ -361,19 +411,28 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
     resident at once (its barriers need every block resident; rows beyond the grid
     grid-stride). The vector variants (V adjacent columns per thread) run where ``vec``."""
     k = cg.kernel
-    tx, ty = variants[0].block
+    tx, ty = OUTER_BLOCK
     V = max(p.vector for p in variants)
 
-    def index(vector: int, split: bool):
-        return next((i for i, p in enumerate(variants) if p.vector == vector and p.split == split), None)
+    def index(vector: int, split: bool, block=OUTER_BLOCK):
+        return next((i for i, p in enumerate(variants) if p.vector == vector and p.split == split
+                     and p.block == block), None)
 
     scalar, scalar_split = index(1, False), index(1, True)
     wide, wide_split = (index(V, False), index(V, True)) if V > 1 else (None, None)
+    narrow, narrow_split = (index(V, False, OUTER_NARROW_BLOCK), index(V, True, OUTER_NARROW_BLOCK)) \
+        if V > 1 else (None, None)
+    lines = [f"block, ty = ({tx}, {ty}, 1), {ty}"]
     if wide is not None and (wide_split is None) == (scalar_split is None):
-        lines = [f"block = ({tx}, {ty}, 1)", f"cols = {tx * V} if vec else {tx}",
-                 f"j, js = ({wide}, {wide_split}) if vec else ({scalar}, {scalar_split})"]
+        lines += [f"cols = {tx * V} if vec else {tx}",
+                  f"j, js = ({wide}, {wide_split}) if vec else ({scalar}, {scalar_split})"]
+        if narrow is not None and (narrow_split is None) == (scalar_split is None):
+            # few columns: 16 x V of them per tile, 64 rows at a time (OUTER_NARROW_BLOCK)
+            nx, ny = OUTER_NARROW_BLOCK
+            lines += [f"if vec and rows <= {nx * V}:",
+                      f"    block, ty, cols, j, js = ({nx}, {ny}, 1), {ny}, {nx * V}, {narrow}, {narrow_split}"]
     else:
-        lines = [f"block = ({tx}, {ty}, 1)", f"cols = {tx}", f"j, js = {scalar}, {scalar_split}"]
+        lines += [f"cols = {tx}", f"j, js = {scalar}, {scalar_split}"]
     lines.append("tiles = (rows + cols - 1) // cols")
     branch = "if True:"
     if scalar_split is not None:
@@ -381,7 +440,7 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
         lines.append("    f = _fns[js + o] or _load(js + o)")
         lines.append(f"    cap = f.resident_blocks({tx * ty}, 0)")
         lines.append("    gx = tiles if tiles < cap else cap")
-        lines.append(f"    gy, chunks = cap // gx, (nr + {ty - 1}) // {ty}")
+        lines.append("    gy, chunks = cap // gx, (nr + ty - 1) // ty")
         lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
         lines.append("    grid = (gx, gy, 1)")
         lines.append(f"    wp, sp, keep = _scratch(_stream(_devidx), {len(k.reductions())} * rows * gy, tiles, "
@@ -499,6 +558,7 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
             shared = cg.variants[i][5] * MAX_THREADS
             if shared > 48 * 1024:
                 f.set_max_dynamic_shared(shared)
+            f.zero_columns = not cg.column_registers[i]      # (column partials added into memory)
             fns[i] = f
             return f
 
@@ -509,6 +569,13 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         ns["_sms"] = cuda_driver.sm_count(idx)
         ns["_scratch"] = split_scratch(cg.device).get      # partials and counters, kept per stream
         ns["_magic"], ns["_MG"] = _magic_divisor()
+        columns = column_outputs(cg)
+        if columns and finalized(cg, columns):
+            from ..runtime.column_sums import column_sum_kernel
+
+            ns["_colws"] = split_scratch(cg.device).columns
+            ns["_colsum"] = column_sum_kernel(k.tensors[min(columns.values())].dtype,
+                                              plan.outputs[next(iter(columns))].dtype, idx)
     src = launcher_source(cg)
     cg.launcher_source = src
     ns.update({"_broken": False, "_eager": None, "_fail": None})

@@ -68,6 +68,17 @@ class SplitScratch:
             self._zero(e[3], e[4], counters, stream)
         return e[1], e[4], ()
 
+    def columns(self, stream: int, nbytes: int, zero: bool) -> tuple[int, tuple]:
+        """A workspace of ``nbytes`` for column-sum partials (``column_sums.py``), zeroed when the
+        kernel adds into memory (``zero``); the slots buffer of the stream's split kernels, which
+        run before or after on the stream, never at once. Returns (pointer, what keeps it alive)."""
+        n = (nbytes + 7) // 8
+        wp, _, keep = self.get(stream, n, 0, False)
+        if zero:
+            buf = keep[0] if keep else self._buffers[(stream, False)][0]
+            self._zero(buf.view(torch.int32), wp, 2 * n, stream)
+        return wp, keep
+
     def _grow(self, stream: int, slots: int, counters: int, barriers: bool, old: Optional[tuple]) -> tuple:
         if self._capturing():
             return (torch.empty(max(slots, 1), dtype=torch.float64, device=self.device),

@@ -191,3 +191,26 @@ def test_column_sums_are_not_merged_where_the_merge_makes_a_cycle(monkeypatch):
     got, ref, sf = train_grads("layer_norm", (64, 128), torch.float32, "cpu")
     assert_grads_close(got, ref, torch.float32)
     assert not column_kernels(sf)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cuda_launcher_finalizes_columns_in_one_launch(dtype):
+    """The CUDA launcher of a layer norm backward (generated here without a GPU): the partials
+    go to the stream's workspace, zeroed only for variants that add into it, and one launch of
+    ``runtime/column_sums.py``'s kernel writes the weight and bias gradients in their dtype; no
+    torch op sums the slots."""
+    from graphfuser.autodiff.function import DifferentiableGroup
+    from graphfuser.executor.compiled_reduction import ReductionGroup, launcher_source
+    from graphfuser.ir import parse_graph, print_graph
+
+    _, _, sf = train_grads("layer_norm", (33, 77), dtype, "cpu")
+    (sub,) = [n.subgraph for r in sf._runners.values() if isinstance(r, DifferentiableGroup)
+              for n in r.backward._optimized.all_nodes() if n.kind.endswith("FusionGroup")]
+    cg = ReductionGroup(parse_graph(print_graph(sub).replace("device=cpu", "device=cuda:0")), "cuda",
+                        torch.device("cuda:0"), "k")
+    src = launcher_source(cg)
+    compile(src, "<launcher>", "exec")
+    assert "_colws(_stream(_devidx), 2 * span * 4, f.zero_columns)" in src
+    assert src.count("_colsum.launch(") == 1 and ".sum(" not in src and "_zeros" not in src
+    # registers (persistent variants) write their slots whole; the others add into them
+    assert True in cg.column_registers and False in cg.column_registers

@@ -35,7 +35,9 @@ CASES = {
     # dropout inside the softmax kernel; the backward regenerates the mask in its one kernel
     "softmax_mask_dropout": (bt.softmax_mask_dropout,
                              lambda: (_r(4, 16, 33, dtype=BF), torch.rand(16, 33) > 0.9), None, (1, 1)),
-    "mlp_autocast": (lambda: bt.MLPBlock(64, 256).eval(), lambda: (_r(32, 64),), BF, (3, 3)),
+    # the layer norm with its cast to bf16, dropout with the residual add; the bf16 GELU between
+    # the Linears is one op under grad (its cast to bf16 is the identity) and runs eagerly
+    "mlp_autocast": (lambda: bt.MLPBlock(64, 256).eval(), lambda: (_r(32, 64),), BF, (2, 2)),
 }
 
 
@@ -172,3 +174,34 @@ def test_lone_normalization_under_grad_runs_eagerly(op):
             out = inf(y)
         torch.testing.assert_close(out, m(y), rtol=1e-4, atol=1e-5)
         assert "FusionGroup" in str(inf.graph_for(y))
+
+
+def test_one_op_with_identity_casts_runs_eagerly_under_grad(caplog):
+    """A group of one op and casts to the dtype their input already has (autocast's casts around
+    a bf16 GELU) computes what the op alone does: under grad it runs eagerly (one kernel and one
+    C++ backward node either way); without grad, and with a real cast, it stays fused."""
+    def gelu(x):
+        return torch.nn.functional.gelu(x).to(torch.bfloat16)
+
+    def gelu_f32(x):
+        return torch.nn.functional.gelu(x).to(torch.float32)
+
+    x = _r(64, 128, dtype=BF)
+    sf = graphfuser.script(gelu)
+    with config.override(log_level=">partition"):
+        for _ in range(4):
+            sf(x).float().sum().backward()
+    assert fused_groups(sf) == (0, 0)
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    assert "dropped single-node group aten::gelu" in log and "(and 1 identity casts / lists)" in log
+    want = torch.autograd.grad(gelu(x).float().sum(), x)[0] * 4
+    torch.testing.assert_close(x.grad, want)
+    sn = graphfuser.script(gelu)
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(sn(x), gelu(x))
+    assert fused_groups(sn)[0] == 1
+    sg = graphfuser.script(gelu_f32)
+    for _ in range(4):
+        sg(x).sum().backward()
+    assert fused_groups(sg)[0] == 1

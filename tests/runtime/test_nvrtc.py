@@ -131,3 +131,20 @@ def test_arch_is_clamped_to_supported():
     assert cubin[:4] == ELF_MAGIC
     with pytest.raises(CompileError, match="cannot target"):
         nvrtc.clamp_arch(archs[0] - 1)
+
+
+def test_column_sum_finalizing_kernels_compile():
+    """``runtime/column_sums.py``: the kernel that adds a row kernel's column partials, for every
+    partials / output dtype pair it takes."""
+    import torch
+
+    from graphfuser.runtime import column_sums
+
+    pairs = [(a, o) for a in (torch.float32, torch.float64, torch.int64)
+             for o in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32)
+             if column_sums.supported(a, o)]
+    assert len(pairs) == 18
+    for a, o in pairs:
+        name = column_sums.kernel_name(a, o)
+        cubin = nvrtc.compile_cubin(column_sums.source(a, o), name, ARCH)
+        assert cubin.startswith(ELF_MAGIC) and f".text.{name}\0".encode() in cubin

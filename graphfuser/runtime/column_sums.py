@@ -1,0 +1,72 @@
+"""The last step of a CUDA row kernel with column sums: each column's slots added up.
+
+A row kernel that also sums columns over its rows (``passes/column_sums.py``: a layer norm
+backward's weight and bias gradients) leaves one slot of partials per block, ``[slots, nr]``
+for each column sum, in a workspace kept per stream (``scratch.py``). This kernel adds every
+column's slots in a fixed order (deterministic: the same values every run) and writes the
+outputs in their own dtype, for up to ``MAX_OUTPUTS`` column sums at once.
+
+It replaces what the launcher did with torch ops after the row kernel: ``torch.zeros`` for the
+partials, a ``sum`` over the slots, a ``view`` per output and a cast: four to six calls into
+torch against one launch. Blocks of 32 columns x ``blockDim.y`` slot lanes; each lane adds
+every ``blockDim.y``-th slot, then lane 0 adds the lanes in order.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..codegen.dialects import CUDA, STORAGE_TYPES, STORE_CONVERT
+
+MAX_OUTPUTS = 4      # column sums one launch finalizes (more: the launcher's torch ops)
+
+_TEMPLATE = r"""
+extern "C" __global__ void __launch_bounds__(1024) {name}(const {acc}* __restrict__ w, long long span,
+    long long slots, long long nr, {out}* o0, {out}* o1, {out}* o2, {out}* o3) {{
+  __shared__ {acc} lanes[32][33];
+  const long long c = (long long)blockIdx.x * 32 + threadIdx.x;
+  const {acc}* p = w + blockIdx.y * span;
+  {acc} v = ({acc})0;
+  if (c < nr)
+    for (long long s = threadIdx.y; s < slots; s += blockDim.y) v += p[s * nr + c];
+  lanes[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < nr) {{
+    {acc} t = lanes[0][threadIdx.x];
+    for (unsigned int y = 1; y < blockDim.y; ++y) t += lanes[y][threadIdx.x];
+    {out}* o = blockIdx.y == 0 ? o0 : blockIdx.y == 1 ? o1 : blockIdx.y == 2 ? o2 : o3;
+    o[c] = {store};
+  }}
+}}
+"""
+
+
+def supported(acc: torch.dtype, out: torch.dtype) -> bool:
+    """Whether partials of dtype ``acc`` can be finalized into outputs of dtype ``out``."""
+    return acc in (torch.float32, torch.float64, torch.int64) and out in STORAGE_TYPES and out is not torch.bool
+
+
+def kernel_name(acc: torch.dtype, out: torch.dtype) -> str:
+    return f"gf_column_sums_{str(acc).split('.')[-1]}_{str(out).split('.')[-1]}"
+
+
+def source(acc: torch.dtype, out: torch.dtype) -> str:
+    """The CUDA source of the finalizing kernel for partials ``acc`` and outputs ``out``."""
+    a = STORAGE_TYPES[acc]
+    if out in STORE_CONVERT:        # fp16 / bf16 outputs: rounded from float, as the cast rounds
+        store = STORE_CONVERT[out].format("(float)t")
+    else:
+        store = f"({STORAGE_TYPES[out]})t"
+    body = _TEMPLATE.format(name=kernel_name(acc, out), acc=a, out=STORAGE_TYPES[out], store=store)
+    return CUDA.prelude() + "\n" + body
+
+
+@functools.lru_cache(maxsize=None)
+def column_sum_kernel(acc: torch.dtype, out: torch.dtype, device_index: int):
+    """The compiled finalizing kernel on ``device_index`` (compiled once, cached on disk)."""
+    from . import cuda_driver, nvrtc
+
+    name = kernel_name(acc, out)
+    cubin = nvrtc.compile_cubin(source(acc, out), name, cuda_driver.device_arch(device_index))
+    return cuda_driver.CudaKernel(cubin, name, device_index, ["ptr", "i64", "i64", "i64"] + ["ptr"] * MAX_OUTPUTS)
