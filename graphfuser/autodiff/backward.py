@@ -76,6 +76,7 @@ class D:
         self.rounded: dict[Value, torch.dtype] = {}
         self._stored: dict[Value, Value] = {}
         self._block = graph.block      # where ``op`` appends (a branch of ``branch`` while it runs)
+        self._views: dict[tuple, Value] = {}
 
     @staticmethod
     def is_value(x: Any) -> bool:
@@ -92,10 +93,19 @@ class D:
     def op(self, kind: str, *args: Any, out: Type = TENSOR) -> Value:
         if kind in _COMPARISONS:
             args = tuple(self.stored(a) for a in args)
-        node = self.g.create(kind, [self._in(a) for a in args], [out])
+        ins = [self._in(a) for a in args]
+        # a view of the same value made twice (a batch norm's weight as [C, 1, 1] for the
+        # rebuilt output and for the gradient) is one node: each runs on the host, outside the
+        # kernels
+        key = (kind, *ins) if kind in _VIEWS and self._block is self.g.block else None
+        if key is not None and key in self._views:
+            return self._views[key]
+        node = self.g.create(kind, ins, [out])
         self._block.append(node)
         if kind in _VIEWS and args and args[0] in self.rounded:
             self.rounded[node.output] = self.rounded[args[0]]
+        if key is not None:
+            self._views[key] = node.output
         return node.output
 
     def branch(self, cond: Value, then: Callable[[], Value], other: Callable[[], Value]) -> Value:

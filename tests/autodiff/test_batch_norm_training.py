@@ -348,3 +348,31 @@ def test_backward_reads_the_saved_statistics(channels_last):
     reduced = [n.inputs[0] for n in bwd.subgraph.nodes() if n.kind in ("aten::mean", "aten::sum")]
     assert len(reduced) == 4 and x not in reduced, str(bwd.subgraph)
     assert "(statistics)" in dg.text("CpuFusionGroup_0")
+
+
+def test_backward_host_ops_are_shared_and_bound():
+    """The backward graph views the weight as [C, 1, 1] once (the rebuilt output and the
+    gradient share it), and its host program calls unsqueeze and copy_ through torch's Python
+    bindings, not through the op packets that resolve an overload on every call."""
+    def f(x, w, b, rm, rv):
+        return F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5).relu()
+
+    x = torch.randn(2, 8, 4, 4).contiguous(memory_format=torch.channels_last).requires_grad_()
+    w, b = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    rm, rv = torch.zeros(8), torch.ones(8)
+    sf = graphfuser.script(f)
+    for _ in range(4):
+        sf(x, w, b, rm, rv).sum().backward()
+    (dg,) = differentiable_groups(sf)
+    g = dg.backward._optimized
+    views = [n for n in g.nodes() if n.kind == "aten::unsqueeze"]
+    assert len(views) == 4, str(g)          # weight and bias, two dims each
+    ops = {k: v for k, v in dg.backward._program.fn.__globals__.items() if k.startswith("_op")}
+    assert ops and all(v is torch._C._VariableFunctions.unsqueeze for v in ops.values()), ops
+    fops = [v for k, v in sf._program.fn.__globals__.items() if k.startswith("_op")]
+    assert torch._C.TensorBase.copy_ in fops
+    rm2, rv2 = torch.zeros(8), torch.ones(8)
+    want = torch.autograd.grad(f(x, w, b, rm2, rv2).sum(), (x, w, b))
+    got = torch.autograd.grad(sf(x, w, b, rm, rv).sum(), (x, w, b))
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
