@@ -105,6 +105,23 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
                     and bool((g.isnan() == e.isnan()).all()):       # (a NaN is no side of a kink)
                 findings.append({"deviation": "gradient_at_a_kink", "call": call, "detail": f"grad of {name}: {detail}"})
                 continue
+            if cat == "wrong_value" and _empty_statistics(case, ea, g, e):
+                findings.append({"deviation": "empty_statistics_grad", "call": call, "detail": f"grad of {name}: {detail}"})
+                continue
             findings.append({"category": "wrong_grad" if cat == "wrong_value" else cat, "call": call,
                              "detail": f"grad of {name}: {detail}"})
     return findings
+
+
+NORMS = frozenset({"group_norm", "instance_norm", "batch_norm", "layer_norm"})
+
+
+def _empty_statistics(case: dict, args: list, g: torch.Tensor, e: torch.Tensor) -> bool:
+    """The ``empty_statistics_grad`` deviation: a normalization over an input with a zero-size
+    dim, and every differing gradient element is NaN in eager and exactly 0 in graphfuser."""
+    if not NORMS & {o.split(":")[-1] for o in case.get("ops", ())}:
+        return False
+    if not any(isinstance(a, torch.Tensor) and 0 in tuple(a.shape) for a in args):
+        return False
+    differ = ~((g == e) | (g.isnan() & e.isnan()))
+    return bool(differ.any()) and bool((e.isnan() & (g == 0))[differ].all())

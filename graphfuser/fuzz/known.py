@@ -42,6 +42,13 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (the empty result is the right answer; eager's failure is a kernel launch bug)",
         "when_on": "",
     },
+    "empty_statistics_grad": {
+        "what": "a normalization's parameter gradient over an input with a zero-size dim (a group norm of "
+                "empty groups): eager's backward gives NaN (0 times the NaN statistics of an empty group), "
+                "graphfuser 0, the gradient of a weight that multiplies no element",
+        "knob": "none (0 is the gradient of an empty sum; eager's NaN is its formula's 0 * NaN)",
+        "when_on": "",
+    },
     "eager_overflow": {
         "what": "eager's value is not finite where the float64 reference is (an fp16 product or exp past "
                 "65504, or a product that underflowed to 0 times an inf): eager's precision gives no value "

@@ -384,3 +384,24 @@ def test_rounded_pipeline_reference_leaves_views_in_place_and_random_ops_to_eage
         m = torch.max(x.view(3, 1) * 1.0, 1)
     assert v.data_ptr() == x.data_ptr() + 4 and torch.equal(v, torch.tensor([2.5, 3.5]))
     assert torch.equal(y, want) and type(m).__name__ == "max" and m.values.dtype == torch.float32
+
+
+def test_empty_group_norm_weight_gradient_is_a_deviation():
+    # fuzz graph 2867 of seed 11111 (and 3704 of seed 10808): a group norm of empty groups
+    # ([2, 7, 0, 1]); eager's weight gradient is NaN (0 * the NaN statistics), graphfuser's 0
+    from graphfuser.fuzz.grads import _empty_statistics, check_grads
+
+    def cmp(g, e, r, go=0.0):
+        return compare_tensor(g, e, r, 1.2e-7, check_strides=False)
+
+    for shape, ops, want in (((2, 7, 0, 1), ["group_norm"], "deviation"), ((2, 7, 1, 1), ["group_norm"], "category"),
+                             ((2, 7, 0, 1), ["mul"], "category")):
+        we, wg = torch.randn(7, requires_grad=True), torch.randn(7, requires_grad=True)
+        x = torch.empty(shape)
+        got = check_grads({"seed": 1, "inputs": [{"name": "x0"}, {"name": "x1"}], "ops": ops}, 0,
+                          [wg * 0.0], [we * float("nan")], [x, wg], [x, we], lambda: None, cmp)
+        assert len(got) == 1 and want in got[0], (shape, ops, got)
+    case = {"ops": ["group_norm"]}
+    g, e = torch.zeros(3), torch.full((3,), float("nan"))
+    assert _empty_statistics(case, [torch.empty(2, 0)], g, e)
+    assert not _empty_statistics(case, [torch.empty(2, 0)], torch.ones(3), e)     # not 0: a failure
