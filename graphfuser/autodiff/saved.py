@@ -39,6 +39,8 @@ def save_statistics(group: Node) -> tuple[Node, int]:
             not any(_statistics_node(n) for n in sub.block.nodes):
         return group, 0
     copy = clone_graph(sub)
+    if hasattr(sub, "writes_into"):             # (passes/in_place.py: the statistics are appended after)
+        copy.writes_into = sub.writes_into
     # what profiling saw of non-tensor values (reductions' dims, eps) is not part of a clone
     for a, b in zip(sub.inputs, copy.inputs):
         b.profiled = a.profiled

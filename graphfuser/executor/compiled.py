@@ -54,6 +54,8 @@ def canonical_key(sub: Graph, target: str) -> tuple:
                  else o.type.name for o in n.outputs]
         lines.append(f"{n.kind}({ins}){extra}->{out_t}")
     lines.append("return " + ",".join(names[v] for v in sub.outputs))
+    if getattr(sub, "writes_into", None):      # outputs written into inputs (passes/in_place.py)
+        lines.append(f"writes_into {sorted(sub.writes_into.items())}")
     # launchers built under the launch dumps print every launch; the others have no dump code at
     # all (nothing checked per call), so the two are different launchers
     dumps = tuple(d for d in ("launch_param", "kernel_args") if config.dumps(d))

@@ -152,12 +152,15 @@ def launcher_source(cg: ReductionGroup) -> str:
         L.append("        raise _Defer")
     outs = []
     columns = column_outputs(cg)
+    writes = getattr(cg.sub, "writes_into", {})     # outputs written into inputs (passes/in_place.py)
     for j, op in enumerate(plan.outputs):
         if j in plan.aliases:
             outs.append(f"x{plan.aliases[j]}" + (".detach()" if j in plan.detached else ""))
             continue
         outs.append(f"o{j}")
-        if j not in columns:
+        if j in writes and j not in columns:
+            L.append(f"    o{j} = x{writes[j]}")
+        elif j not in columns:
             sz = ["1" if a is None else size[a] for a in op.axes]
             L.append(f"    o{j} = {allocation(j, sz, op.order)}")
     # column-sum partials: pointers filled in once the slots are known (``_column_lines``)

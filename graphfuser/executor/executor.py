@@ -33,6 +33,7 @@ from ..log import jit_log, jit_log_graph
 from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs,
                       functionalize, insert_autocast, insert_guards, partition, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
+from ..passes.in_place import write_running_stats_in_place
 from .cuda_graphs import GraphReplayer, make_replayer
 from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
@@ -380,6 +381,7 @@ class ScriptedFunction:
         sink_views(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)
         groups = partition(g)
+        write_running_stats_in_place(groups)
         insert_guards(g, groups)
         dce(g)
         verify(g)

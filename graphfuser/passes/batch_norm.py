@@ -199,7 +199,8 @@ def _write_back(e: _Builder, x: Value, updates: list[tuple[Value, Value]]) -> No
     taken, _ = ifn.add_block(), ifn.add_block()
     inner = _Builder(taken, e.source)
     for running, d in detached:
-        inner.op("aten::copy_", [running, d, inner.const(False, "bool")], running.type)
+        copied = inner.op("aten::copy_", [running, d, inner.const(False, "bool")], running.type)
+        copied.node.attrs["running_stats"] = True       # (passes/in_place.py)
 
 
 def _update_site(block: Block, after: Node, running: list[Value]) -> Optional[Node]:

@@ -369,10 +369,54 @@ def test_backward_host_ops_are_shared_and_bound():
     assert len(views) == 4, str(g)          # weight and bias, two dims each
     ops = {k: v for k, v in dg.backward._program.fn.__globals__.items() if k.startswith("_op")}
     assert ops and all(v is torch._C._VariableFunctions.unsqueeze for v in ops.values()), ops
+    from graphfuser.executor.builtins import HostOps
+
     fops = [v for k, v in sf._program.fn.__globals__.items() if k.startswith("_op")]
-    assert torch._C.TensorBase.copy_ in fops
+    assert HostOps.copy_ in fops
     rm2, rv2 = torch.zeros(8), torch.ones(8)
     want = torch.autograd.grad(f(x, w, b, rm2, rv2).sum(), (x, w, b))
     got = torch.autograd.grad(sf(x, w, b, rm, rv).sum(), (x, w, b))
     for a, e in zip(got, want):
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+
+
+def test_running_stats_written_in_place_by_the_group():
+    """The group writes the new running statistics into the buffers (passes/in_place.py): no
+    output allocated for them, the host copy only counts the write; values, versions and the
+    fallback (a guard miss) as eager's."""
+    from graphfuser.executor.builtins import HostOps
+
+    m = torch.nn.Sequential(torch.nn.BatchNorm2d(8), torch.nn.ReLU()).train()
+    ref = copy.deepcopy(m)
+    sf = graphfuser.script(m)
+    for step in range(6):
+        x = torch.randn(4, 8, 5, 5, requires_grad=True)
+        ptr = m[0].running_mean.data_ptr()
+        sf(x).sum().backward()
+        ref(x.detach().requires_grad_()).sum().backward()
+        torch.testing.assert_close(m[0].running_mean, ref[0].running_mean)
+        torch.testing.assert_close(m[0].running_var, ref[0].running_var)
+        assert m[0].running_mean.data_ptr() == ptr
+    (dg,) = differentiable_groups(sf)
+    writes = getattr(dg.sub, "writes_into", None)
+    assert writes and len(writes) == 2, "the running stats are written by the kernel"
+    import gc
+    import re
+
+    from graphfuser.executor.compiled_reduction import ReductionGroup
+
+    srcs = [o.launcher_source for o in gc.get_objects() if isinstance(o, ReductionGroup)
+            and getattr(o.sub, "writes_into", None) == writes and hasattr(o, "launcher_source")]
+    assert srcs and all(len(re.findall(r"^ +o\d+ = x\d+$", s, re.M)) == 2 for s in srcs), srcs
+    # a layout the guard did not see (channels-last): the fallback's fresh outputs are copied
+    x = torch.randn(4, 8, 5, 5).contiguous(memory_format=torch.channels_last).requires_grad_()
+    sf(x).sum().backward()
+    ref(x.detach().requires_grad_()).sum().backward()
+    torch.testing.assert_close(m[0].running_var, ref[0].running_var)
+    # the host copy of a tensor onto its own memory only bumps the version
+    t = torch.arange(4.0)
+    v = t._version
+    assert HostOps.copy_(t, t.view_as(t)) is t and t._version == v + 1
+    u = torch.zeros(4)
+    assert HostOps.copy_(u, t) is u and torch.equal(u, t)
+    assert torch.equal(HostOps.copy_(torch.zeros(3), t[1:]), t[1:])      # another place: a real copy
