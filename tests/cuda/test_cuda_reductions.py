@@ -46,6 +46,10 @@ def test_last_dim_variants(dtype, shape):
     tol = dict(TOL[dtype], equal_nan=True)
     if h > 10000 and dtype in (torch.float16, torch.bfloat16):
         tol = dict(rtol=5e-2, atol=5e-2, equal_nan=True)   # eager rounds sums of 1e5 half values
+    elif h >= 1000 and dtype == torch.float32:
+        # x.sum(-1) of thousands of normal values is ~sqrt(h) in size: summed in another order
+        # than eager's, it differs by a few ulps of that (2.7e-5 once at h = 4096)
+        tol = dict(rtol=2e-5, atol=1e-4, equal_nan=True)
     run(last_dim_all, r(*shape, dtype=dtype), r(h, dtype=dtype), r(h, dtype=dtype), tol=tol)
 
 
