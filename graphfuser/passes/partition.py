@@ -16,7 +16,7 @@ Per block (nested ``If``/``Loop`` blocks are partitioned on their own):
 4. Groups with fewer than two compute nodes dissolve unless single-node mode is on or the node
    is a normalization (softmax, layer_norm ...), which is a multi-kernel op in eager, except
    under grad one that eager's autograd runs as one kernel forward and one node backward (see
-   ``_lone_under_grad``): as a group it saves no kernel and costs host time.
+   ``lone_under_grad``): as a group it saves no kernel and costs host time.
 5. Each group becomes one ``prim::CpuFusionGroup`` / ``prim::CudaFusionGroup`` node holding a
    subgraph (constants are copied in); the block is re-sorted topologically, keeping the
    original order wherever dependencies allow. A reduction's dims / keepdim / dtype /
@@ -37,6 +37,7 @@ from ..ops import fusible, lookup
 from ..ops.axes import analyze, dtype_only, needs_axes, random_misfit
 from .aliasing import AliasSets, may_alias_input
 from .functionalize import mark_clone, restore_unfused
+from .lone_groups import composite, one_op_under_grad
 
 _SIDE_EFFECT_KINDS = {
     "prim::SetAttr", "prim::Print", "aten::append", "aten::warn", "aten::copy_",
@@ -285,10 +286,10 @@ class _BlockPartition:
         for gid, mem in sorted(self.members.items()):
             if not mem:          # every node moved out (reduction_split's copies, merges)
                 continue
-            if len(mem) < 2 and not config.single_node_mode and not _composite(mem[0]):
+            if len(mem) < 2 and not config.single_node_mode and not composite(mem[0]):
                 jit_log("partition", 1, f"dropped single-node group {mem[0].where()} (single-node mode is off)")
                 continue
-            lone = _one_op_under_grad(mem)
+            lone = one_op_under_grad(mem)
             if lone is not None and not config.single_node_mode:
                 jit_log("partition", 1, f"dropped single-node group {lone.where()}"
                                         f"{f' (and {len(mem) - 1} identity casts / lists)' if len(mem) > 1 else ''}: "
@@ -517,65 +518,6 @@ def _pointwise_misfit(nodes: set[Node]) -> Optional[str]:
             # its numbers are keyed on its own output's linear index (codegen/lower.py)
             return f"{n.kind}'s output does not span the kernel's iteration space"
     return None
-
-
-def _composite(node: Node) -> bool:
-    """Normalizations (softmax, layer_norm ...) are several kernels' worth of work on their own;
-    a random row's unfused form draws its Philox numbers with a chain of torch ops (ops/philox.py),
-    so a lone dropout (e.g. dropout's backward) is one kernel instead of dozens."""
-    from ..ops.random import RANDOM_ROWS
-
-    row = lookup(node.kind)
-    return row is not None and (row.kind == "normalization" or row.name in RANDOM_ROWS)
-
-
-# Normalizations that eager runs as one native op forward and one autograd node backward
-# (native_layer_norm / native_layer_norm_backward, _softmax / _softmax_backward_data, ...). Alone
-# under grad, their group launches as many kernels as eager does (the CUDA backward of a layer
-# norm: one kernel plus the zeroing and summing of its column partials against eager's two), and
-# pays what eager does not: the autograd Function, the saved inputs, the backward's host program
-# and guards. Measured on the CPU (one thread, [2, 8, 8, 8] fp32): a lone layer_norm forward +
-# backward took 43 us of host time fused against 15 us eager. Lone rows that eager computes as
-# several ops (rms_norm, instance_norm) or a random row (dropout) still fuse; so does every lone
-# normalization without grad, and one with a neighbour (a cast, a residual add) in its group.
-_ONE_NODE_UNDER_GRAD = frozenset({"layer_norm", "native_layer_norm", "softmax", "log_softmax", "_softmax",
-                                  "_log_softmax", "batch_norm", "group_norm"})
-
-
-def _lone_under_grad(node: Node) -> bool:
-    """Whether ``node``, alone in its group, is a normalization that eager differentiates as one
-    node and that was profiled with an input requiring grad."""
-    row = lookup(node.kind)
-    if row is None or row.name not in _ONE_NODE_UNDER_GRAD:
-        return False
-    return any(isinstance(v.type, TensorType) and v.type.requires_grad for v in node.inputs)
-
-
-def _one_op_under_grad(mem: list[Node]) -> Optional[Node]:
-    """The one op of a group under grad whose other members compute nothing (casts to the dtype
-    their input has, as autocast inserts around a bf16 GELU or an fp32 layer norm, and list
-    constructions), when that op alone would not be worth a group: a pointwise op, or a
-    normalization eager differentiates as one node (``_lone_under_grad``). Measured on an H100
-    (vit_small, bf16 autocast, batch 64): such a GELU's group cost about 25 us of host time in
-    the backward, on top of its autograd node's, where eager's GeluBackward is one C++ node."""
-    ops = [n for n in mem if not _computes_nothing(n)]
-    if len(ops) != 1 or not any(isinstance(v.type, TensorType) and v.type.requires_grad
-                                for n in mem for v in n.inputs):
-        return None
-    op = ops[0]
-    if len(mem) == 1:
-        return op if _lone_under_grad(op) else None
-    return op if not _composite(op) or _lone_under_grad(op) else None
-
-
-def _computes_nothing(node: Node) -> bool:
-    if node.kind == "prim::ListConstruct":
-        return True
-    row = lookup(node.kind)
-    if row is None or row.kind != "cast" or not node.inputs or not node.outputs:
-        return False
-    a, b = node.inputs[0].type, node.outputs[0].type
-    return isinstance(a, TensorType) and isinstance(b, TensorType) and a.dtype is not None and a.dtype == b.dtype
 
 
 def _returned(block: Block, v: Value) -> bool:

@@ -58,7 +58,7 @@ MODULES = {
     "layer_norm_full_precision": LayerNormFullPrecision,
 }
 
-# a lone layer norm under grad runs eagerly (partition: _lone_under_grad); these cases test its
+# a lone layer norm under grad runs eagerly (passes/lone_groups.py: lone_under_grad); these cases test its
 # fused backward kernel, so they fuse it as single-node mode does
 LONE = {"layer_norm", "nn.LayerNorm"}
 

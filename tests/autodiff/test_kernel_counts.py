@@ -99,7 +99,7 @@ def test_layer_norm_backward_writes_only_dx_full_size():
     x = _r(64, 128, dtype=torch.float32)
     sf = graphfuser.script(ln)
     gout = torch.randn(64, 128)
-    # a lone layer norm under grad runs eagerly (partition: _lone_under_grad); single-node mode fuses it
+    # a lone layer norm under grad runs eagerly (passes/lone_groups.py: lone_under_grad); single-node mode fuses it
     with config.override(single_node_mode=True):
         for _ in range(5):
             ln.zero_grad()

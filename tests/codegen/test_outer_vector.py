@@ -73,7 +73,7 @@ def test_layer_norm_parameter_gradients_vectorized():
     x = torch.randn(40, 96).requires_grad_()
     w, b = torch.rand(96).requires_grad_(), torch.randn(96).requires_grad_()
     # (else: column sums of the row kernel); a lone layer norm under grad runs eagerly unless
-    # single-node mode fuses it (partition: _lone_under_grad)
+    # single-node mode fuses it (passes/lone_groups.py: lone_under_grad)
     outer = _outer(_groups(layer_norm, x, w, b, backward=True, disable=("column_sums",), single_node=True))
     assert outer and all(any(v[2].vector == 4 for v in cg.variants) for cg in outer)
     for cg in outer:

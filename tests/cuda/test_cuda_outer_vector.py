@@ -80,7 +80,7 @@ def test_layer_norm_parameter_gradients(dtype, rows, cols):
     b = torch.randn(cols, device="cuda").to(dtype).requires_grad_()
     grad = torch.randn(rows, cols, device="cuda").to(dtype)
     ref = _grads(ln, [], [x, w, b], grad, steps=1)
-    # a lone layer norm under grad runs eagerly (partition: _lone_under_grad): single-node mode fuses it
+    # a lone layer norm under grad runs eagerly (passes/lone_groups.py: lone_under_grad): single-node mode fuses it
     with config.override(single_node_mode=True):
         got = _grads(graphfuser.script(ln), [], [x, w, b], grad)
     _close(got[:1], ref[:1], dtype)
