@@ -297,10 +297,12 @@ class HostOps:
         wrote a batch norm's running statistics into the buffer itself, returned as it or as a
         view of it: ``passes/in_place.py``) only counts as a write (its version): a DtoD copy onto
         the same memory cost 12 us of host time per call on an H100 host."""
-        if src is dst or (isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)
-                          and src.data_ptr() == dst.data_ptr() and src.data_ptr() != 0
-                          and src.dtype == dst.dtype and src.shape == dst.shape
-                          and src.stride() == dst.stride() and src.device == dst.device):
+        # (tensors requiring grad take torch's copy_: its autograd record and its checks, e.g.
+        # the error for an in-place write into a leaf that requires grad)
+        if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and not dst.requires_grad \
+                and not src.requires_grad and src.data_ptr() == dst.data_ptr() and src.data_ptr() != 0 \
+                and src.dtype == dst.dtype and src.shape == dst.shape and src.stride() == dst.stride() \
+                and src.device == dst.device:
             increment_version(dst)
             return dst
         return dst.copy_(src, non_blocking)

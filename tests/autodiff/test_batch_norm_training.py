@@ -420,3 +420,7 @@ def test_running_stats_written_in_place_by_the_group():
     u = torch.zeros(4)
     assert HostOps.copy_(u, t) is u and torch.equal(u, t)
     assert torch.equal(HostOps.copy_(torch.zeros(3), t[1:]), t[1:])      # another place: a real copy
+    # a leaf that requires grad: eager's error (fuzz graph 838 of seed 11313: x.copy_(x))
+    leaf = torch.zeros(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        HostOps.copy_(leaf, leaf)

@@ -535,3 +535,23 @@ def test_unused_integer_division_by_zero_still_raises():
         _dead_integer_division(x, 0)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         sf(x, 0)
+
+
+def _self_copy(x0):
+    v0 = F.dropout(x0, 0.5, False)
+    v0.copy_(v0)
+    return v0 != x0, v0
+
+
+def test_copy_onto_itself_of_a_leaf_requiring_grad_raises_as_eager():
+    # fuzz graph 838 of seed 11313: the eval dropout returns its input, so copy_ writes a leaf that
+    # requires grad onto itself; eager raises, and so must the host program's copy_
+    sf = graphfuser.script(_self_copy)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            _self_copy(torch.randn(3, 4, requires_grad=True))
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            sf(torch.randn(3, 4, requires_grad=True))
+    x = torch.randn(3, 4)
+    for a, b in zip(sf(x), _self_copy(x)):
+        torch.testing.assert_close(a, b)
