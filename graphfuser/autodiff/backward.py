@@ -425,7 +425,15 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
                 r = _fit(d, r, inp, n.outputs[0], vmap)
             grads[inp] = d.add(grads[inp], r) if inp in grads else r
     grad_inputs = [i for i, v in enumerate(sub.inputs) if v in diff and v in grads]
-    zero_inputs = [i for i, v in enumerate(sub.inputs) if v in diff and v not in grads]
+    # zeros for the inputs that reach an output with a gradient (through ops whose derivative is
+    # 0: eager's backward nodes return zeros); the others get none, as eager never runs the
+    # nodes behind outputs without a gradient (a group norm of NaN rows behind an unused output
+    # would otherwise multiply a zero gradient into NaN: fuzz graph 306 of seed 11313)
+    reach = {sub.outputs[k] for k in diff_outputs}
+    for n in reversed(list(sub.block.nodes)):
+        if any(o in reach for o in n.outputs):
+            reach.update(n.inputs)
+    zero_inputs = [i for i, v in enumerate(sub.inputs) if v in diff and v not in grads and v in reach]
     returns = []
     for i in grad_inputs:
         v, r = sub.inputs[i], grads[sub.inputs[i]]

@@ -555,3 +555,25 @@ def test_copy_onto_itself_of_a_leaf_requiring_grad_raises_as_eager():
     x = torch.randn(3, 4)
     for a, b in zip(sf(x), _self_copy(x)):
         torch.testing.assert_close(a, b)
+
+
+def _dead_group_norm(x1, w, b):
+    v0 = F.group_norm(x1, 5, w, b, 0.1)
+    return torch.erfc(x1)
+
+
+def test_input_behind_only_undefined_gradients_gets_none_not_zeros():
+    # fuzz graph 306 of seed 11313: the group norm's output is unused; the partial backward of the
+    # group beside it gave that output's producer a zero gradient, whose backward multiplied it by
+    # the NaN statistics of a row holding a NaN: NaN gradients where eager has numbers
+    sf = graphfuser.script(_dead_group_norm)
+    for _ in range(5):
+        x = torch.randn(16, 5, 2).to(torch.bfloat16)
+        x[0, 0, 0] = float("nan")
+        x[3, 1, 1] = float("inf")
+        x.requires_grad_()
+        w = torch.randn(5).to(torch.bfloat16).requires_grad_()
+        b = torch.randn(5).to(torch.bfloat16).requires_grad_()
+        got = torch.autograd.grad(sf(x, w, b).float().sum(), x)[0]
+        want = torch.autograd.grad(_dead_group_norm(x, w, b).float().sum(), x)[0]
+        torch.testing.assert_close(got, want, equal_nan=True)
