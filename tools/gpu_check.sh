@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session's checks, in the order they are worth most: the test suite, the benchmarks,
+# The GPU machine's checks, in the order they are worth most: the test suite, the benchmarks,
 # the fuzzer, the model zoo. Each step writes under $OUT (default logs/) and its time is bounded.
 #   STEPS="tests bench fuzz zoo" tools/gpu_check.sh
 set -u
