@@ -241,13 +241,17 @@ def _column_lines(cg: ReductionGroup, columns: dict[int, int]) -> list[str]:
     lines = [f"span = (slots * nr + {PARTIALS_ALIGN - 1}) // {PARTIALS_ALIGN} * {PARTIALS_ALIGN}",
              f"w = _zeros({len(order)} * span, dtype={dtype}, device=_dev)",
              "wp = w.data_ptr()"]
+    return lines + [_spliced_partials(order, item)]
+
+
+def _spliced_partials(order: list[int], item: int) -> str:
+    """The line that puts each partials block of the workspace at ``wp`` (``span`` elements of
+    ``item`` bytes apart) into the argument tuple, and appends the slot count."""
     parts, prev = [], 0
     for i, p in enumerate(order):
-        parts.append(f"a[{prev}:{p}]")
-        parts.append(f"(wp{f' + {i} * span * {item}' if i else ''},)")
+        parts += [f"a[{prev}:{p}]", f"(wp{f' + {i} * span * {item}' if i else ''},)"]
         prev = p + 1
-    parts.append(f"a[{prev}:]")
-    return lines + [f"a = {' + '.join(parts)} + (slots,)"]
+    return f"a = {' + '.join(parts)} + a[{prev}:] + (slots,)"
 
 
 def column_outputs(cg: ReductionGroup) -> dict[int, int]:
@@ -273,11 +277,7 @@ def _finalized_lines(cg: ReductionGroup, columns: dict[int, int], size: dict, la
     item = cg.kernel.tensors[order[0]].dtype.itemsize
     lines = [f"span = (slots * nr + {PARTIALS_ALIGN - 1}) // {PARTIALS_ALIGN} * {PARTIALS_ALIGN}",
              f"wp, keep = _colws(_stream(_devidx), {len(order)} * span * {item}, f.zero_columns)"]
-    parts, prev = [], 0
-    for i, p in enumerate(order):
-        parts += [f"a[{prev}:{p}]", f"(wp{f' + {i} * span * {item}' if i else ''},)"]
-        prev = p + 1
-    lines += [f"a = {' + '.join(parts)} + a[{prev}:] + (slots,)", launch.strip()]
+    lines += [_spliced_partials(order, item), launch.strip()]
     ptrs = []
     for p in order:
         j = next(j for j, q in columns.items() if q == p)
