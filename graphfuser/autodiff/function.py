@@ -90,6 +90,8 @@ class DifferentiableGroup:
         ss = [f"outs[{n_out + j}]" for j in range(self.saved)]   # statistics saved, not returned
         ns: dict[str, Any] = {"_run": self.forward, "_S": STATS, "_grad_enabled": torch.is_grad_enabled,
                               "_zeros_like": torch.zeros_like, "_dg": self}
+        written = {j: k for j, k in sorted(getattr(self.sub, "writes_into", {}).items())
+                   if j in self.non_diff_out and k in self.unsaved_in}
         # gradients left undefined (an output no loss reaches) stay None, not zeros: its terms are
         # left out of the backward, as eager never runs the nodes behind it (0 * the NaN derivative
         # of asin past 1 would otherwise poison another output's gradient)
@@ -99,8 +101,17 @@ class DifferentiableGroup:
              # an eager fallback may return a view of an input (an instance norm of an empty
              # tensor): a custom Function's view output cannot be written in place later (fuzz
              # graph 2088 of seed 9595), so such outputs are copies
-             f"    if {' or '.join(f'outs[{k}]._is_view()' for k in range(n_out))}:",
+             f"    if {' or '.join(f'outs[{k}]._is_view()' for k in range(n_out) if k not in written)}:",
              "        outs = [o.clone() if o._is_view() else o for o in outs]"]
+        if written:
+            # outputs the kernel wrote into their input buffers (a batch norm's running statistics,
+            # ``passes/in_place.py``) are those inputs, marked dirty: autograd then returns them as
+            # they are, not as views of themselves (a view each), and the host program skips its
+            # copy_ of a buffer onto itself (8.5 us of host time each on an H100 host). An eager
+            # fallback's fresh results are returned as results, which that copy_ writes, or not
+            # (an empty batch leaves the running statistics alone).
+            L += [f"    if {' and '.join(f'outs[{j}] is {xs[k]}' for j, k in written.items())}:",
+                  f"        ctx.mark_dirty({', '.join(xs[k] for k in written.values())})"]
         if self.saved_in or ss:
             saved = [f"{xs[i]}.clone()" if i in self.copied_in else xs[i] for i in self.saved_in]
             L.append(f"    ctx.save_for_backward({', '.join(saved + ss)})")

@@ -33,7 +33,7 @@ from ..log import jit_log, jit_log_graph
 from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs,
                       functionalize, insert_autocast, insert_guards, partition, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
-from ..passes.in_place import write_running_stats_in_place
+from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from .cuda_graphs import GraphReplayer, make_replayer
 from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
@@ -474,6 +474,9 @@ class ScriptedFunction:
             block = fb.owner
             group = self._optimized.create(site.kind, list(fb.inputs), [o.type for o in sub.outputs])
             group.subgraph = sub
+            first = next((n for n, s in self._sites.items() if s is site and n.kind == site.kind), None)
+            if first is not None:
+                inherit_writes(group, first)
             block.insert_before(fb, group)
             for old, new in zip(fb.outputs, group.outputs):
                 block.replace_return(old, new)

@@ -217,6 +217,20 @@ def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
         gen.assign(node, indent, expr)
 
 
+def _copy(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    """``aten::copy_``. A batch norm's running-statistics copy (``running_stats``) whose source is
+    the buffer itself (its group wrote the buffer: ``passes/in_place.py``) does nothing: no call,
+    and no version bump, as eager's batch norm bumps none (a copy through ``HostOps.copy_`` cost
+    8.5 us of host time per buffer on an H100 host, two per batch norm)."""
+    if not node.attrs.get("running_stats"):
+        _aten(gen, node, a, indent)
+        return
+    gen.emit(indent, f"if {a[1]} is {a[0]} and not {a[0]}.requires_grad:")
+    gen.emit(indent + 1, f"{gen.outs(node)} = {a[0]}" if node.outputs else "pass")
+    gen.emit(indent, "else:")
+    _aten(gen, node, a, indent + 1)
+
+
 def _philox_state(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     """``graphfuser::philox_state(x)``: (seed, offset) from torch's generator for x.numel() values."""
     from ..ops.philox import philox_state
@@ -248,7 +262,8 @@ HANDLERS: dict[str, Handler] = {
     "prim::If": _if, "prim::Loop": _loop, "prim::RaiseException": _raise_exception,
     "prim::isinstance": _isinstance, "prim::CallMethod": _call_method, "prim::CallFunction": _call_function,
     "prim::CreateObject": _create_object, "prim::Enter": _enter, "prim::Exit": _exit,
-    "graphfuser::philox_state": _philox_state, "graphfuser::group_norm_check": _norms_call("check_group_norm"),
+    "graphfuser::philox_state": _philox_state, "aten::copy_": _copy,
+    "graphfuser::group_norm_check": _norms_call("check_group_norm"),
     "graphfuser::group_norm_layout": _norms_call("group_norm_layout"),
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }

@@ -45,12 +45,24 @@ def _copied_into_input(group: Node, out) -> "int | None":
     if user.kind != "aten::copy_" or not user.attrs.get("running_stats") or index != 1:
         return None
     dst = user.inputs[0]
-    if group.inputs.count(dst) != 1:
-        return None
-    a, b = dst.type, out.type
-    if not (isinstance(a, TensorType) and isinstance(b, TensorType) and a.complete and b.complete):
-        return None
-    if a.dtype != b.dtype or a.device != b.device or tuple(a.sizes) != tuple(b.sizes) or len(a.sizes) != 1 \
-            or tuple(a.strides) != (1,) or tuple(b.strides) != (1,):
+    if group.inputs.count(dst) != 1 or not _same_buffer(dst.type, out.type):
         return None
     return group.inputs.index(dst)
+
+
+def _same_buffer(a, b) -> bool:
+    """Types ``a`` (an input) and ``b`` (an output) of one contiguous 1-d buffer."""
+    if not (isinstance(a, TensorType) and isinstance(b, TensorType) and a.complete and b.complete):
+        return False
+    return a.dtype == b.dtype and a.device == b.device and tuple(a.sizes) == tuple(b.sizes) \
+        and len(a.sizes) == 1 and tuple(a.strides) == (1,) and tuple(b.strides) == (1,)
+
+
+def inherit_writes(group: Node, first: Node) -> None:
+    """A re-specialization ``group`` of ``first`` (same inputs, outputs in the same places, which
+    reach the same copies through the fallback's block) writes the buffers ``first`` writes,
+    where its own types still allow it."""
+    writes = {j: k for j, k in getattr(first.subgraph, "writes_into", {}).items()
+              if _same_buffer(group.subgraph.inputs[k].type, group.subgraph.outputs[j].type)}
+    if writes:
+        group.subgraph.writes_into = writes

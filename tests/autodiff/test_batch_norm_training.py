@@ -424,3 +424,56 @@ def test_running_stats_written_in_place_by_the_group():
     leaf = torch.zeros(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         HostOps.copy_(leaf, leaf)
+
+
+def test_running_stats_no_host_copy(monkeypatch):
+    """Once fused, the group's autograd node returns the running-statistics buffers themselves
+    (marked dirty, not views of them) and the host program's copy of a buffer onto itself is
+    skipped: no host copy_ runs, under grad or not, and the buffers match eager's."""
+    from graphfuser.executor.builtins import HostOps
+
+    calls = []
+    real = HostOps.copy_
+    monkeypatch.setattr(HostOps, "copy_", staticmethod(lambda *a: calls.append(1) or real(*a)))
+    for grad in (True, False):
+        m = torch.nn.Sequential(torch.nn.BatchNorm2d(8), torch.nn.ReLU()).train()
+        ref = copy.deepcopy(m)
+        sf = graphfuser.script(m)
+        for step in range(5):
+            x = torch.randn(4, 8, 5, 5, requires_grad=grad)
+            calls.clear()
+            with torch.set_grad_enabled(grad):
+                out = sf(x)
+                want = ref(x.detach().requires_grad_(grad))
+            torch.testing.assert_close(out, want)
+            torch.testing.assert_close(m[0].running_mean, ref[0].running_mean)
+            torch.testing.assert_close(m[0].running_var, ref[0].running_var)
+            assert m[0].num_batches_tracked.item() == ref[0].num_batches_tracked.item() == step + 1
+            if grad:
+                out.sum().backward()
+        assert not calls, f"a fused step (grad {grad}) copied the running statistics on the host"
+    # one module under grad, then without: the re-specialization writes the buffers too
+    m = torch.nn.Sequential(torch.nn.BatchNorm2d(8), torch.nn.ReLU()).train()
+    ref = copy.deepcopy(m)
+    sf = graphfuser.script(m)
+    for step in range(10):
+        grad = step < 4
+        x = torch.randn(4, 8, 5, 5, requires_grad=grad)
+        calls.clear()
+        with torch.set_grad_enabled(grad):
+            torch.testing.assert_close(sf(x), ref(x.detach().requires_grad_(grad)))
+        torch.testing.assert_close(m[0].running_var, ref[0].running_var)
+    assert not calls, "the re-specialized group copied the running statistics on the host"
+
+
+def test_host_add_binding():
+    """``aten::add_`` runs through the Tensor binding (HostOps.add_), alpha included."""
+    from graphfuser.executor.builtins import HostOps
+
+    t = torch.zeros(3, dtype=torch.int64)
+    assert HostOps.add_(t, 1) is t and t.tolist() == [1, 1, 1]
+    HostOps.add_(t, torch.tensor([1, 2, 3]), 2)
+    assert t.tolist() == [3, 5, 7]
+    h = torch.ones(2, dtype=torch.float16)
+    HostOps.add_(h, 1e-4)
+    assert torch.equal(h, torch.ones(2, dtype=torch.float16).add_(1e-4))
