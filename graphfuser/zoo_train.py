@@ -59,6 +59,8 @@ class TrainResult:
     max_amp_noise: Optional[float] = None     # largest |eager - fp32| / |eager| (autocast runs only)
     eager_ms: Optional[float] = None          # median ms per step after warmup
     graphfuser_ms: Optional[float] = None
+    eager_step_ms: list = field(default_factory=list)        # every step's ms, warmup included
+    graphfuser_step_ms: list = field(default_factory=list)
     forward_groups: int = 0
     backward_groups: int = 0
     error: Optional[str] = None
@@ -168,6 +170,8 @@ def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int
     if steps > warmup:
         res.eager_ms = statistics.median(te.times[warmup:])
         res.graphfuser_ms = statistics.median(tg.times[warmup:])
+    res.eager_step_ms = [round(t, 3) for t in te.times]
+    res.graphfuser_step_ms = [round(t, 3) for t in tg.times]
     with _amp(x.device.type, amp):
         res.forward_groups, res.backward_groups = fused_groups(sf)
     return res

@@ -49,6 +49,13 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (0 is the gradient of an empty sum; eager's NaN is its formula's 0 * NaN)",
         "when_on": "",
     },
+    "welford_inf": {
+        "what": "a batch / instance norm's statistics of a channel holding an inf (a running mean or var "
+                "after the call): eager's CUDA kernel (Welford's update, inf - inf) gives NaN, graphfuser "
+                "the inf the sum gives, as eager's CPU kernel does",
+        "knob": "none (the mean of values one of which is -inf is -inf; eager's CPU kernel agrees)",
+        "when_on": "",
+    },
     "eager_overflow": {
         "what": "eager's value is not finite where the float64 reference is (an fp16 product or exp past "
                 "65504, or a product that underflowed to 0 times an inf): eager's precision gives no value "
@@ -76,6 +83,20 @@ def eager_launch_failure_on_empty(error: BaseException, args: Sequence[Any]) -> 
     if not isinstance(error, RuntimeError) or not str(error).startswith(_LAUNCH_ERRORS):
         return False
     return any(hasattr(a, "shape") and 0 in tuple(a.shape) for a in args)
+
+def welford_inf(ops: Sequence[str], g: Any, e: Any, judge: Any) -> bool:
+    """The ``welford_inf`` deviation: the graph has a batch / instance norm, and ``g`` differs from
+    eager's ``e`` only where eager is NaN and ``g`` is an inf (``judge(g')``, the oracle's own
+    comparison, passes once those elements are NaN in ``g'`` too)."""
+    if not any(op in ("batch_norm", "instance_norm") for op in ops) or not g.is_floating_point():
+        return False
+    odd = e.isnan() & g.isinf()
+    if not bool(odd.any()):
+        return False
+    g2 = g.detach().clone()
+    g2[odd] = float("nan")
+    return judge(g2) is None
+
 
 # (class name in issue 10, categories, ops or None for any op; "alias:*" matches every alias statement)
 KNOWN_DEFECTS: list[tuple[str, frozenset[str], Optional[frozenset[str]]]] = [

@@ -405,3 +405,22 @@ def test_empty_group_norm_weight_gradient_is_a_deviation():
     g, e = torch.zeros(3), torch.full((3,), float("nan"))
     assert _empty_statistics(case, [torch.empty(2, 0)], g, e)
     assert not _empty_statistics(case, [torch.empty(2, 0)], torch.ones(3), e)     # not 0: a failure
+
+
+def test_welford_inf_is_matched_narrowly():
+    # fuzz graph 284 of seed 8787: a training batch norm over a channel holding -inf (fp16, the
+    # column expanded): eager's CUDA running mean is NaN (Welford's inf - inf), graphfuser's -inf,
+    # which eager's CPU kernel gives too
+    from graphfuser.fuzz.known import welford_inf
+    from graphfuser.fuzz.oracle import compare_tensor
+
+    inf, nan = float("inf"), float("nan")
+    e = torch.tensor([0.25, nan, 1.0])
+
+    def judge(g2):
+        return compare_tensor(g2, e, None, 1e-3, check_strides=False)
+
+    assert welford_inf(["batch_norm", "cos"], torch.tensor([0.25, -inf, 1.0]), e, judge)
+    assert not welford_inf(["layer_norm"], torch.tensor([0.25, -inf, 1.0]), e, judge)      # no running stats
+    assert not welford_inf(["batch_norm"], torch.tensor([0.5, -inf, 1.0]), e, judge)       # another difference
+    assert not welford_inf(["batch_norm"], torch.tensor([0.25, 3.0, 1.0]), e, judge)       # finite where eager NaN
