@@ -56,10 +56,12 @@ def _var_grad(d, a, g, x) -> Any:
     r = d.div(d.mul(_centered(d, x, mean, dims), d.mul(gu, 2.0)), dof)
     if a.get("dim") is None or d.rank(x) == 0:
         # a full reduction with dof <= 0: eager's grad * (NaN where x is the mean, else inf). Where
-        # x - mean is 0, not where x == mean: a comparison reads x rounded to its dtype, the mean
-        # of fp32 intermediates is not (fuzz graph 6582 of seed 9595: the bf16 variance of one
-        # element under autocast gave inf where eager's is NaN)
-        edge = d.mul(gu, d.where(d.op("aten::eq", d.sub(x, mean), 0.0), math.nan, math.inf))
+        # x - mean is 0, not only where x == mean: a comparison reads x rounded to its dtype, the
+        # mean of fp32 intermediates is not (fuzz graph 6582 of seed 9595: the bf16 variance of
+        # one element under autocast gave inf where eager's is NaN); and where x == mean, as an
+        # infinite x and its mean are (inf - inf is NaN, not 0: fuzz graph 4870 of CPU seed 11616)
+        at_mean = d.op("aten::logical_or", d.op("aten::eq", d.sub(x, mean), 0.0), d.op("aten::eq", x, mean))
+        edge = d.mul(gu, d.where(at_mean, math.nan, math.inf))
         r = d.where(d.op("aten::le", dof, 0.0), edge, r)
     return r
 

@@ -82,6 +82,23 @@ def test_variance_gradient_without_degrees_of_freedom(shape, corr):
     check_grads(fn, [_leaf(torch.randn(shape, generator=g)), _leaf(torch.randn(shape, generator=g))], F32)
 
 
+def test_variance_gradient_without_degrees_of_freedom_at_an_infinite_mean():
+    # fuzz graph 4870 (CPU seed 11616): x = inf is its own mean (inf == inf) although x - mean is
+    # NaN: eager's gradient there is NaN, not grad * inf
+    import graphfuser
+
+    def f(x):
+        return torch.var(x + float("inf"), None, correction=2, keepdim=True) * 2.0
+
+    sf = graphfuser.script(f)
+    for _ in range(4):
+        a, b = torch.tensor(3.0, dtype=torch.float64, requires_grad=True), torch.tensor(3.0, dtype=torch.float64,
+                                                                                        requires_grad=True)
+        sf(a).backward()
+        f(b).backward()
+        assert b.grad.isnan() and a.grad.isnan(), (a.grad, b.grad)
+
+
 def test_amax_gradient_of_a_nan_row_is_nan():
     # fuzz graph 4049: no element equals a NaN row's max, so eager's (grad / 0) * mask is NaN there
     fn = make_function(["x"], ["torch.amin(x * 1.0, [1], keepdim=False)", "torch.amax(x * 2.0, [1])"])
