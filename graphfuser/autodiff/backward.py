@@ -58,7 +58,7 @@ def _scalar_type(v: Any) -> Type:
 
 
 _COMPARISONS = frozenset({"aten::eq", "aten::ne", "aten::gt", "aten::ge", "aten::lt", "aten::le"})
-_VIEWS = frozenset({"aten::unsqueeze", "aten::expand_as", "aten::expand"})
+_VIEWS = frozenset({"aten::unsqueeze", "aten::view", "aten::expand_as", "aten::expand"})
 
 
 class D:
@@ -189,8 +189,8 @@ class D:
     def pattern(self, v: Value) -> Optional[tuple]:
         """The size-1 pattern of backward value ``v`` (one bool per dim; ``()`` for scalars), or
         None where it cannot be told. Forward values and output gradients have their profiled
-        pattern; pointwise nodes broadcast their inputs'; ``sum(keepdim=True)``, ``unsqueeze``
-        and ``sum_to_size`` are followed; anything else is unknown."""
+        pattern; pointwise nodes broadcast their inputs'; ``sum(keepdim=True)``, ``unsqueeze``, a
+        [C] -> [C, 1, ...] ``view`` and ``sum_to_size`` are followed; anything else is unknown."""
         if not isinstance(v, Value):
             return ()       # a Python number: a scalar
         if v in self.pats:
@@ -216,6 +216,12 @@ class D:
                 return None
             d = dim.constant() % (len(p) + 1)
             return p[:d] + (True,) + p[d:]
+        if kind == "aten::view":          # a [C] tensor viewed as [C, 1, ...] (a per-channel parameter)
+            p, size = self.pattern(n.inputs[0]), n.inputs[1]
+            sizes = size.constant() if size.is_constant else None
+            if p is None or len(p) != 1 or not sizes or list(sizes) != [-1] + [1] * (len(sizes) - 1):
+                return None
+            return p + (True,) * (len(sizes) - 1)
         if kind == "aten::sum_to_size":
             size = n.inputs[1].node
             return self.pattern(size.inputs[0]) if size is not None and size.kind == "aten::size" else None

@@ -112,21 +112,23 @@ class DifferentiableGroup:
             # (an empty batch leaves the running statistics alone).
             L += [f"    if {' and '.join(f'outs[{j}] is {xs[k]}' for j, k in written.items())}:",
                   f"        ctx.mark_dirty({', '.join(xs[k] for k in written.values())})"]
-        if self.saved_in or ss:
+        if self.saved_in:
             saved = [f"{xs[i]}.clone()" if i in self.copied_in else xs[i] for i in self.saved_in]
-            L.append(f"    ctx.save_for_backward({', '.join(saved + ss)})")
-        if kept:
-            L.append(f"    ctx.kept = ({', '.join(xs[i] for i in kept)},)")
+            L.append(f"    ctx.save_for_backward({', '.join(saved)})")
+        # the statistics are the group's own fresh outputs, never returned: nothing can write
+        # them, so they are kept as references, without save_for_backward's version records
+        if kept or ss:
+            L.append(f"    ctx.kept = ({', '.join([xs[i] for i in kept] + ss)},)")
         if self.non_diff_out:
             L.append(f"    ctx.mark_non_differentiable({', '.join(f'outs[{k}]' for k in self.non_diff_out)})")
         L += ['    _S["forward"] += 1',
               f"    return tuple(outs{f'[:{n_out}]' if ss else ''})",
               f"def backward(ctx, {', '.join(gs)}):"]
         sv = [f"s{j}" for j in range(self.saved)]
-        if self.saved_in or sv:
-            L.append(f"    ({', '.join([xs[i] for i in self.saved_in] + sv)},) = ctx.saved_tensors")
-        if kept:
-            L.append(f"    ({', '.join(xs[i] for i in kept)},) = ctx.kept")
+        if self.saved_in:
+            L.append(f"    ({', '.join(xs[i] for i in self.saved_in)},) = ctx.saved_tensors")
+        if kept or sv:
+            L.append(f"    ({', '.join([xs[i] for i in kept] + sv)},) = ctx.kept")
         # the engine runs a backward in grad mode only for create_graph=True: a double backward
         L += ["    if _grad_enabled():",
               f"        return _dg.double_backward([{', '.join(xs)}], ({', '.join(gs)},))",

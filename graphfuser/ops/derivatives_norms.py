@@ -215,10 +215,9 @@ def opmath(formula: Callable) -> Callable:
 
 
 def _channel(d, v, rank: int):
-    """A per-channel [C] tensor viewed as [C, 1, ...] to broadcast along dim 1 of a rank-``rank`` input."""
-    for _ in range(rank - 2):
-        v = d.op("aten::unsqueeze", v, -1)
-    return v
+    """A per-channel [C] tensor viewed as [C, 1, ...] to broadcast along dim 1 of a rank-``rank`` input:
+    one ``view`` (one host call per backward; ``unsqueeze`` took one per spatial dim)."""
+    return d.op("aten::view", v, [-1] + [1] * (rank - 2)) if rank > 2 else v
 
 
 def _normalized_grad(d, g, x, w, dims: list[int], mean, rstd):
