@@ -430,7 +430,8 @@ def hot_ops(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, m: torch.Tensor):
     a = torch.addmm(mm, n, n.t(), beta=0.5, alpha=2.0)
     bb = torch.bmm(c.flatten(2), c.flatten(2).transpose(1, 2))
     ba = torch.baddbmm(bb, bb, bb, beta=0.25)
-    return torch.cat([v, v], 1), torch.roll(c2, [1, -2], [2, 3]), c.select(1, 2), a, ba, torch.matmul(g, m)
+    s = torch.add(a, mm, alpha=2) - torch.sub(mm, a, alpha=0.5) * a / (mm.abs() + 1.0)
+    return torch.cat([v, v], 1), torch.roll(c2, [1, -2], [2, 3]), c.select(1, 2), a, ba, torch.matmul(g, m), s
 
 
 def test_hot_ops_through_python_bindings():
@@ -444,6 +445,7 @@ def test_hot_ops_through_python_bindings():
     sf(*args)
     bound = {id(v) for v in sf._profiling.fn.__globals__.values()}
     for name, overload in [("conv2d", ""), ("conv2d", "padding"), ("linear", ""), ("view", ""), ("unsqueeze", ""),
-                           ("gelu", ""), ("roll", ""), ("addmm", ""), ("baddbmm", ""), ("select", "int")]:
+                           ("gelu", ""), ("roll", ""), ("addmm", ""), ("baddbmm", ""), ("select", "int"),
+                           ("add", "Tensor"), ("sub", "Tensor"), ("mul", "Tensor"), ("div", "Tensor")]:
         assert (name, overload) in _BINDINGS
         assert id(python_binding(name, overload)) in bound, name
