@@ -34,7 +34,7 @@ def live_groups() -> list["DifferentiableGroup"]:
     return [dg for dg in (r() for r in list(GROUPS.values())) if dg is not None]
 
 
-def scripted_graph(graph: Graph, name: str):
+def scripted_graph(graph: Graph, name: str, known: Optional[dict[int, str]] = None):
     """A ``ScriptedFunction`` running ``graph`` (no module), as ``graphfuser.script`` makes.
 
     Never replayed as a CUDA graph, although the engine runs it without grad: replay copies every
@@ -44,7 +44,7 @@ def scripted_graph(graph: Graph, name: str):
     step's 27 ms of kernels, and more host time than the launches they saved."""
     from ..executor.executor import ScriptedFunction
 
-    return ScriptedFunction.from_graph(graph, name, replay=False)
+    return ScriptedFunction.from_graph(graph, name, replay=False, known=known)
 
 
 class DifferentiableGroup:
@@ -74,7 +74,7 @@ class DifferentiableGroup:
 
         self.copied_in = [i for i in written_after(group) if i in self.saved_in]
         self.non_diff_out = [k for k in range(self.n_out) if k not in plan.diff_outputs]
-        self.backward = scripted_graph(plan.graph, f"{group.kind.split('::')[-1]}_backward")
+        self.backward = scripted_graph(plan.graph, f"{group.kind.split('::')[-1]}_backward", self.known(plan))
         self.eager = _eager(sub)
         self._partial: dict[frozenset, Any] = {}
         self.fn = self._function()
@@ -168,6 +168,17 @@ class DifferentiableGroup:
         self.run = run
         return fn
 
+    def known(self, plan: BackwardPlan) -> dict[int, str]:
+        """What the backward's guards need not check again (``guards.guard_source``): the inputs
+        this node saved are the tensors the forward group's guard accepted (those saved as copies
+        excepted: a clone's layout is its own), the statistics are the kernel's own outputs, and
+        the gradients come from autograd's engine with their outputs' shapes and dtypes."""
+        n, k = self.n_in, len(plan.diff_outputs)
+        known = {i: "saved" for i in self.saved_in if i not in self.copied_in}
+        known.update({n + j: "grad" for j in range(k)})
+        known.update({n + k + j: "saved" for j in range(self.saved)})
+        return known
+
     def partial(self, args: list, gouts: tuple, saved: list) -> tuple:
         """The backward when some outputs' gradients are undefined: a backward graph of the outputs
         whose gradients are (built once per such set)."""
@@ -175,7 +186,8 @@ class DifferentiableGroup:
         if key not in self._partial:
             plan = plan_backward(self.sub, key, self.saved) if key else NO_GRADIENT
             self._partial[key] = plan if isinstance(plan, str) else \
-                (plan, scripted_graph(plan.graph, f"{self.group.kind.split('::')[-1]}_backward_partial"))
+                (plan, scripted_graph(plan.graph, f"{self.group.kind.split('::')[-1]}_backward_partial",
+                                      self.known(plan)))
         entry = self._partial[key]
         full: list[Optional[torch.Tensor]] = [None] * self.n_in
         if isinstance(entry, str):

@@ -68,6 +68,7 @@ class ScriptedFunction:
     """
 
     _replayable = True           # steady no-grad CUDA calls may replay a CUDA graph (``from_graph``)
+    _known: dict = {}            # input position -> "saved" / "grad": what a backward's caller vouches for
 
     def __init__(self, obj: Any) -> None:
         self._torchscript: Optional[Callable] = None
@@ -93,11 +94,14 @@ class ScriptedFunction:
         self._reset()
 
     @classmethod
-    def from_graph(cls, graph: Graph, name: str, replay: bool = True) -> "ScriptedFunction":
+    def from_graph(cls, graph: Graph, name: str, replay: bool = True,
+                   known: Optional[dict[int, str]] = None) -> "ScriptedFunction":
         """A ScriptedFunction running ``graph`` (no module, inputs by position), profiled and fused
         like a scripted function: how backward graphs run. ``replay=False``: never through CUDA
-        graph replay (``cuda_graphs.py``), although its calls run without grad."""
+        graph replay (``cuda_graphs.py``), although its calls run without grad. ``known``: input
+        position -> what the caller vouches for ("saved" / "grad": ``guards.guard_source``)."""
         sf = cls.__new__(cls)
+        sf._known = known or {}
         sf._replayable = replay
         sf._torchscript = None
         sf._lock = threading.Lock()
@@ -120,7 +124,7 @@ class ScriptedFunction:
             sf._lock = threading.Lock()
             sf._captured, sf._module, sf.graph = self._captured, self._module, self.graph
             sf._autocast, sf._variants = state, None
-            sf._replayable = self._replayable
+            sf._replayable, sf._known = self._replayable, self._known
             sf._reset()
             jit_log("graph_fuser", 1, f"{self._captured.name}: new specialization for {describe(state)}")
             self._variants[state] = sf
@@ -414,8 +418,13 @@ class ScriptedFunction:
             if node not in self._runners:
                 group = node.owner.nodes[node.owner.nodes.index(node) + 1].blocks[0].nodes[0]
                 rank = max((o.type.rank or 0) for o in group.subgraph.outputs)
-                self._runners[node] = make_guard(node.attrs["types"], rank, input_axes(group.subgraph),
-                                                 node.attrs.get("values", ()))
+                types = node.attrs["types"]
+                known = None
+                if self._known:
+                    position = {v: i for i, v in enumerate(self._optimized.inputs)}
+                    known = [self._known.get(position.get(v, -1)) for v in node.inputs[:len(types)]]
+                self._runners[node] = make_guard(types, rank, input_axes(group.subgraph),
+                                                 node.attrs.get("values", ()), known=known)
             return self._runners[node]
         if kind == "prim::FallbackGraph":
             site = self._sites.get(node)

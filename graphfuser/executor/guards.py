@@ -7,6 +7,13 @@ fallback then raises the same error). Never concrete sizes. Scalars the kernel w
 on (a reduction's dims, keepdim, dtype, correction, eps: the guard node's ``values``) follow the
 tensors as arguments ``y0, y1 ...`` and must equal their profiled values; they are checked first.
 
+A backward graph's guard knows more about some of its inputs (``known``, see
+``autodiff/function.py``): a tensor the forward saved ("saved") is the very tensor the forward
+group's guard accepted, specialized as the backward's profile saw it, so only its sizes are read
+(for the relations); an incoming gradient ("grad") has its output's shape, dtype and device
+(autograd's engine casts and checks each gradient against the node's input metadata), so only
+its layout is checked.
+
 Example (a contiguous 2-D float input)::
 
     def guard(x0):
@@ -63,19 +70,28 @@ def _value_check(k: int, value: Any, ns: dict) -> str:
 
 def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard",
                  axes: Optional[Sequence[Sequence[Optional[int]]]] = None,
-                 values: Sequence[Any] = (), check_tensors: bool = True) -> tuple[str, dict]:
+                 values: Sequence[Any] = (), check_tensors: bool = True,
+                 known: Optional[Sequence[Optional[str]]] = None) -> tuple[str, dict]:
     """Python source of a guard over ``types`` (tensor inputs of a group) and its namespace.
 
     ``axes`` (groups with reductions / normalizations: ``ops.axes.input_axes``) names the loop
     axis of each input dim; dims sharing an axis must agree. Without it, broadcasting is
     right-aligned to ``out_rank``. ``values``: the profiled scalars the kernel holds as
     constants, passed after the tensors. ``check_tensors=False`` (guard mode off) checks the
-    values only."""
+    values only. ``known``: per tensor, None, "saved" or "grad" (module docstring)."""
     ns: dict = {"_grad_enabled": torch.is_grad_enabled}
     conds: list[str] = [_value_check(k, v, ns) for k, v in enumerate(values)]
-    if check_tensors and types:
+    known = list(known or ()) + [None] * (len(types) - len(known or ()))
+    if check_tensors and not all(known):
         conds.append("((_g := _grad_enabled()) or True)")    # grad mode, read once per call
     for i, t in enumerate(types if check_tensors else ()):
+        if known[i] is not None:
+            conds.append(f"((s{i} := x{i}.shape) or True)")
+            if known[i] == "grad":
+                if any(c.startswith("st") for c in _layout_checks(i, t)):
+                    conds.append(f"((st{i} := x{i}.stride()) or True)")
+                conds += ([f"0 in s{i}"] if 0 in t.sizes else []) + _layout_checks(i, t)
+            continue
         ns[f"_dt{i}"] = t.dtype
         conds.append(f"x{i}.dtype is _dt{i}")
         if t.device.type == "cpu":
@@ -120,8 +136,9 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
 
 def make_guard(types: Sequence[TensorType], out_rank: int,
                axes: Optional[Sequence[Sequence[Optional[int]]]] = None,
-               values: Sequence[Any] = (), check_tensors: bool = True) -> Callable[..., bool]:
-    src, ns = guard_source(types, out_rank, axes=axes, values=values, check_tensors=check_tensors)
+               values: Sequence[Any] = (), check_tensors: bool = True,
+               known: Optional[Sequence[Optional[str]]] = None) -> Callable[..., bool]:
+    src, ns = guard_source(types, out_rank, axes=axes, values=values, check_tensors=check_tensors, known=known)
     exec(compile(src, "<graphfuser guard>", "exec"), ns)
     fn = ns["guard"]
     fn.source = src
