@@ -12,6 +12,7 @@ grad, so are their gradients (``grads.py``).
 from __future__ import annotations
 
 import contextlib
+import math
 import importlib.util
 import os
 import sys
@@ -23,7 +24,7 @@ import torch
 
 from .grads import check_grads
 from .known import DEVIATIONS, eager_launch_failure_on_empty, welford_inf
-from .reference import ExactMoments, RoundedIntermediates
+from .reference import ExactMoments, PerturbedIntermediates, RoundedIntermediates
 
 DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
          "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8,
@@ -449,8 +450,9 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                 if cat == "wrong_value" and half and _closer_to_ref(g, e, r):
                     deviations.append({"deviation": "fp32_intermediates", "call": call, "detail": f"{what}: {detail}"})
                     continue
-                if cat == "wrong_value" and _rounded_pipeline_agrees(fn, case, call, device, rounded, where, g, e,
-                                                                     low_eps, floor):
+                if cat == "wrong_value" and (
+                        _rounded_pipeline_agrees(fn, case, call, device, rounded, where, g, e, low_eps, floor)
+                        or _rounding_spread_covers(fn, case, call, device, where, g, e, r, low_eps, floor)):
                     deviations.append({"deviation": "ill_conditioned", "call": call, "detail": f"{what}: {detail}"})
                     continue
                 findings.append({"category": cat, "call": call, "detail": f"{what}: {detail}"})
@@ -534,6 +536,43 @@ def _rounded_pipeline_agrees(fn, case: dict, call: int, device: str, cache: list
     if not isinstance(r, torch.Tensor) or tuple(r.shape) != tuple(e.shape):
         return False
     return compare_tensor(g, e, r, low_eps, check_strides=False, ref_floor=floor) is None
+
+
+PERTURBED_RUNS = 4
+
+
+def _rounding_spread_covers(fn, case: dict, call: int, device: str, where: int, g: torch.Tensor,
+                            e: torch.Tensor, r: Any, low_eps: float, floor: float) -> bool:
+    """graphfuser's value passes once the elements where it differs from eager's by no more than
+    eager's own value moves when every input and intermediate is nudged by two ulps
+    (``PerturbedIntermediates``, a few seeds) count as eager's: there the output's last bits are
+    the rounding of its intermediates, not a value either side can claim."""
+    if not e.is_floating_point() or g.dtype != e.dtype or tuple(g.shape) != tuple(e.shape) or not e.numel():
+        return False
+    ed = e.detach().cpu().double()
+    spread = torch.zeros(ed.shape, dtype=torch.float64)
+    for seed in range(PERTURBED_RUNS):
+        mode = PerturbedIntermediates(seed)
+        args = [mode.nudge(a) if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() else a
+                for a in make_args(case, call, device)]
+        try:
+            with torch.no_grad(), autocast_of(case, device), mode:
+                outs = _flat(fn(*args))
+        except Exception:  # noqa: BLE001 - no perturbed run: the finding stands
+            return False
+        p = outs[where] if 0 <= where < len(outs) else (args[-1 - where] if where < 0 else None)
+        if not isinstance(p, torch.Tensor) or tuple(p.shape) != tuple(e.shape):
+            return False
+        pd = p.detach().cpu().double()
+        d = (pd - ed).abs().nan_to_num(nan=0.0)
+        d[pd.isnan() != ed.isnan()] = math.inf
+        spread = torch.maximum(spread, d)
+    covered = (g.detach().cpu().double() - ed).abs() <= 2 * spread
+    if not bool(covered.any()):
+        return False
+    g2 = torch.where(covered.to(g.device), e, g)
+    return compare_tensor(g2, e, r if isinstance(r, torch.Tensor) else None, low_eps, check_strides=False,
+                          ref_floor=floor) is None
 
 
 def _closer_to_ref(g: Any, e: Any, r: Any) -> bool:

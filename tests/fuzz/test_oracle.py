@@ -424,3 +424,31 @@ def test_welford_inf_is_matched_narrowly():
     assert not welford_inf(["layer_norm"], torch.tensor([0.25, -inf, 1.0]), e, judge)      # no running stats
     assert not welford_inf(["batch_norm"], torch.tensor([0.5, -inf, 1.0]), e, judge)       # another difference
     assert not welford_inf(["batch_norm"], torch.tensor([0.25, 3.0, 1.0]), e, judge)       # finite where eager NaN
+
+
+def _judge_spread(body: str, inputs: list, g_of):
+    from graphfuser.fuzz.oracle import _rounding_spread_covers, load, make_args
+
+    case = _case(body, inputs, calls=[[1, False]])
+    fn = load(case["source"], "/tmp/gf_spread_case.py")
+    e = fn(*make_args(case, 0, "cpu"))
+    return _rounding_spread_covers(fn, case, 0, "cpu", 0, g_of(e), e, e.double(), 2.2e-16, 0.0)
+
+
+def test_rounding_spread_covers_the_cosine_of_a_huge_product():
+    # fuzz graph 1988 (seed 11414): cos of a float64 product of 33 values near 1e4 (~1e132): one
+    # ulp of the product moves the cosine anywhere, and another order of the products gave
+    # 22.04 where eager gave 27.92; eager's own value moves as far when its intermediates are
+    # nudged by two ulps
+    x1 = {"name": "x1", "kind": "tensor", "dtype": "float64", "shape": [33], "layout": "dense",
+          "fill": "huge_mean", "requires_grad": False}
+    body = "    return torch.prod(x1, -1, keepdim=True).cos() * 33\n"
+    assert _judge_spread(body, [x1], lambda e: e + 5.0)
+
+
+def test_rounding_spread_does_not_cover_a_wrong_value_of_a_tame_graph():
+    x1 = {"name": "x1", "kind": "tensor", "dtype": "float64", "shape": [33], "layout": "dense",
+          "fill": "normal", "requires_grad": False}
+    body = "    return torch.sum(x1 * 2.0, -1, keepdim=True).cos() * 33\n"
+    assert not _judge_spread(body, [x1], lambda e: e * (1 + 1e-9))
+    assert not _judge_spread(body, [x1], lambda e: e + 5.0)
