@@ -435,10 +435,19 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
     # 0: eager's backward nodes return zeros); the others get none, as eager never runs the
     # nodes behind outputs without a gradient (a group norm of NaN rows behind an unused output
     # would otherwise multiply a zero gradient into NaN: fuzz graph 306 of seed 11313)
+    # Only through differentiable edges: a comparison's mask carries none (the x0 of
+    # ``masked_fill(x1, x0 / 0 > 0, 2.0)`` gets no gradient in eager: fuzz graph 2277 of seed 12020),
+    # nor an argument the row ignores (type_as's ``other``)
+    def carries(v: Any) -> bool:
+        return isinstance(v, Value) and (_is_float_tensor(v) or str(v.type) == "Tensor[]")
+
     reach = {sub.outputs[k] for k in diff_outputs}
     for n in reversed(list(sub.block.nodes)):
-        if any(o in reach for o in n.outputs):
-            reach.update(n.inputs)
+        if any(o in reach and carries(o) for o in n.outputs):
+            row = lookup(n.kind)
+            args = list(n.inputs) if row is None else \
+                [v for k, v in bind(row, n)[0].items() if k not in row.ignored]
+            reach.update(v for v in args if carries(v))
     zero_inputs = [i for i, v in enumerate(sub.inputs) if v in diff and v not in grads and v in reach]
     returns = []
     for i in grad_inputs:

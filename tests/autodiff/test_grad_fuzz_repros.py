@@ -316,3 +316,37 @@ def test_nan_to_num_gradient_keeps_nan_of_an_infinite_factor():
     fn = make_function(["x", "y"], ["torch.addcdiv(x, torch.nan_to_num(x, nan=0.0, posinf=1.0), y, value=1.0)"])
     x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0, 2.0])
     check_grads(fn, [_leaf(x), torch.tensor([0.0, 0.0, 0.0, 0.0, 2.0])], F32)
+
+
+def test_an_input_behind_a_comparison_only_gets_no_gradient():
+    # fuzz graph 2277 (seed 12020): x0 reaches the outputs only through the mask of a masked_fill;
+    # eager leaves its gradient None, and so must the fused group (it returned zeros)
+    import graphfuser
+
+    def fn(x0, x1):
+        v1 = x1.masked_fill(x0 / 0 > 0, 2.0)
+        return v1 * torch.sign(x0) + 1.0, x1.neg()
+
+    sf = graphfuser.script(fn)
+    x1 = torch.randn(7)
+    x0 = torch.tensor([1.0, -1.0, 0.0, float("nan"), 2.0, -3.0, float("inf")])
+    for _ in range(5):
+        got = [x0.clone().requires_grad_(), x1.clone().requires_grad_()]
+        want = [x0.clone().requires_grad_(), x1.clone().requires_grad_()]
+        for f, leaves in ((sf, got), (fn, want)):
+            a, b = f(*leaves)
+            (a.sum() + b.sum()).backward()
+        assert (got[0].grad is None) == (want[0].grad is None)
+        if want[0].grad is not None:      # sign's zero derivative: eager's zeros
+            torch.testing.assert_close(got[0].grad, want[0].grad, **F32)
+        torch.testing.assert_close(got[1].grad, want[1].grad, **F32)
+
+    def masked_only(x0, x1):
+        return x1.masked_fill(x0 / 0 > 0, 2.0) * 3.0
+
+    sf = graphfuser.script(masked_only)
+    for _ in range(5):
+        x0l, x1l = x0.clone().requires_grad_(), x1.clone().requires_grad_()
+        sf(x0l, x1l).sum().backward()
+        assert x0l.grad is None
+        torch.testing.assert_close(x1l.grad, torch.where(x0 / 0 > 0, 0.0, 3.0), **F32)
