@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+import torch
+
 DEVIATIONS: dict[str, dict[str, str]] = {
     "fp32_intermediates": {
         "what": "fp16/bf16 chains keep fp32 intermediates where eager rounds every op's result",
@@ -50,10 +52,13 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "when_on": "",
     },
     "welford_inf": {
-        "what": "a batch / instance norm's statistics of a channel holding an inf (a running mean or var "
-                "after the call): eager's CUDA kernel (Welford's update, inf - inf) gives NaN, graphfuser "
-                "the inf the sum gives, as eager's CPU kernel does",
-        "knob": "none (the mean of values one of which is -inf is -inf; eager's CPU kernel agrees)",
+        "what": "statistics of data holding an inf, where eager's own kernels disagree: a batch / instance "
+                "norm's running mean or var after the call, which eager's CUDA kernel (Welford's update, "
+                "inf - inf) makes NaN and graphfuser the inf the sum gives, as eager's CPU kernel does; and "
+                "the mean of var_mean / std_mean, which eager's CUDA Welford makes the inf where the inf is "
+                "the last element one thread meets and NaN elsewhere, eager's CPU kernel NaN unless the inf "
+                "is the segment's last, graphfuser NaN on CUDA (its partials combine, as eager's do)",
+        "knob": "none (which of NaN and inf eager gives depends on its reduction's order of the elements)",
         "when_on": "",
     },
     "eager_overflow": {
@@ -88,16 +93,20 @@ def eager_launch_failure_on_empty(error: BaseException, args: Sequence[Any]) -> 
     return any(hasattr(a, "shape") and 0 in tuple(a.shape) for a in args)
 
 def welford_inf(ops: Sequence[str], g: Any, e: Any, judge: Any) -> bool:
-    """The ``welford_inf`` deviation: the graph has a batch / instance norm, and ``g`` differs from
-    eager's ``e`` only where eager is NaN and ``g`` is an inf (``judge(g')``, the oracle's own
-    comparison, passes once those elements are NaN in ``g'`` too)."""
-    if not any(op in ("batch_norm", "instance_norm") for op in ops) or not g.is_floating_point():
+    """The ``welford_inf`` deviation: the graph has a batch / instance norm (``g`` an inf where eager's
+    ``e`` is NaN) or a var_mean / std_mean (``g`` NaN where ``e`` is an inf), and ``g`` differs from
+    ``e`` only there (``judge(g')``, the oracle's own comparison, passes once those elements are
+    eager's in ``g'``)."""
+    if not g.is_floating_point() or g.shape != e.shape:
         return False
-    odd = e.isnan() & g.isinf()
+    odd = torch.zeros(g.shape, dtype=torch.bool, device=g.device)
+    if any(op in ("batch_norm", "instance_norm") for op in ops):
+        odd |= e.isnan() & g.isinf()
+    if any(op in ("var_mean", "std_mean") for op in ops):
+        odd |= g.isnan() & e.isinf()
     if not bool(odd.any()):
         return False
-    g2 = g.detach().clone()
-    g2[odd] = float("nan")
+    g2 = torch.where(odd, e, g.detach())
     return judge(g2) is None
 
 

@@ -424,6 +424,18 @@ def test_welford_inf_is_matched_narrowly():
     assert not welford_inf(["layer_norm"], torch.tensor([0.25, -inf, 1.0]), e, judge)      # no running stats
     assert not welford_inf(["batch_norm"], torch.tensor([0.5, -inf, 1.0]), e, judge)       # another difference
     assert not welford_inf(["batch_norm"], torch.tensor([0.25, 3.0, 1.0]), e, judge)       # finite where eager NaN
+    # fuzz graph 1379 of CUDA seed 9191: std_mean's mean of a segment holding -inf, eager's CUDA
+    # Welford -inf (the inf last in its thread's order), graphfuser's NaN (eager's CPU value there)
+    e2 = torch.tensor([0.25, -inf, 1.0])
+
+    def judge2(g2):
+        return compare_tensor(g2, e2, None, 1e-3, check_strides=False)
+
+    g2 = torch.tensor([0.25, nan, 1.0])
+    assert welford_inf(["std_mean", "add"], g2, e2, judge2)
+    assert not welford_inf(["mean"], g2, e2, judge2)                                       # a plain mean: -inf
+    assert not welford_inf(["batch_norm"], g2, e2, judge2)                                 # the other direction only
+    assert not welford_inf(["var_mean"], torch.tensor([0.5, nan, 1.0]), e2, judge2)        # another difference
 
 
 def _judge_spread(body: str, inputs: list, g_of):
