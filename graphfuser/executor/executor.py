@@ -69,6 +69,7 @@ class ScriptedFunction:
 
     _replayable = True           # steady no-grad CUDA calls may replay a CUDA graph (``from_graph``)
     _known: dict = {}            # input position -> "saved" / "grad": what a backward's caller vouches for
+    _oom_retry = False           # a call running again after an out-of-memory error (``_after_oom``)
 
     def __init__(self, obj: Any) -> None:
         self._torchscript: Optional[Callable] = None
@@ -256,6 +257,8 @@ class ScriptedFunction:
         TorchScript (one warning). Where TorchScript raises too, the original error stands.
         A ``raise`` in the scripted code (torch.jit.Error) and ``PYTORCH_NVFUSER_DISABLE=fallback``
         never recover."""
+        if isinstance(exc, torch.OutOfMemoryError):
+            return self._after_oom(args, kwargs, exc)
         scripted = self._captured.scripted if self._captured is not None else None
         if isinstance(exc, torch.jit.Error) or config.is_disabled("fallback") or self._writes_state():
             raise exc
@@ -285,6 +288,22 @@ class ScriptedFunction:
         self._run_through_torchscript(self._module if self._module is not None else self._captured,
                                       scripted, f"the host program raised {type(exc).__name__}: {exc}")
         return out
+
+    def _after_oom(self, args: tuple, kwargs: dict, exc: Exception) -> Any:
+        """CUDA ran out of memory: the memory graphfuser holds for speed (captured CUDA graphs'
+        pools, ``cuda_graphs.release_graphs``) is given back and the call runs once more, unless
+        it may have written its arguments or the module's state before the error. Running out of
+        memory is never a construct for TorchScript's executor to take over (under CUDA autocast
+        that executor crashes on models with nn.MultiheadAttention)."""
+        from .cuda_graphs import release_graphs
+
+        if self._oom_retry or not release_graphs() or self._writes_state():
+            raise exc
+        self._oom_retry = True
+        try:
+            return self(*args, **kwargs)
+        finally:
+            self._oom_retry = False
 
     def graph_for(self, *args: Any, **kwargs: Any) -> Graph:
         """Run once with ``args`` and return the graph that ran: optimized once profiling is done

@@ -290,3 +290,43 @@ def test_replays_slower_than_the_host_program_are_dropped(monkeypatch, host, kep
         assert replays > cuda_graphs.REPLAY_TRIALS and STATS["slower_replays"] == before["slower_replays"]
     else:
         assert replays == cuda_graphs.REPLAY_TRIALS and STATS["slower_replays"] == before["slower_replays"] + 1
+
+
+def test_out_of_memory_gives_the_captured_graphs_back():
+    # the zoo's vit_h_14: its fp32 graphs held 38 GiB of pools, and its first bf16 call ran out of
+    # memory that eager would have had. The graphs are dropped and the call runs again.
+    from graphfuser.executor import cuda_graphs
+
+    m = _net().eval()
+    sf = graphfuser.script(m)
+    with torch.no_grad():
+        x = torch.randn(4, 3, 16, 16, device="cuda")
+        for _ in range(8):
+            sf(x)
+        before = dict(STATS)
+        sf(x)
+        assert STATS["replays"] > before["replays"], "steady calls were not replayed"
+        # (no in-place ReLU: a call that may have written module state is not run again)
+        other = graphfuser.script(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GELU(), nn.Conv2d(8, 8, 3),
+                                                nn.Hardswish(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                                nn.Linear(8, 5)).cuda().eval())
+        for _ in range(8):
+            other(x)
+        fast = other._fast
+        calls = []
+
+        def out_of_memory(*args):
+            calls.append(1)
+            if len(calls) == 1:
+                raise torch.OutOfMemoryError("CUDA out of memory (test)")
+            return fast(*args)
+
+        other._fast = out_of_memory
+        other._replay = None
+        want = other._module(x)
+        _close(other(x), want)
+        assert len(calls) >= 2 and other._torchscript is None     # ran again, never through TorchScript
+        assert not any(r.entries for r in cuda_graphs._LIVE)        # every graph given back
+        replays = STATS["replays"]
+        _close(sf(x), m(x))
+        assert STATS["replays"] == replays                           # and not captured again
