@@ -280,6 +280,8 @@ class ScriptedFunction:
                 return out
         if scripted is None:
             raise exc
+        if self._module is not None and _torchscript_unsafe():
+            scripted = self._module     # the module's own forward: what the user runs unscripted
         call = self._torchscript_call(self._module, scripted)
         try:
             out = call(*args, **kwargs)
@@ -518,6 +520,13 @@ class ScriptedFunction:
             verify(self._optimized)
             jit_log_graph("profiling_graph_executor_impl", f"Re-specialized {site.kind}:", self._optimized)
         self._rebuild()
+
+
+def _torchscript_unsafe() -> bool:
+    """Whether TorchScript's executor is no place to send a call: under CUDA autocast it crashed
+    the process (a segmentation fault, torch 2.11) on torchvision's models with
+    nn.MultiheadAttention, where eager runs. A module recovering there runs its eager forward."""
+    return torch.is_autocast_enabled("cuda")
 
 
 def _same_layout_copy(x: Any) -> Any:

@@ -449,3 +449,21 @@ def test_hot_ops_through_python_bindings():
                            ("add", "Tensor"), ("sub", "Tensor"), ("mul", "Tensor"), ("div", "Tensor")]:
         assert (name, overload) in _BINDINGS
         assert id(python_binding(name, overload)) in bound, name
+
+
+def test_a_failing_host_program_under_cuda_autocast_runs_the_module_eagerly(monkeypatch):
+    """Under CUDA autocast TorchScript's executor crashed the process on nn.MultiheadAttention
+    models: a module whose host program raises there runs its own forward instead."""
+    from graphfuser.executor import executor
+
+    monkeypatch.setitem(handlers.HANDLERS, "prim::is_nested", handlers._template("{0}.no_such_attribute"))
+    monkeypatch.setattr(executor, "_torchscript_unsafe", lambda: True)
+    m = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    sm = graphfuser.script(m)
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        with pytest.warns(UserWarning, match="host program raised AttributeError.*runs eagerly, unfused"):
+            torch.testing.assert_close(sm(x), m(x))
+        for b in (3, 4):
+            x = torch.randn(b, 3, 8)
+            torch.testing.assert_close(sm(x), m(x))
