@@ -172,3 +172,20 @@ def roundtrip(g: Graph) -> str:
     again = print_graph(verify(parse_graph(text)))
     assert again == text, f"round trip changed the graph:\n{text}\n---\n{again}"
     return text
+
+
+def out_of_memory_once(sf: graphfuser.ScriptedFunction) -> list:
+    """Make ``sf``'s steady host program raise torch.OutOfMemoryError on its next call only; the
+    returned list counts its calls."""
+    fast, calls = sf._fast, []
+    assert fast is not None, "not steady yet"
+
+    def run(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+        return fast(*args)
+
+    sf._fast = run
+    sf._replay = None
+    return calls

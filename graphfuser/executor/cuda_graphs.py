@@ -53,7 +53,7 @@ intermediates, the static inputs and outputs) for as long as the scripted functi
 memory eager allocates for a call, held. When a call of any scripted function runs out of CUDA
 memory, every replayer gives its graphs back (``release_graphs``) and those signatures run their
 host programs from then on, so that graphfuser never holds memory eager would have had (the zoo's
-vit_h_14 under bf16 autocast, after its fp32 graphs took 38 GiB of pools).
+vit_h_14 under bf16 autocast ran out of memory with 38 GiB held in graph pools).
 ``PYTORCH_NVFUSER_DISABLE=cuda_graphs`` turns replay off.
 """
 from __future__ import annotations

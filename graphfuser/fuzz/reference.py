@@ -8,7 +8,7 @@ instance / group norm from deviations taken against a double-double mean instead
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -121,7 +121,32 @@ def _aliases(out: torch.Tensor, args: Any) -> bool:
     return any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr for a in args)
 
 
-class RoundedIntermediates(torch.overrides.TorchFunctionMode):
+class _NewResults(torch.overrides.TorchFunctionMode):
+    """Eager runs each op; ``results`` may then replace the results it made (None: keep them).
+    In-place and random ops keep theirs."""
+
+    def results(self, func, args: tuple, kwargs: dict, outs: tuple, flat: list) -> Optional[list]:
+        raise NotImplementedError
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name.endswith("_") or any(r in name for r in _RANDOM):
+            return out
+        single = isinstance(out, torch.Tensor)
+        outs = (out,) if single else out
+        if not isinstance(outs, tuple):
+            return out
+        items = self.results(func, args, kwargs, outs, list(args) + list(kwargs.values()))
+        if items is None:
+            return out
+        if single:
+            return items[0]
+        return type(out)(items) if hasattr(out, "n_fields") else tuple(items)
+
+
+class RoundedIntermediates(_NewResults):
     """Eager's dtypes, with every op that makes a new floating tensor computed in float64 and
     rounded to eager's result dtype: a pipeline whose every op is correctly rounded. Where an op
     amplifies the last ulp of its input (acos of a value that rounds to 1: fuzz graph 6476 of seed
@@ -130,33 +155,21 @@ class RoundedIntermediates(torch.overrides.TorchFunctionMode):
     error: a value this pipeline gives is one a faithful implementation may give. Views, in-place
     ops and random ops run as eager's."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        flat = list(args) + list(kwargs.values())
-        if name.endswith("_") or any(r in name for r in _RANDOM):
-            return out
-        single = isinstance(out, torch.Tensor)
-        outs = (out,) if single else out
-        if not isinstance(outs, tuple) or not any(isinstance(o, torch.Tensor) and o.dtype in _LOW
-                                                  and not _aliases(o, flat) for o in outs):
-            return out
+    def results(self, func, args: tuple, kwargs: dict, outs: tuple, flat: list) -> Optional[list]:
+        if not any(isinstance(o, torch.Tensor) and o.dtype in _LOW and not _aliases(o, flat) for o in outs):
+            return None
         try:
             exact = func(*[_wide(a) for a in args], **{k: _wide(v) for k, v in kwargs.items()})
         except Exception:  # noqa: BLE001 - no float64 form: eager's
-            return out
-        exacts = (exact,) if single else exact
+            return None
+        exacts = (exact,) if len(outs) == 1 and isinstance(exact, torch.Tensor) else exact
         if not isinstance(exacts, tuple) or len(exacts) != len(outs):
-            return out
-        items = [x.to(o.dtype) if isinstance(o, torch.Tensor) and isinstance(x, torch.Tensor) and o.dtype in _LOW
-                 and x.shape == o.shape and not _aliases(o, flat) else o for o, x in zip(outs, exacts)]
-        if single:
-            return items[0]
-        return type(out)(items) if hasattr(out, "n_fields") else tuple(items)
+            return None
+        return [x.to(o.dtype) if isinstance(o, torch.Tensor) and isinstance(x, torch.Tensor) and o.dtype in _LOW
+                and x.shape == o.shape and not _aliases(o, flat) else o for o, x in zip(outs, exacts)]
 
 
-class PerturbedIntermediates(torch.overrides.TorchFunctionMode):
+class PerturbedIntermediates(_NewResults):
     """Eager's pipeline with every new floating result moved by ``ulps`` units of its dtype's
     epsilon, relative, with a seeded random sign per element: what another order of a
     reduction's additions or products, or a last-ulp difference of a math function, may do to
@@ -174,19 +187,6 @@ class PerturbedIntermediates(torch.overrides.TorchFunctionMode):
         signs = (torch.randint(0, 2, t.shape, generator=self.gen) * 2 - 1).to(device=t.device, dtype=t.dtype)
         return t * (signs * (self.ulps * torch.finfo(t.dtype).eps) + 1)
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        flat = list(args) + list(kwargs.values())
-        if name.endswith("_") or any(r in name for r in _RANDOM):
-            return out
-        single = isinstance(out, torch.Tensor)
-        outs = (out,) if single else out
-        if not isinstance(outs, tuple):
-            return out
-        items = [self.nudge(o) if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel()
-                 and not _aliases(o, flat) else o for o in outs]
-        if single:
-            return items[0]
-        return type(out)(items) if hasattr(out, "n_fields") else tuple(items)
+    def results(self, func, args: tuple, kwargs: dict, outs: tuple, flat: list) -> Optional[list]:
+        return [self.nudge(o) if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel()
+                and not _aliases(o, flat) else o for o in outs]

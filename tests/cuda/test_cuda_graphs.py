@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import graphfuser
 from graphfuser.config import config
 from graphfuser.executor.cuda_graphs import STATS
+from helpers import out_of_memory_once
 
 pytestmark = pytest.mark.cuda
 
@@ -293,8 +294,8 @@ def test_replays_slower_than_the_host_program_are_dropped(monkeypatch, host, kep
 
 
 def test_out_of_memory_gives_the_captured_graphs_back():
-    # the zoo's vit_h_14: its fp32 graphs held 38 GiB of pools, and its first bf16 call ran out of
-    # memory that eager would have had. The graphs are dropped and the call runs again.
+    # the zoo's vit_h_14: its first bf16 call ran out of memory with 38 GiB held in captured
+    # graphs' pools. The graphs are dropped and the call runs again.
     from graphfuser.executor import cuda_graphs
 
     m = _net().eval()
@@ -312,17 +313,7 @@ def test_out_of_memory_gives_the_captured_graphs_back():
                                                 nn.Linear(8, 5)).cuda().eval())
         for _ in range(8):
             other(x)
-        fast = other._fast
-        calls = []
-
-        def out_of_memory(*args):
-            calls.append(1)
-            if len(calls) == 1:
-                raise torch.OutOfMemoryError("CUDA out of memory (test)")
-            return fast(*args)
-
-        other._fast = out_of_memory
-        other._replay = None
+        calls = out_of_memory_once(other)
         want = other._module(x)
         _close(other(x), want)
         assert len(calls) >= 2 and other._torchscript is None     # ran again, never through TorchScript

@@ -311,12 +311,16 @@ def test_call_method_into_an_interface_submodule():
 def test_a_handler_that_fails_at_run_time_falls_back_to_torchscript(monkeypatch):
     """A host program that raises where torch.jit.script does not: the call is answered by
     TorchScript, one warning names the error, and later calls run through TorchScript."""
+    _failing_handler_recovers(monkeypatch, "host program raised AttributeError.*no_such_attribute.*unfused")
+
+
+def _failing_handler_recovers(monkeypatch, warning: str) -> None:
     monkeypatch.setitem(handlers.HANDLERS, "prim::is_nested", handlers._template("{0}.no_such_attribute"))
     m = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
     sm = graphfuser.script(m)
     x = torch.randn(2, 3, 8)
     with torch.no_grad():
-        with pytest.warns(UserWarning, match="host program raised AttributeError.*no_such_attribute.*unfused"):
+        with pytest.warns(UserWarning, match=warning):
             torch.testing.assert_close(sm(x), m(x))
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)
@@ -456,14 +460,5 @@ def test_a_failing_host_program_under_cuda_autocast_runs_the_module_eagerly(monk
     models: a module whose host program raises there runs its own forward instead."""
     from graphfuser.executor import executor
 
-    monkeypatch.setitem(handlers.HANDLERS, "prim::is_nested", handlers._template("{0}.no_such_attribute"))
     monkeypatch.setattr(executor, "_torchscript_unsafe", lambda: True)
-    m = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
-    sm = graphfuser.script(m)
-    x = torch.randn(2, 3, 8)
-    with torch.no_grad():
-        with pytest.warns(UserWarning, match="host program raised AttributeError.*runs eagerly, unfused"):
-            torch.testing.assert_close(sm(x), m(x))
-        for b in (3, 4):
-            x = torch.randn(b, 3, 8)
-            torch.testing.assert_close(sm(x), m(x))
+    _failing_handler_recovers(monkeypatch, "host program raised AttributeError.*runs eagerly, unfused")

@@ -8,6 +8,7 @@ import torch
 
 import graphfuser
 from graphfuser.executor import cuda_graphs
+from helpers import out_of_memory_once
 
 
 def _steady():
@@ -21,24 +22,11 @@ def _steady():
     return fn, sf, x, y
 
 
-def _failing_once(sf):
-    fast, calls = sf._fast, []
-
-    def run(*args):
-        calls.append(1)
-        if len(calls) == 1:
-            raise torch.OutOfMemoryError("CUDA out of memory (test)")
-        return fast(*args)
-
-    sf._fast = run
-    return calls
-
-
 def test_out_of_memory_releases_graphs_and_runs_again(monkeypatch):
     fn, sf, x, y = _steady()
     released = []
     monkeypatch.setattr(cuda_graphs, "release_graphs", lambda: released.append(1) or 2)
-    calls = _failing_once(sf)
+    calls = out_of_memory_once(sf)
     torch.testing.assert_close(sf(x, y), fn(x, y))
     assert released == [1] and len(calls) == 2
     assert sf._torchscript is None
@@ -47,7 +35,7 @@ def test_out_of_memory_releases_graphs_and_runs_again(monkeypatch):
 def test_out_of_memory_with_nothing_to_release_is_raised(monkeypatch):
     fn, sf, x, y = _steady()
     monkeypatch.setattr(cuda_graphs, "release_graphs", lambda: 0)
-    _failing_once(sf)
+    out_of_memory_once(sf)
     with pytest.raises(torch.OutOfMemoryError):
         sf(x, y)
     assert sf._torchscript is None
