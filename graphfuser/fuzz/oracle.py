@@ -24,7 +24,7 @@ import torch
 
 from .grads import check_grads
 from .known import DEVIATIONS, eager_launch_failure_on_empty, welford_inf
-from .reference import ExactMoments, PerturbedIntermediates, RoundedIntermediates
+from .reference import ExactMoments, PerturbedIntermediates, RoundedIntermediates, spread_patched
 
 DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
          "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8,
@@ -460,7 +460,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                 judged = check_grads(
                     case, call, fo, fe, ga, ea, lambda: _grad_reference(fn, case, call, device),
                     lambda g, e, r, go: compare_tensor(g, e, r, low_eps, check_strides=False,
-                                                       ref_floor=floor + low_eps * go, eager_noise=4.0))
+                                                       ref_floor=floor + low_eps * go, eager_noise=4.0),
+                    lambda seed: perturbed_run(fn, case, call, device, seed, grad=True), PERTURBED_RUNS)
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]
@@ -538,41 +539,41 @@ def _rounded_pipeline_agrees(fn, case: dict, call: int, device: str, cache: list
     return compare_tensor(g, e, r, low_eps, check_strides=False, ref_floor=floor) is None
 
 
-PERTURBED_RUNS = 4
+PERTURBED_RUNS = 6
+
+
+def perturbed_run(fn, case: dict, call: int, device: str, seed: int, grad: bool = False
+                  ) -> Optional[tuple[list, list]]:
+    """Eager's outputs and inputs of the call with every floating input and intermediate nudged
+    by two ulps (``PerturbedIntermediates`` of ``seed``); inputs that require grad stay leaves
+    that do (``grad``: the graph is kept for a backward). None where eager raises."""
+    mode = PerturbedIntermediates(seed)
+    args = [mode.nudge(a.detach()).requires_grad_(a.requires_grad and grad)
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() else a
+            for a in make_args(case, call, device)]
+    try:
+        with torch.set_grad_enabled(grad), autocast_of(case, device), mode:
+            return _flat(fn(*args)), args
+    except Exception:  # noqa: BLE001 - no perturbed run: the finding stands
+        return None
 
 
 def _rounding_spread_covers(fn, case: dict, call: int, device: str, where: int, g: torch.Tensor,
                             e: torch.Tensor, r: Any, low_eps: float, floor: float) -> bool:
     """graphfuser's value passes once the elements where it differs from eager's by no more than
     eager's own value moves when every input and intermediate is nudged by two ulps
-    (``PerturbedIntermediates``, a few seeds) count as eager's: there the output's last bits are
-    the rounding of its intermediates, not a value either side can claim."""
-    if not e.is_floating_point() or g.dtype != e.dtype or tuple(g.shape) != tuple(e.shape) or not e.numel():
-        return False
-    ed = e.detach().cpu().double()
-    spread = torch.zeros(ed.shape, dtype=torch.float64)
+    (``perturbed_run``, a few seeds) count as eager's: there the output's last bits are the
+    rounding of its intermediates, not a value either side can claim."""
+    runs = []
     for seed in range(PERTURBED_RUNS):
-        mode = PerturbedIntermediates(seed)
-        args = [mode.nudge(a) if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() else a
-                for a in make_args(case, call, device)]
-        try:
-            with torch.no_grad(), autocast_of(case, device), mode:
-                outs = _flat(fn(*args))
-        except Exception:  # noqa: BLE001 - no perturbed run: the finding stands
+        run = perturbed_run(fn, case, call, device, seed)
+        if run is None:
             return False
-        p = outs[where] if 0 <= where < len(outs) else (args[-1 - where] if where < 0 else None)
-        if not isinstance(p, torch.Tensor) or tuple(p.shape) != tuple(e.shape):
-            return False
-        pd = p.detach().cpu().double()
-        d = (pd - ed).abs().nan_to_num(nan=0.0)
-        d[pd.isnan() != ed.isnan()] = math.inf
-        spread = torch.maximum(spread, d)
-    covered = (g.detach().cpu().double() - ed).abs() <= 2 * spread
-    if not bool(covered.any()):
-        return False
-    g2 = torch.where(covered.to(g.device), e, g)
-    return compare_tensor(g2, e, r if isinstance(r, torch.Tensor) else None, low_eps, check_strides=False,
-                          ref_floor=floor) is None
+        outs, args = run
+        runs.append(outs[where] if 0 <= where < len(outs) else (args[-1 - where] if where < 0 else None))
+    g2 = spread_patched(g, e, runs)
+    return g2 is not None and compare_tensor(g2, e, r if isinstance(r, torch.Tensor) else None, low_eps,
+                                             check_strides=False, ref_floor=floor) is None
 
 
 def _closer_to_ref(g: Any, e: Any, r: Any) -> bool:

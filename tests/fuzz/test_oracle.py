@@ -464,3 +464,36 @@ def test_rounding_spread_does_not_cover_a_wrong_value_of_a_tame_graph():
     body = "    return torch.sum(x1 * 2.0, -1, keepdim=True).cos() * 33\n"
     assert not _judge_spread(body, [x1], lambda e: e * (1 + 1e-9))
     assert not _judge_spread(body, [x1], lambda e: e + 5.0)
+
+
+def _grad_findings(f_eager, f_fused):
+    from graphfuser.fuzz.grads import check_grads
+    from graphfuser.fuzz.reference import PerturbedIntermediates
+
+    x = torch.linspace(1e-3, 4e-3, 16)
+    case = {"seed": 3, "inputs": [{"name": "x0"}], "ops": []}
+    ea, ga = [x.clone().requires_grad_()], [x.clone().requires_grad_()]
+    fe, fo = [f_eager(ea[0])], [f_fused(ga[0])]
+
+    def perturbed(seed):
+        mode = PerturbedIntermediates(seed)
+        a = mode.nudge(x).requires_grad_()
+        with mode:
+            return [f_eager(a)], [a]
+
+    def compare(g, e, r, go):
+        return compare_tensor(g, e, r, 1.2e-7, check_strides=False)
+
+    return check_grads(case, 0, fo, fe, ga, ea, lambda: None, compare, perturbed, 6)
+
+
+def test_gradient_spread_covers_an_ill_conditioned_gradient():
+    # fuzz graph 2847 of CUDA seed 8888: the gradient of x / sinh(x), a difference of two nearly
+    # equal terms near 0: sinh's last ulp moves it by thousands of its own ulps
+    findings = _grad_findings(lambda a: a / torch.sinh(a), lambda a: a / (torch.sinh(a) * (1 + 2 ** -23)))
+    assert findings and all(f.get("deviation") == "ill_conditioned" for f in findings), findings
+
+
+def test_gradient_spread_does_not_cover_a_wrong_gradient_of_a_tame_graph():
+    findings = _grad_findings(lambda a: torch.sin(a) * 3.0, lambda a: torch.sin(a) * (3.0 + 3e-4))
+    assert findings and findings[0].get("category") == "wrong_grad", findings
