@@ -13,7 +13,11 @@ device state over the run while each runs as a training loop does, step after st
 alternating single steps ran each step after the other model's, with the host's caches full of
 that model's work, and cost the host-bound side most (H100 host, resnet50 bf16, batch 64, in one
 process: graphfuser 0.98x / 0.96x of eager alternating single steps, 1.10x / 1.04x in turns of
-4). Reported per model: the losses of every step of both, ms per step
+4). Eager's steps run with autograd's threading as it was before graphfuser ran anything
+(``--eager-threads default``): graphfuser turns autograd's device threads off process-wide once a
+CUDA group runs under grad (``autodiff/function.py``), and an eager model trained in another
+process keeps them; ``--eager-threads as-is`` lets eager's steps share graphfuser's setting.
+Reported per model: the losses of every step of both, ms per step
 after the first ``--warmup`` steps (the median), and the fusion groups of graphfuser's forward and
 of its backward graphs.
 
@@ -46,6 +50,8 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+# autograd's threading before anything in this process ran a graphfuser group (``Trainer``)
+DEFAULT_MULTITHREADING = torch.autograd.is_multithreading_enabled()
 
 @dataclass
 class TrainResult:
@@ -90,8 +96,10 @@ class Trainer:
     """One copy of a model with its SGD optimizer, run eagerly or through ``graphfuser.script``;
     :meth:`step` runs one synchronized training step and records its loss and wall ms."""
 
-    def __init__(self, model: torch.nn.Module, amp: str, lr: float, script: bool) -> None:
+    def __init__(self, model: torch.nn.Module, amp: str, lr: float, script: bool,
+                 threads: Optional[bool] = None) -> None:
         model.train()
+        self.threads = threads      # autograd's multithreading during a step (None: as it is)
         self.fn: Callable = model
         if script:
             import graphfuser
@@ -106,12 +114,15 @@ class Trainer:
         device = x.device.type
         _sync(device)
         t0 = time.perf_counter()
-        self.opt.zero_grad(set_to_none=True)
-        with _amp(device, self.amp):
-            out = _logits(self.fn(x))
-        loss = F.cross_entropy(out.float(), y)
-        loss.backward()
-        self.opt.step()
+        with contextlib.ExitStack() as stack:
+            if self.threads is not None:
+                stack.enter_context(torch.autograd.set_multithreading_enabled(self.threads))
+            self.opt.zero_grad(set_to_none=True)
+            with _amp(device, self.amp):
+                out = _logits(self.fn(x))
+            loss = F.cross_entropy(out.float(), y)
+            loss.backward()
+            self.opt.step()
         _sync(device)
         self.times.append(1e3 * (time.perf_counter() - t0))
         self.losses.append(loss.item())
@@ -144,13 +155,15 @@ def fused_groups(sf: Any) -> tuple[int, int]:
 
 
 def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 4, amp: str = "none",
-            lr: float = 0.01, warmup: int = 2, tol: float = 1e-3, name: str = "model", block: int = 4) -> TrainResult:
+            lr: float = 0.01, warmup: int = 2, tol: float = 1e-3, name: str = "model", block: int = 4,
+            eager_threads: str = "default") -> TrainResult:
     """Train two copies of ``model`` (eager and graphfuser) from the same weights on ``x, y``;
     under autocast a third, eager in fp32, measures autocast's own rounding (module docstring)."""
     res = TrainResult(name, amp=amp)
     eager = copy.deepcopy(model)
     fused = copy.deepcopy(model)
-    te, tg = Trainer(eager, amp, lr, script=False), Trainer(fused, amp, lr, script=True)
+    threads = DEFAULT_MULTITHREADING if eager_threads == "default" else None
+    te, tg = Trainer(eager, amp, lr, script=False, threads=threads), Trainer(fused, amp, lr, script=True)
     k = 0
     while len(te.losses) < steps:   # turns of ``block`` steps each; which goes first alternates
         for t in ((te, tg) if k % 2 == 0 else (tg, te)):
@@ -211,7 +224,8 @@ def _build(name: str, image_size: Optional[int], timm_kwargs: dict) -> tuple[tor
 
 
 def run_model(name: str, device: str, batch: int, steps: int, amp: str, lr: float, tol: float,
-              image_size: Optional[int], timm_kwargs: dict, warmup: int, block: int = 4) -> TrainResult:
+              image_size: Optional[int], timm_kwargs: dict, warmup: int, block: int = 4,
+              eager_threads: str = "default") -> TrainResult:
     t0 = time.perf_counter()
     try:
         torch.manual_seed(0)
@@ -219,7 +233,7 @@ def run_model(name: str, device: str, batch: int, steps: int, amp: str, lr: floa
         model = model.to(device)
         x = torch.randn(batch, *size, device=device)
         y = torch.randint(0, classes, (batch,), device=device)
-        res = compare(model, x, y, steps, amp, lr, warmup, tol, name, block)
+        res = compare(model, x, y, steps, amp, lr, warmup, tol, name, block, eager_threads)
     except Exception as e:  # noqa: BLE001 - one model's failure is its row
         res = TrainResult(name, amp=amp, error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         traceback.print_exc()
@@ -257,6 +271,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="default: 8 on CUDA, 3 on the CPU")
     p.add_argument("--warmup", type=int, default=2, help="steps left out of the step time")
     p.add_argument("--block", type=int, default=4, help="consecutive steps of one model per turn")
+    p.add_argument("--eager-threads", choices=("default", "as-is"), default="default",
+                   help="autograd's multithreading in eager's steps: as before graphfuser ran (default) or shared")
     p.add_argument("--amp", choices=("bf16", "fp16", "none"), default=None,
                    help="autocast dtype (default: bf16 on CUDA, none on the CPU)")
     p.add_argument("--lr", type=float, default=0.01)
@@ -281,7 +297,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = []
     for name in [s.strip() for s in args.models.split(",") if s.strip()]:
         r = run_model(name, args.device, batch, steps, amp, args.lr, tol, args.image_size,
-                      json.loads(args.timm_kwargs), args.warmup, args.block)
+                      json.loads(args.timm_kwargs), args.warmup, args.block, args.eager_threads)
         results.append(r)
         print(f"{r.model:36s} {r.status:9s} eager {_fmt(r.eager_ms)} ms graphfuser {_fmt(r.graphfuser_ms)} ms "
               f"groups {r.forward_groups}/{r.backward_groups} loss diff {r.max_loss_rel_diff} "
@@ -290,8 +306,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         with open(path + ".json", "w") as f:
             json.dump({"device": args.device, "gpu": torch.cuda.get_device_name() if cuda else None,
                        "torch": torch.__version__, "batch": batch, "steps": steps, "amp": amp,
+                       "eager_threads": args.eager_threads,
                        "models": [asdict(x) for x in results]}, f, indent=1)
     with open(path + ".md", "w") as f:
         f.write(markdown(results, f"graphfuser zoo training on {tag} (torch {torch.__version__}, batch {batch}, "
-                                  f"{steps} SGD steps)"))
+                                  f"{steps} SGD steps, eager's autograd threading: {args.eager_threads})"))
     return 0 if all(r.status == "ok" for r in results) else 1

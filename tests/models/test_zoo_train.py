@@ -91,3 +91,31 @@ def test_vit_trains_like_eager_in_fp32():
     assert fwd >= 4 and bwd >= 4, (fwd, bwd)                # it fused: the layer norms, GELU, residuals
     for (name, a), b in zip(eager.named_parameters(), fused.parameters()):
         assert (a.grad - b.grad).norm() <= 2e-5 * a.grad.norm() + 1e-9, name
+
+
+def test_eager_steps_run_with_autograds_threading_as_before_graphfuser():
+    """graphfuser turns autograd's device threads off process-wide once a CUDA group runs under
+    grad; eager's steps in the zoo run as an eager model in another process would."""
+    from graphfuser.zoo_train import DEFAULT_MULTITHREADING, Trainer
+
+    seen = []
+
+    class Spy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 10)
+
+        def forward(self, x):
+            seen.append(torch.autograd.is_multithreading_enabled())
+            return self.lin(x)
+
+    before = torch.autograd.is_multithreading_enabled()
+    x, y = torch.randn(3, 4), torch.randint(0, 10, (3,))
+    try:
+        torch._C._set_multithreading_enabled(not DEFAULT_MULTITHREADING)   # as graphfuser leaves it
+        Trainer(Spy(), "none", 0.01, script=False, threads=DEFAULT_MULTITHREADING).step(x, y)
+        Trainer(Spy(), "none", 0.01, script=False).step(x, y)
+        assert seen == [DEFAULT_MULTITHREADING, not DEFAULT_MULTITHREADING]
+        assert torch.autograd.is_multithreading_enabled() == (not DEFAULT_MULTITHREADING)
+    finally:
+        torch._C._set_multithreading_enabled(before)
