@@ -13,7 +13,7 @@ device state over the run while each runs as a training loop does, step after st
 alternating single steps ran each step after the other model's, with the host's caches full of
 that model's work, and cost the host-bound side most (H100 host, resnet50 bf16, batch 64, in one
 process: graphfuser 0.98x / 0.96x of eager alternating single steps, 1.10x / 1.04x in turns of
-4). Eager's steps run with autograd's threading as it was before graphfuser ran anything
+4). Eager's steps run with autograd's threading as it was before graphfuser turned it off
 (``--eager-threads default``): graphfuser turns autograd's device threads off process-wide once a
 CUDA group runs under grad (``autodiff/function.py``), and an eager model trained in another
 process keeps them; ``--eager-threads as-is`` lets eager's steps share graphfuser's setting.
@@ -50,8 +50,6 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-# autograd's threading before anything in this process ran a graphfuser group (``Trainer``)
-DEFAULT_MULTITHREADING = torch.autograd.is_multithreading_enabled()
 
 @dataclass
 class TrainResult:
@@ -162,7 +160,7 @@ def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int
     res = TrainResult(name, amp=amp)
     eager = copy.deepcopy(model)
     fused = copy.deepcopy(model)
-    threads = DEFAULT_MULTITHREADING if eager_threads == "default" else None
+    threads = default_multithreading() if eager_threads == "default" else None
     te, tg = Trainer(eager, amp, lr, script=False, threads=threads), Trainer(fused, amp, lr, script=True)
     k = 0
     while len(te.losses) < steps:   # turns of ``block`` steps each; which goes first alternates
@@ -188,6 +186,14 @@ def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int
     with _amp(x.device.type, amp):
         res.forward_groups, res.backward_groups = fused_groups(sf)
     return res
+
+
+def default_multithreading() -> bool:
+    """autograd's multithreading as it was before graphfuser turned it off in this process."""
+    from .autodiff.function import MULTITHREADING_BEFORE
+
+    before = MULTITHREADING_BEFORE[0]
+    return torch.autograd.is_multithreading_enabled() if before is None else before
 
 
 def loss_tolerances(eager: list[float], fp32: list[float], tol: float) -> list[float]:

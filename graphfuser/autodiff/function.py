@@ -259,6 +259,8 @@ def _eager(sub: Graph) -> Callable[..., tuple]:
 
 
 _calling_thread = [False]
+# autograd's multithreading before graphfuser turned it off (None: not turned off)
+MULTITHREADING_BEFORE: list = [None]
 
 
 def _backward_on_the_calling_thread() -> None:
@@ -276,6 +278,7 @@ def _backward_on_the_calling_thread() -> None:
         return
     _calling_thread[0] = True
     if torch.autograd.is_multithreading_enabled():
+        MULTITHREADING_BEFORE[0] = True
         torch._C._set_multithreading_enabled(False)
         jit_log("graph_fuser", 1, "backward passes run on the calling thread from now on "
                                   "(PYTORCH_NVFUSER_DISABLE=calling_thread_backward keeps autograd's device threads)")

@@ -96,7 +96,8 @@ def test_vit_trains_like_eager_in_fp32():
 def test_eager_steps_run_with_autograds_threading_as_before_graphfuser():
     """graphfuser turns autograd's device threads off process-wide once a CUDA group runs under
     grad; eager's steps in the zoo run as an eager model in another process would."""
-    from graphfuser.zoo_train import DEFAULT_MULTITHREADING, Trainer
+    from graphfuser.autodiff.function import MULTITHREADING_BEFORE
+    from graphfuser.zoo_train import Trainer, default_multithreading
 
     seen = []
 
@@ -109,13 +110,19 @@ def test_eager_steps_run_with_autograds_threading_as_before_graphfuser():
             seen.append(torch.autograd.is_multithreading_enabled())
             return self.lin(x)
 
-    before = torch.autograd.is_multithreading_enabled()
+    before, recorded = torch.autograd.is_multithreading_enabled(), MULTITHREADING_BEFORE[0]
     x, y = torch.randn(3, 4), torch.randint(0, 10, (3,))
     try:
-        torch._C._set_multithreading_enabled(not DEFAULT_MULTITHREADING)   # as graphfuser leaves it
-        Trainer(Spy(), "none", 0.01, script=False, threads=DEFAULT_MULTITHREADING).step(x, y)
+        torch._C._set_multithreading_enabled(True)
+        MULTITHREADING_BEFORE[0] = None
+        assert default_multithreading() is True
+        MULTITHREADING_BEFORE[0] = True                    # as graphfuser leaves it
+        torch._C._set_multithreading_enabled(False)
+        assert default_multithreading() is True
+        Trainer(Spy(), "none", 0.01, script=False, threads=default_multithreading()).step(x, y)
         Trainer(Spy(), "none", 0.01, script=False).step(x, y)
-        assert seen == [DEFAULT_MULTITHREADING, not DEFAULT_MULTITHREADING]
-        assert torch.autograd.is_multithreading_enabled() == (not DEFAULT_MULTITHREADING)
+        assert seen == [True, False]
+        assert torch.autograd.is_multithreading_enabled() is False
     finally:
         torch._C._set_multithreading_enabled(before)
+        MULTITHREADING_BEFORE[0] = recorded
