@@ -140,7 +140,7 @@ def fused_groups(sf: Any) -> tuple[int, int]:
     groups of the backward graphs of its differentiable groups)."""
     from .autodiff.function import DifferentiableGroup
 
-    inner = sf._under_autocast() if getattr(sf, "_variants", None) is not None else sf
+    inner = sf._specialized() if getattr(sf, "_variants", None) is not None else sf
     g = getattr(inner, "_optimized", None)
     if g is None:
         return 0, 0

@@ -189,3 +189,22 @@ def out_of_memory_once(sf: graphfuser.ScriptedFunction) -> list:
     sf._fast = run
     sf._replay = None
     return calls
+
+
+def philox_dropouts(model: torch.nn.Module) -> None:
+    """Make ``model``'s ``nn.Dropout`` modules draw their training masks as graphfuser's fused
+    dropout does: (seed, offset) from torch's generator, the mask from Philox."""
+    for m in model.modules():
+        if type(m) is torch.nn.Dropout:
+            def forward(x, m=m):
+                if not m.training or m.p == 0:
+                    return x
+                from graphfuser.ops.philox import philox_state
+                from graphfuser.ops.random import dropout_mask
+
+                seed, offset = philox_state(x, x.numel())
+                keep = dropout_mask(x, m.p, seed, offset)
+                ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+                scale = 0.0 if m.p >= 1 else 1.0 / (1.0 - m.p)
+                return (x.to(ct) * torch.where(keep, scale, 0.0).to(ct)).to(x.dtype)
+            m.forward = forward

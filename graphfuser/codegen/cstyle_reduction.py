@@ -41,7 +41,7 @@ import torch
 
 from .cstyle import RenderOptions, _Emitter, c_literal, cast_text, signature
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import (PRIMS, Call, Cast, Const, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
+from .kir import (PRIMS, Call, Cast, Const, EdgeIndex, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
                   ScalarArg)
 from .reduction import ReductionKernel
 from .reduction_blocks import SumBlocks
@@ -162,6 +162,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums):
         if isinstance(e, LinearIndex):
             lin = self.linear_index()
             return lin if lin.startswith("gf_lane4") else f"(({ct})({lin}))"
+        if isinstance(e, EdgeIndex):
+            return f"(({ct})({self.edge_linear_index(e.last)}))"
         if isinstance(e, (FirstLoad, LastLoad)):
             return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(self.first_load(e))
         if isinstance(e, Cast):

@@ -220,6 +220,18 @@ class LinearIndex(Expr):
         return ("linear_index",)
 
 
+@dataclass(frozen=True, eq=False)
+class EdgeIndex(Expr):
+    """``LinearIndex`` at the first (``last``: the last) point of the reduced segment, per kept
+    point: a row value, what a random number under ``at_first`` / ``at_last`` is drawn at."""
+
+    last: bool = False
+    dtype: torch.dtype = torch.int64
+
+    def key(self) -> tuple:
+        return ("edge_index", self.last)
+
+
 REDUCE_OPS = ("sum", "prod", "max", "min")
 
 
@@ -300,13 +312,19 @@ class ExprBuilder:
 
     def at_first(self, e: Expr, load: type = FirstLoad) -> Expr:
         """``e`` evaluated at the first point of the reduced segment (a row value): every
-        ``Load`` under it becomes a ``FirstLoad`` (``load``); row values (reductions, arguments) stay."""
+        ``Load`` under it becomes a ``FirstLoad`` (``load``); row values (reductions, arguments) stay.
+
+        A random number under ``e`` is drawn at the segment's first point too (``EdgeIndex``):
+        left at the element's own index (``LinearIndex``), the "first" value had differed per
+        element, and a layer norm of ``r + dropout(x)`` shifted every element by another value."""
         done: dict[int, Expr] = {}
 
         def walk(x: Expr) -> Expr:
             if id(x) in done:
                 return done[id(x)]
-            if isinstance(x, Load):
+            if isinstance(x, LinearIndex):
+                y = self._intern(EdgeIndex(load is LastLoad))
+            elif isinstance(x, Load):
                 y = self._intern(load(x.tensor, x.dtype))
             elif isinstance(x, Cast):
                 y = self.cast(walk(x.arg), x.dtype)
@@ -419,6 +437,8 @@ def expr_text(e: Expr, names: dict[int, str]) -> str:
         return "reduction_size()"
     if isinstance(e, LinearIndex):
         return "linear_index()"
+    if isinstance(e, EdgeIndex):
+        return f"linear_index_{'last' if e.last else 'first'}()"
     if isinstance(e, Cast):
         return f"cast({names[id(e.arg)]})"
     if isinstance(e, Reduce):

@@ -148,6 +148,19 @@ class IndexPlan:
             idx = nest.domain_indices({**{d.id: ivar(f"i{k}") for k, d in enumerate(leaves)}, leaves[-1].id: ivar("v")})
         return self.ix(self._linear_expr(idx))
 
+    def edge_linear_index(self, last: bool) -> str:
+        """``linear_index`` at the segment's first (``last``: last) point: every reduced root's
+        index 0 (its extent - 1), the kept roots' as the row's (lane included)."""
+        red = set(self.k.red_roots)
+        lin = iconst(0)
+        for r, others in enumerate(self.k.linear or ()):
+            st = iconst(1)
+            for q in others:
+                st = iop("*", st, ivar(f"n{q}"))
+            i = (iop("-", ivar(f"n{r}"), iconst(1)) if last else iconst(0)) if r in red else self.root_idx_v[r]
+            lin = iop("+", lin, iop("*", i, st))
+        return self.ix(lin)
+
     def _linear_expr(self, idx: dict) -> IExpr:
         nest = self.nest
         lin = iconst(0)

@@ -17,6 +17,7 @@ autocast, and its fusion groups compute in the dtypes eager uses under that stat
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 import warnings
 from typing import Any, Callable, Optional
@@ -34,6 +35,7 @@ from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, f
                       functionalize, insert_autocast, insert_guards, partition, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
+from ..passes.module_flags import specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
 from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
 from ..ops import profiled_args
@@ -44,6 +46,7 @@ from .hostgen import HostProgram, build_program
 from .profile import ProfileRecord
 
 _state = threading.local()
+_TRAINING = operator.attrgetter("training")
 
 
 def last_executed_optimized_graph() -> Optional[Graph]:
@@ -70,13 +73,15 @@ class ScriptedFunction:
     _replayable = True           # steady no-grad CUDA calls may replay a CUDA graph (``from_graph``)
     _known: dict = {}            # input position -> "saved" / "grad": what a backward's caller vouches for
     _oom_retry = False           # a call running again after an out-of-memory error (``_after_oom``)
+    _flag_mods: list = []        # the submodules whose ``training`` flag the graph reads (passes/module_flags.py)
+    _flags: tuple = ()           # their flags, as this specialization has them as constants
 
     def __init__(self, obj: Any) -> None:
         self._torchscript: Optional[Callable] = None
         self._lock = threading.Lock()
         self._captured: Captured = None  # type: ignore[assignment]
         self._autocast: AutocastState = None          # the autocast state this specialization is for
-        self._variants: Optional[dict] = {}           # autocast state -> its specialization (root only)
+        self._variants: Optional[dict] = {}           # (autocast state, flags) -> its specialization (root only)
         try:
             self._captured = capture(obj)
             build_program(self._captured.graph, name="check")   # every node has a handler
@@ -92,6 +97,8 @@ class ScriptedFunction:
             return
         self._module = self._captured.module
         self.graph: Graph = self._captured.graph
+        self._flag_mods = training_modules(self.graph, self._module)
+        self._flags = tuple(map(_TRAINING, self._flag_mods))
         self._reset()
 
     @classmethod
@@ -113,22 +120,28 @@ class ScriptedFunction:
         sf._reset()
         return sf
 
-    def _under_autocast(self) -> "ScriptedFunction":
-        """The specialization for the current autocast state (``self`` where there is none)."""
-        state = autocast_state()
-        if state is None or self._torchscript is not None:
+    def _specialized(self) -> "ScriptedFunction":
+        """The specialization for the current autocast state and the current ``training`` flags
+        of the modules the graph reads them from (``self`` where both are this one's)."""
+        if self._torchscript is not None:
             return self
-        sf = self._variants.get(state)
+        state = autocast_state()
+        flags = tuple(map(_TRAINING, self._flag_mods))
+        if state is None and flags == self._flags:
+            return self
+        sf = self._variants.get((state, flags))
         if sf is None:
             sf = type(self).__new__(type(self))
             sf._torchscript = None
             sf._lock = threading.Lock()
             sf._captured, sf._module, sf.graph = self._captured, self._module, self.graph
             sf._autocast, sf._variants = state, None
+            sf._flag_mods, sf._flags = self._flag_mods, flags
             sf._replayable, sf._known = self._replayable, self._known
             sf._reset()
-            jit_log("graph_fuser", 1, f"{self._captured.name}: new specialization for {describe(state)}")
-            self._variants[state] = sf
+            training = f", {sum(flags)} of {len(flags)} module(s) training" if flags else ""
+            jit_log("graph_fuser", 1, f"{self._captured.name}: new specialization for {describe(state)}{training}")
+            self._variants[(state, flags)] = sf
         return sf
 
     def _run_through_torchscript(self, obj: Any, scripted: Any, reason: str) -> None:
@@ -164,6 +177,8 @@ class ScriptedFunction:
     def _reset(self) -> None:
         self._calls = 0
         self._work: Graph = clone_graph(self.graph)
+        if self._flag_mods:
+            specialize_training(self._work, self._module, self._flag_mods, self._flags)
         insert_autocast(self._work, self._autocast)
         decompose(self._work)
         if not config.is_disabled("fused_rng"):
@@ -194,8 +209,9 @@ class ScriptedFunction:
 
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._variants is not None and torch._C._is_any_autocast_enabled():
-            sf = self._under_autocast()
+        if self._variants is not None and (torch._C._is_any_autocast_enabled() or (
+                self._flag_mods and tuple(map(_TRAINING, self._flag_mods)) != self._flags)):
+            sf = self._specialized()
             if sf is not self:
                 return sf(*args, **kwargs)
         fast = self._fast
@@ -311,7 +327,7 @@ class ScriptedFunction:
         """Run once with ``args`` and return the graph that ran: optimized once profiling is done
         (None where the function runs through torch.jit.script)."""
         self(*args, **kwargs)
-        sf = self._under_autocast() if self._variants is not None else self
+        sf = self._specialized() if self._variants is not None else self
         if sf._torchscript is not None:
             return None  # type: ignore[return-value]
         return sf._optimized if sf._optimized is not None else sf._work
@@ -319,8 +335,8 @@ class ScriptedFunction:
     @property
     def code(self) -> str:
         """Source of the current host program."""
-        if self._variants is not None and torch._C._is_any_autocast_enabled():
-            sf = self._under_autocast()
+        if self._variants is not None:
+            sf = self._specialized()
             if sf is not self:
                 return sf.code
         if self._torchscript is not None:

@@ -1,6 +1,9 @@
 """Graph passes, run in this order by the executor (``PIPELINE``).
 
 Before profiling (on the captured graph, so new nodes get profiled types):
+   specialize_training  the module ``training`` flags the graph reads become the constants of
+                  this specialization (passes/module_flags.py; the executor keeps one
+                  specialization per set of flags, as per autocast state)
    insert_autocast  under torch.autocast only: autocast's casts become explicit nodes (before
                   decompose, which splits ops whose autocast policy is their own)
    decompose      global average pools become means; group_norm with num_groups > 1 an instance

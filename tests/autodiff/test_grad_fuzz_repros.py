@@ -293,7 +293,7 @@ def _tan_variance(x0):
     return torch.var(v0, None, unbiased=True, keepdim=True) + 0, x0 * v0
 
 
-def test_variance_gradient_of_one_bf16_element_under_autocast():
+def test_variance_gradient_of_one_bf16_element_specialized():
     # fuzz graph 6582 (seed 9595): no degrees of freedom, so eager's gradient is NaN where x is
     # the mean; the fused backward compared x rounded to bf16 with the mean of the unrounded fp32
     # tan, found them different and gave inf

@@ -49,7 +49,7 @@ def _counts() -> dict:
 
 def _groups(sf: graphfuser.ScriptedFunction, amp) -> list[DifferentiableGroup]:
     with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
-        inner = sf._under_autocast()     # the specialization for this autocast state
+        inner = sf._specialized()     # the specialization for this autocast state
     return [r for r in inner._runners.values() if isinstance(r, DifferentiableGroup)]
 
 

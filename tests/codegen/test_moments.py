@@ -276,3 +276,32 @@ def test_layer_norm_one_block_combine_per_row():
         body = src[src.index('extern "C"'):]
         assert body.count("gf_block_reduce2_x<gf_op_sum>(") == 1, (v[2].tag, body)
         assert "gf_block_reduce_x<" not in body, (v[2].tag, body)
+
+
+def ln_dropout_last(x):
+    return F.layer_norm(x + F.dropout(x, 0.25, True), [x.shape[-1]], eps=1e-12)
+
+
+def var_mean_dropout_last(x):
+    return torch.var_mean(F.dropout(x, 0.25, True) + 1.0, -1, correction=0)
+
+
+@pytest.mark.parametrize("fn", [ln_dropout_last, var_mean_dropout_last])
+def test_random_numbers_in_the_shift_and_the_last_element(fn):
+    """A random number under the shift (``at_first``) or the last element (``at_last``, the CPU
+    var_mean's inf rule) is drawn at that point (``EdgeIndex``), a row value: the CPU kernel
+    matches the fallback's numbers (same seed), and every CUDA variant compiles."""
+    x = torch.randn(6, 70) * 3 + 1e3
+    sf, _ = _run(fn, x, x)
+    torch.manual_seed(4)
+    out = sf(x)
+    torch.manual_seed(4)
+    with config.override(fuse_cpu=False):
+        ref = graphfuser.script(fn)(x)      # (a profiling call: graphfuser::dropout's fallback)
+    for o, r in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
+        torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-3)
+    (sub,) = [g.subgraph for g in fusion_groups(sf._optimized)]
+    nvrtc = _nvrtc()
+    cg = ReductionGroup(sub, "cuda", torch.device("cuda", 0), "k")
+    for i, v in enumerate(cg.variants):
+        nvrtc.compile_cubin(cg.variant_sources[i], v[0], 90)

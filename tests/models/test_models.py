@@ -1,9 +1,10 @@
 """The CPU model corpus: every piece of ``corpus.CORPUS`` through graphfuser.script, compared
 with eager over several calls with a batch size that changes on every call, and checked to fuse.
 
-Dropout in training mode runs through torch's own op in the host program, so the same manual
-seed gives eager's mask. BatchNorm in training mode updates its running statistics in place:
-those are compared too.
+Dropout in training mode draws its mask from graphfuser's Philox generator (seeded from torch's),
+not from eager's stream: the reference model's ``nn.Dropout`` modules draw the same way
+(``philox_dropouts``), so the same manual seed gives both the same masks. BatchNorm in training
+mode updates its running statistics in place: those are compared too.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 import graphfuser
-from helpers import fusion_groups
+from helpers import fusion_groups, philox_dropouts
 
 sys.path.insert(0, os.path.dirname(__file__))
 from corpus import CORPUS, Case  # noqa: E402
@@ -41,6 +42,7 @@ def run_case(case: Case):
     torch.manual_seed(0)
     model = case.make().train(case.train)
     ref_model = copy.deepcopy(model)
+    philox_dropouts(ref_model)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)   # no torch.jit.script fallback in the corpus
         warnings.filterwarnings("ignore", message=".*enable_nested_tensor.*")
@@ -86,26 +88,82 @@ def test_bias_adds_fuse_with_relu_in_vgg_and_fire():
 
 
 def test_dropout_flag_is_a_guarded_constant_across_train_and_eval():
-    """``self.training`` feeds dropout as a profiled, guarded constant: in eval dropout is an
-    identity inside the group; after ``model.train()`` the guard misses and the fallback draws
-    eager's mask (same seed); back in eval the group runs again."""
+    """``self.training`` is a constant of the specialization (passes/module_flags.py): in eval
+    the dropout is gone (an identity), after ``model.train()`` the training specialization draws
+    its mask from Philox inside a fusion group (the reference draws the same), back in eval the
+    eval specialization runs again, and so does a model in training with its dropouts in eval."""
     torch.manual_seed(0)
     model = corpus_case("vgg_like").make().eval()
+    ref_model = copy.deepcopy(model)
+    philox_dropouts(ref_model)
     sm = graphfuser.script(model)
     x = torch.randn(2, 3, 8, 8)
+
+    def check(mode) -> list[str]:
+        model.train(mode)
+        ref_model.train(mode)
+        for k in range(4):
+            torch.manual_seed(7 + k)
+            ref = ref_model(x)
+            torch.manual_seed(7 + k)
+            compare(sm(x), ref)
+        return _group_kinds(graphfuser.last_executed_optimized_graph())
+
+    with torch.no_grad():
+        kinds = check(False)
+        assert "aten::dropout" not in kinds and "graphfuser::dropout" not in kinds, kinds
+        assert "graphfuser::dropout" in check(True)
+        assert "graphfuser::dropout" not in check(False)
+        assert "graphfuser::dropout" in check(True)
+        drops = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+        assert drops
+        for m in drops + [m for m in ref_model.modules() if isinstance(m, torch.nn.Dropout)]:
+            m.eval()
+        for k in range(3):
+            torch.manual_seed(k)
+            ref = ref_model(x)
+            torch.manual_seed(k)
+            compare(sm(x), ref)
+    # only the dropouts' flags are read: all of them off (eval, or train with the dropouts in
+    # eval) is the root specialization, all on the one variant
+    assert list(sm._variants) == [(None, (True, True))], list(sm._variants)
+
+
+def test_batch_norm_and_dropout_modules_fuse_in_training():
+    """nn.Sequential(Conv, BatchNorm2d, ReLU, Dropout) in training: the batch norm, ReLU and
+    dropout are one group forward and backward (the flags are constants); outputs, gradients and
+    running stats match the reference over SGD steps, then eval matches eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Dropout(0.2), torch.nn.Flatten(), torch.nn.Linear(8 * 36, 5)).train()
+    ref_model = copy.deepcopy(model)
+    philox_dropouts(ref_model)
+    sm = graphfuser.script(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref_model)]
+    for k in range(6):
+        x = torch.randn(4, 3, 8, 8)
+        outs = []
+        for m, f, opt in ((ref_model, ref_model, opts[1]), (model, sm, opts[0])):
+            opt.zero_grad()
+            torch.manual_seed(k)
+            out = f(x)
+            out.square().mean().backward()
+            outs.append((out, [p.grad.clone() for p in m.parameters()]))
+            opt.step()
+        torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-4, atol=1e-5)
+        for g, r in zip(outs[1][1], outs[0][1]):
+            torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+    for b, r in zip(model.buffers(), ref_model.buffers()):
+        torch.testing.assert_close(b, r, rtol=1e-5, atol=1e-6)
+    groups = fusion_groups(sm._optimized)   # (the training specialization; graph_for would run a step)
+    bn = [g for g in groups if "aten::batch_norm" in str(g.subgraph)]
+    assert len(bn) == 1, [str(g.subgraph) for g in groups]
+    assert "aten::relu" in str(bn[0].subgraph) and "graphfuser::dropout" in str(bn[0].subgraph)
+    model.eval()
+    ref_model.eval()
     with torch.no_grad():
         for _ in range(3):
-            compare(sm(x), model(x))
-        g = graphfuser.last_executed_optimized_graph()
-        assert "aten::dropout" in _group_kinds(g)
-        for mode in (True, False, True):
-            model.train(mode)
-            torch.manual_seed(7)
-            ref = model(x)
-            torch.manual_seed(7)
-            compare(sm(x), ref)
-        model.eval()
-        compare(sm(x), model(x))
+            compare(sm(x), ref_model(x))
 
 
 def corpus_case(name: str) -> Case:

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 import graphfuser
+from helpers import philox_dropouts
 
 
 def _x(*shape):
@@ -82,6 +83,7 @@ def test_nn_module_runs_in_the_host_program(make, inputs):
         warnings.filterwarnings("ignore", message=".*enable_nested_tensor.*")
         sm = graphfuser.script(m)
     ref_m = __import__("copy").deepcopy(m)
+    philox_dropouts(ref_m)          # a training nn.Dropout draws from graphfuser's Philox (fused)
     with torch.no_grad():
         for i, b in enumerate((2, 3, 5)):
             torch.manual_seed(10 + i)

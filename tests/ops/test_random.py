@@ -617,3 +617,45 @@ def test_cuda_softmax_mask_dropout_fused(fn, dtype, monkeypatch):
             tol = dict(rtol=3e-2, atol=3e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(out, ref, **tol)
             torch.testing.assert_close(x.grad, gref, **tol)
+
+
+# -- random numbers under a normalization's shift ---------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["dense", "transposed"])
+def test_layer_norm_of_a_dropout_residual(device, dtype, layout):
+    """``layer_norm(r + dropout(x))`` in one kernel: the statistics' shift (the row's "first"
+    value) holds a random number; it must be one value per row, not each element's own draw
+    (it was: the mean and variance came out wrong). Forward and backward against the reference
+    mask, with a large mean so that the shift matters."""
+    def fn(x, r, w, b):
+        y = r + F.dropout(x, 0.3, True)
+        return y, F.layer_norm(y, [x.shape[-1]], w, b)
+
+    x = (make_input(6, 5, 40, dtype=torch.float32, layout=layout, device=device) + 300.0).to(dtype)
+    x.requires_grad_()
+    r = torch.randn(6, 5, 40, dtype=dtype, device=device)
+    w = torch.randn(40, dtype=dtype, device=device, requires_grad=True)
+    b = torch.randn(40, dtype=dtype, device=device, requires_grad=True)
+    sf = graphfuser.script(fn)
+    for _ in range(4):
+        sum(o.float().sum() for o in sf(x, r, w, b)).backward()
+    torch.manual_seed(5)
+    y, out = sf(x, r, w, b)
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, [x, w, b], g)
+    seed, off = _state(x, 5)
+    keep = dropout_mask(x, 0.3, seed, off)
+    x2 = x.detach().double().requires_grad_()
+    w2, b2 = w.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    y2 = r.double() + x2 * keep / 0.7
+    out2 = F.layer_norm(y2, [40], w2, b2)
+    want = torch.autograd.grad(out2, [x2, w2, b2], g.double())
+    tol = {torch.bfloat16: dict(rtol=5e-2, atol=1e-1)}.get(dtype, dict(rtol=1e-4, atol=1e-4))
+    torch.testing.assert_close(y.double(), y2, **tol)
+    torch.testing.assert_close(out.double(), out2, **tol)
+    for got, ref in zip(grads, want):
+        torch.testing.assert_close(got.double(), ref, **tol)
+    groups = fusion_groups(sf._optimized)
+    assert any("graphfuser::dropout" in str(gr.subgraph) and "aten::layer_norm" in str(gr.subgraph)
+               for gr in groups), str(sf._optimized)

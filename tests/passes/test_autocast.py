@@ -61,7 +61,7 @@ def _check_fused(fn, args, state, runs: int = 4, min_groups: int = 1):
         with config.override(disable=["fallback"]):
             for _ in range(runs):
                 out = sf(*args)
-                inner = sf._under_autocast()
+                inner = sf._specialized()
                 if counts is None and inner._optimized is not None:
                     counts = fallback_counter(inner)
     ref = ref if isinstance(ref, tuple) else (ref,)
@@ -74,7 +74,7 @@ def _check_fused(fn, args, state, runs: int = 4, min_groups: int = 1):
         tol = _BF_TOL if state is not None and state[1] in (torch.bfloat16, torch.float16) else _tol(r, *args)
         torch.testing.assert_close(o, r, **tol, equal_nan=True)
     with _ctx(state):
-        g = sf._under_autocast()._optimized
+        g = sf._specialized()._optimized
     assert len(fusion_groups(g)) >= min_groups, str(g)
     assert counts is not None and counts["fallback"] == 0, str(g)
     return sf
@@ -180,7 +180,7 @@ def test_same_model_with_and_without_autocast():
             assert [o.dtype for o in out] == [r.dtype for r in ref], state
             for o, r in zip(out, ref):
                 torch.testing.assert_close(o, r, **(_tol(r) if state is None else _BF_TOL))
-    assert set(sf._variants) == {(("cpu", BF),), (("cuda", BF),)}
+    assert set(sf._variants) == {((("cpu", BF),), ()), ((("cuda", BF),), ())}   # (autocast state, training flags)
     with torch.autocast("cpu", dtype=BF):
         g = sf.graph_for(*args)
     assert fusion_groups(g) and "_autocast_to_reduced_precision" in str(g)

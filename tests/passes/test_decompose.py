@@ -99,7 +99,7 @@ def test_autocast_folds_the_bias_back():
             got = sf(x)
             assert got.dtype == want.dtype
             torch.testing.assert_close(got, want)
-        inner = sf._under_autocast()        # the specialization for this autocast state
+        inner = sf._specialized()        # the specialization for this autocast state
     assert "None" not in _conv_biases(inner)
 
 
