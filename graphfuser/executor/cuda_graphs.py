@@ -1,4 +1,5 @@
-"""Steady-state CUDA graph replay of an optimized host program (inference calls only).
+"""Steady-state CUDA graph replay of an optimized host program (calls without grad; calls under
+grad: ``cuda_graphs_train.py``).
 
 A small model at batch 64 spends more time in the host program (one Python call per aten op and
 per fused launch) than on the GPU: mobilenet_v3_small runs 1.3 ms of kernels in ~3 ms of host
@@ -36,10 +37,10 @@ that the saved host time must pay for, and replay only helps a call whose host t
 GPU time. So a signature is captured only when the host time of its first steady call exceeds
 what the copies take plus the least GPU time of a program reading its inputs and writing its
 outputs once (``COPY_BYTES_PER_S``; CUDA events cannot time the kernels alone: a host-bound
-call's events also time the host's gaps). A training step's backward program runs with grad
-mode off, but it is a few launches over tensors of hundreds of MB (RMSNorm [16384, 4096]'s
-backward: 0.34 ms of copies per step against ~30 us of host time): it keeps running its host
-program. The copies and clones also cost host time, a launch each: a call of one or two kernels
+call's events also time the host's gaps). A training step's backward programs (each fused
+group's, run by autograd) run with grad mode off, but they are a few launches over tensors of
+hundreds of MB (RMSNorm [16384, 4096]'s backward: 0.34 ms of copies per step against ~30 us of
+host time): they keep running their host programs. The copies and clones also cost host time, a launch each: a call of one or two kernels
 over small tensors enqueues faster than a replay does, so the first ``REPLAY_TRIALS`` replays of
 a signature are timed, and its graph is dropped unless one of them enqueued faster than the host
 program had (``_judge``).
@@ -58,11 +59,12 @@ vit_h_14 under bf16 autocast ran out of memory with 38 GiB held in graph pools).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -240,6 +242,21 @@ def _value_state(v: Any) -> Optional[tuple]:
     return _container_state(v)
 
 
+@contextlib.contextmanager
+def autocast_cache_off() -> Iterator[None]:
+    """Autocast's cast cache off, for a warm-up and a capture: a cast the capture took from the
+    cache (filled by the warm-up in the same autocast region, or by the user's code) would not be
+    in the graph, whose replays would then read that copy: stale once the weight changes, and
+    freed when the region ends. With the cache off, the casts are captured and every replay
+    makes them from the weights as they are then."""
+    was = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)
+    try:
+        yield
+    finally:
+        torch.set_autocast_cache_enabled(was)
+
+
 def _dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
 
@@ -278,8 +295,11 @@ class GraphReplayer:
         _LIVE.add(self)
 
     # -- the key ---------------------------------------------------------------------------
+    grad = False            # the grad mode of the calls this replayer takes (cuda_graphs_train.py: True)
+    training: "Optional[GraphReplayer]" = None      # the replayer of this specialization's calls under grad
+
     def _key(self, args: tuple) -> Optional[tuple]:
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() is not self.grad:
             return None
         parts: list = []
         cuda = False
@@ -288,7 +308,7 @@ class GraphReplayer:
                 if not a.is_cuda or not _dense(a):
                     return None
                 cuda = True
-                parts.append((a.shape, a.stride(), a.dtype, a.get_device()))
+                parts.append((a.shape, a.stride(), a.dtype, a.get_device(), a.requires_grad))
             elif a is None or isinstance(a, (bool, int, float, str)):
                 parts.append((type(a), a))
             else:
@@ -305,7 +325,7 @@ class GraphReplayer:
                 if isinstance(obj, torch.Tensor):
                     if not obj.is_cuda:
                         return None
-                    vals.append((id(obj), obj.data_ptr(), obj.shape, obj.stride(), obj.dtype))
+                    vals.append((id(obj), obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.requires_grad))
                 elif isinstance(obj, torch.nn.Module):
                     vals.append(id(obj))
                 elif obj is None or isinstance(obj, (bool, int, float, str)):
@@ -334,6 +354,9 @@ class GraphReplayer:
     def __call__(self, fast: Callable, args: tuple) -> Any:
         key = self._key(args)
         if key is None:
+            train = self.training
+            if train is not None and torch.is_grad_enabled():
+                return train(fast, args)
             return fast(*args)
         entry = self.entries.get(key)
         if entry is not None:
@@ -408,7 +431,7 @@ class GraphReplayer:
             params = [(t, t._version) for t in self._parameters()]
             torch.cuda.set_sync_debug_mode("error")      # a host read of a device value raises here,
             try:                                          # not inside the capture
-                with torch.cuda.stream(stream):
+                with torch.cuda.stream(stream), autocast_cache_off():
                     fast(*call_args)
             finally:
                 torch.cuda.set_sync_debug_mode(mode)
@@ -422,7 +445,7 @@ class GraphReplayer:
             if gen.get_offset() != before or not torch.equal(torch.default_generator.get_state(), cpu_state):
                 raise RuntimeError("the call draws random numbers (a replay would repeat them)")
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            with torch.cuda.graph(g, capture_error_mode="thread_local"), autocast_cache_off():
                 out = fast(*call_args)
             flat, treedef = torch.utils._pytree.tree_flatten(out)
             why = self._outputs_unfit(flat, statics)
@@ -479,4 +502,9 @@ def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, de
     if why is not None:
         jit_log("executor", 1, f"{name}: no CUDA graph replay: {why}")
         return None
-    return GraphReplayer(graph, module, name)
+    replayer = GraphReplayer(graph, module, name)
+    if not config.is_disabled("cuda_graphs_training"):
+        from .cuda_graphs_train import TrainingReplayer
+
+        replayer.training = TrainingReplayer(graph, module, name)
+    return replayer

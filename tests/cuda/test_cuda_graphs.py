@@ -321,3 +321,24 @@ def test_out_of_memory_gives_the_captured_graphs_back():
         replays = STATS["replays"]
         _close(sf(x), m(x))
         assert STATS["replays"] == replays                           # and not captured again
+
+
+def test_autocast_weight_casts_are_captured_not_read_from_the_cache():
+    """Under autocast, the capture runs with autocast's cast cache off: the warm-up run in the
+    same autocast region had filled it, the capture then read the cached bf16 copy of each weight
+    (no cast in the graph), and every replay reused that copy, stale once the weight changed."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)).cuda().eval()
+    twin = copy.deepcopy(m)
+    sf = graphfuser.script(m)
+    x = torch.randn(32, 64, device="cuda")
+    before = STATS["replays"]
+    with torch.no_grad():
+        for _ in range(10):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out, ref = sf(x), twin(x)
+            torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+            for a in (m, twin):
+                a[0].weight.mul_(1.25)               # (an optimizer step between evaluations)
+                a[2].weight.mul_(0.9)
+    assert STATS["replays"] > before, STATS

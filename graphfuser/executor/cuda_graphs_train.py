@@ -1,0 +1,324 @@
+"""Steady-state CUDA graph replay of training calls: the forward and its backward, a graph each.
+
+A training step of a mid-size model at batch 64 is host-bound on an H100: vit_small under bf16
+autocast has 14.8 ms of GPU work per step (one fwd + bwd graph of eager's, captured by
+``torch.cuda.make_graphed_callables``) against 17-30 ms of host time per step in eager, and the
+host time moves with the machine's load. Inference calls replay a graph of their host program
+(``cuda_graphs.py``); this module does the same for calls under grad, where the backward is
+autograd's walk over the fused groups' nodes and eager's ops.
+
+A call with grad enabled replays when everything ``GraphReplayer`` requires holds (same key, plus
+every argument's and module tensor's ``requires_grad``) and some argument or module parameter
+requires grad. After ``warm`` steady calls the next is captured as ``make_graphed_callables``
+captures a callable: one warm-up forward + ``torch.autograd.grad`` on a side stream (nothing is
+accumulated; module buffers are put back), then the forward into one graph and the backward
+(``autograd.grad`` of the outputs that require grad, from static incoming gradients, with respect
+to the arguments and the module parameters that require grad) into a second graph on the same
+memory pool. A replayed call copies its arguments into the static inputs, replays the forward
+graph and returns clones of the outputs from one autograd node (``_Replay``) whose inputs are the
+arguments and parameters requiring grad. Its backward copies the incoming gradients into the
+static ones (zeros where an output got none), replays the backward graph and returns copies of the
+gradients (one ``_foreach_mul`` by 1: the static ones are overwritten by the next replay), which
+autograd accumulates into ``.grad`` and passes to hooks as usual.
+
+What keeps it the same computation:
+
+- one replay in flight per signature: the static buffers hold one call's saved activations, so a
+  call made while an earlier replay's node is alive and its backward has not run (two forwards
+  before one backward: a siamese loss) runs the host program instead;
+- a replay node whose buffers were used again by a later replay (a second backward through a
+  retained graph after the next forward), and a backward that records a graph
+  (``create_graph=True``: double backward), recompute: the host program runs again from the
+  call's arguments and parameters under grad, with module buffers put back after it, and autograd
+  differentiates that (as eager would); an argument or parameter changed in place since the call
+  raises there as eager raises;
+- autocast's cast cache is off during the warm-up and the captures (``autocast_cache_off``);
+- calls that draw random numbers are never captured (``GraphReplayer``'s check);
+- out of CUDA memory, ``release_graphs`` drops these graphs too.
+
+``PYTORCH_NVFUSER_DISABLE=cuda_graphs_training`` (or ``cuda_graphs``) turns it off.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Callable, Optional
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ..log import jit_log
+from .cuda_graphs import COPY_BYTES_PER_S, STATS, GraphReplayer, _dense, autocast_cache_off
+
+
+class _TrainEntry:
+    """One captured signature: its two graphs and their static tensors."""
+
+    __slots__ = ("fwd", "bwd", "inputs", "outputs", "treedef", "diff", "grad_outs", "grads", "params", "host",
+                 "trials", "best", "generation", "node", "fn", "__weakref__")
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.node: Optional[weakref.ref] = None
+        self.trials, self.best = 0, float("inf")
+
+    def busy(self) -> bool:
+        """An earlier replay's node is alive and its backward has not run."""
+        node = self.node() if self.node is not None else None
+        return node is not None and not getattr(node, "ran", True)
+
+
+class _Replay(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, replayer: "TrainingReplayer", entry: _TrainEntry, fast: Callable, args: tuple,
+                *leaves: torch.Tensor) -> tuple:
+        for s, a in zip(entry.inputs, args):
+            if s is not None:
+                s.copy_(a)
+        entry.fwd.replay()
+        entry.generation += 1
+        ctx.generation, ctx.ran = entry.generation, False
+        ctx.replayer, ctx.entry, ctx.fast, ctx.args = replayer, entry, fast, args
+        ctx.versions = [t._version for t in leaves]
+        ctx.leaves = leaves
+        entry.node = weakref.ref(ctx)
+        outs = tuple(o.clone() for o in entry.outputs if isinstance(o, torch.Tensor))
+        fixed = [o for o, d in zip(outs, entry.diff) if not d]
+        if fixed:
+            ctx.mark_non_differentiable(*fixed)
+        return outs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple:
+        entry: _TrainEntry = ctx.entry
+        ctx.ran = True
+        diff_grads = [g for g, d in zip(grads, entry.diff) if d]
+        if torch.is_grad_enabled() or ctx.generation != entry.generation:
+            res = ctx.replayer._recompute(ctx, diff_grads)
+        else:
+            for s, g in zip(entry.grad_outs, diff_grads):
+                if g is None:
+                    s.zero_()
+                else:
+                    s.copy_(g)
+            entry.bwd.replay()
+            present = [g for g in entry.grads if g is not None]
+            fresh = iter(torch._foreach_mul(present, 1) if present else [])
+            res = [next(fresh) if g is not None else None for g in entry.grads]
+        return (None, None, None, None) + tuple(res)
+
+
+def _restore(swapped: list) -> None:
+    while swapped:
+        slot, name, obj = swapped.pop()
+        slot[name] = obj
+
+
+def _reset_generator() -> None:
+    """A capture that failed inside ``torch.cuda.graph`` can leave the CUDA generator marked as
+    capturing (its capture end never ran), and every later random op raises "Offset increment
+    outside graph capture": give the generator a fresh state with the same seed and offset."""
+    try:
+        gen = torch.cuda.default_generators[torch.cuda.current_device()]
+        gen.graphsafe_set_state(gen.clone_state())
+    except Exception:  # noqa: BLE001 - an older torch without graph-safe states
+        pass
+
+
+class TrainingReplayer(GraphReplayer):
+    """Captures and replays training calls of one specialization (see module doc)."""
+
+    grad = True
+
+    def __call__(self, fast: Callable, args: tuple) -> Any:
+        key = self._key(args)
+        if key is None:
+            return fast(*args)
+        entry = self.entries.get(key)
+        if entry is not None:
+            if entry.busy():
+                return fast(*args)
+            start = time.perf_counter() if entry.trials >= 0 else 0.0
+            with self.lock:
+                leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] + entry.params
+                outs = iter(_Replay.apply(self, entry, fast, args, *leaves))
+                flat = [next(outs) if isinstance(o, torch.Tensor) else o for o in entry.outputs]
+            self.entries.move_to_end(key)
+            STATS["train_replays"] = STATS.get("train_replays", 0) + 1
+            if entry.trials >= 0:
+                self._judge(key, entry, time.perf_counter() - start)
+            return tree_unflatten(flat, entry.treedef)
+        if key in self.failed:
+            return fast(*args)
+        n = self.seen.get(key, 0) + 1
+        self.seen[key] = n
+        if n <= self.warm:
+            return fast(*args)
+        start = time.perf_counter()
+        out = fast(*args)
+        host = time.perf_counter() - start
+        tensors = [t for t in list(args) + tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        copied = sum(t.numel() * t.element_size() for t in tensors)
+        copied += 2 * sum(t.numel() * t.element_size() for t in self._parameters() if t.requires_grad)
+        if host < 1.5 * copied / COPY_BYTES_PER_S:
+            self.failed.add(key)
+            STATS["copy_bound"] += 1
+            return out
+        self._capture(fast, args, key, host)
+        return out
+
+    def _key(self, args: tuple) -> Optional[tuple]:
+        key = super()._key(args)
+        if key is None:
+            return None
+        wants = any(isinstance(a, torch.Tensor) and a.requires_grad for a in args) or \
+            any(p.requires_grad for p in self._parameters())
+        return key if wants else None
+
+    def _capture(self, fast: Callable, args: tuple, key: tuple, host: float) -> None:
+        if self._key(args) != key:
+            return
+        statics = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a.detach())
+                   .requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else None for a in args]
+        call_args = tuple(s if s is not None else a for s, a in zip(statics, args))
+        params = [t for t in self._read_tensors() if t.requires_grad]
+        swapped: list = []
+        try:
+            if any(not p.is_leaf for p in params):
+                raise RuntimeError("a module tensor that requires grad is not a leaf")
+            aliases = self._alias_parameters(params, swapped)
+            leaves = [s for s in statics if s is not None and s.requires_grad] + aliases
+            gen = torch.cuda.default_generators[torch.cuda.current_device()]
+            before, cpu_state = gen.get_offset(), torch.default_generator.get_state()
+            versions = [(t, t._version) for t in self._parameters()]
+            saved = [(t, t.clone()) for t in self._buffers()]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                with torch.cuda.stream(stream), autocast_cache_off(), torch.autograd.set_multithreading_enabled(False):
+                    flat = [o for o in tree_flatten(fast(*call_args))[0]]
+                    diff = [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad]
+                    if not diff:
+                        raise RuntimeError("no output requires grad")
+                    torch.autograd.grad(diff, leaves, [torch.ones_like(o) for o in diff], allow_unused=True)
+            finally:
+                torch.cuda.set_sync_debug_mode(mode)
+                for t, copy in saved:
+                    t.data.copy_(copy)   # (.data: no version bump; the call's own graph may have saved it)
+            torch.cuda.current_stream().wait_stream(stream)
+            if any(t._version != v for t, v in versions):
+                raise RuntimeError("the call writes module parameters in place")
+            if gen.get_offset() != before or not torch.equal(torch.default_generator.get_state(), cpu_state):
+                raise RuntimeError("the call draws random numbers (a replay would repeat them)")
+            entry = _TrainEntry()
+            entry.fwd, entry.bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(entry.fwd, capture_error_mode="thread_local"), autocast_cache_off():
+                out = fast(*call_args)
+            flat, entry.treedef = tree_flatten(out)
+            why = self._unfit(flat, statics)
+            if why:
+                raise RuntimeError(why)
+            tensors = [o for o in flat if isinstance(o, torch.Tensor)]
+            entry.diff = [o.requires_grad for o in tensors]
+            diff = [o for o in tensors if o.requires_grad]
+            entry.grad_outs = [torch.empty_like(o) for o in diff]
+            with torch.cuda.graph(entry.bwd, pool=entry.fwd.pool(), capture_error_mode="thread_local"), \
+                    autocast_cache_off(), torch.autograd.set_multithreading_enabled(False):
+                entry.grads = list(torch.autograd.grad(diff, leaves, entry.grad_outs, allow_unused=True))
+            for t, copy in saved:             # the captured forward updated the running stats once more
+                t.data.copy_(copy)
+            _restore(swapped)
+            if self._key(args) != key:
+                raise RuntimeError("the call writes into a list or dict held by the module")
+        except Exception as e:  # noqa: BLE001 - this signature runs the host program from now on
+            _restore(swapped)
+            _reset_generator()
+            self.failed.add(key)
+            STATS["capture_failures"] += 1
+            STATS["last_error"] = f"{type(e).__name__}: {e}"
+            jit_log("executor", 1, f"{self.name}: no training CUDA graph for this signature: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}")
+            torch.cuda.synchronize()
+            return
+        entry.inputs, entry.params, entry.host = statics, params, host
+        entry.outputs = [o.detach() if isinstance(o, torch.Tensor) else o for o in flat]
+        self.entries[key] = entry
+        STATS["train_captures"] = STATS.get("train_captures", 0) + 1
+        jit_log("executor", 1, f"{self.name}: captured the forward and backward of a training call "
+                f"({len(self.entries)} signatures)")
+        while len(self.entries) > self.max_graphs:
+            self.entries.popitem(last=False)
+
+    def _alias_parameters(self, params: list, swapped: list) -> list:
+        """For the warm-up and the captures, each parameter the graph reads becomes a new leaf
+        sharing its memory (restored by ``_restore(swapped)``). Autograd keeps one gradient
+        accumulator per leaf, made on the stream of the backward that first needed it: the
+        parameters' own, from the steps before (alive while the last step's loss is), sit on the
+        default stream, and a backward capture that reached them made the default stream wait
+        on the capturing one (cudaErrorStreamCaptureImplicit). The aliases' are made in the
+        capture; the graphs read and write the parameters' memory all the same."""
+        from .cuda_graphs import _attr
+
+        alias = {id(p): torch.nn.Parameter(p.detach(), requires_grad=True) for p in params}
+        objs: list = []
+        for parent, name in self.chains:
+            owner = self.module if parent < 0 else objs[parent]
+            obj = _attr(owner, name)
+            objs.append(obj)
+            slot = getattr(owner, "_parameters", None) if isinstance(owner, torch.nn.Module) else None
+            if isinstance(obj, torch.Tensor) and id(obj) in alias and slot is not None and slot.get(name) is obj:
+                swapped.append((slot, name, obj))
+                slot[name] = alias[id(obj)]
+        return [alias[id(p)] for p in params]
+
+    def _read_tensors(self) -> list[torch.Tensor]:
+        """The module tensors the graph reads (``prim::GetAttr`` chains), each once."""
+        from .cuda_graphs import _attr
+
+        objs: list = []
+        seen: dict[int, torch.Tensor] = {}
+        for parent, name in self.chains:
+            obj = _attr(self.module if parent < 0 else objs[parent], name)
+            objs.append(obj)
+            if isinstance(obj, torch.Tensor):
+                seen.setdefault(id(obj), obj)
+        return list(seen.values())
+
+    def _unfit(self, flat: list, statics: list) -> Optional[str]:
+        owners = {s.untyped_storage().data_ptr() for s in statics if s is not None}
+        owners |= {t.untyped_storage().data_ptr() for t in self._parameters() + self._buffers()}
+        seen: set = set()
+        for o in flat:
+            if not isinstance(o, torch.Tensor):
+                if o is None or isinstance(o, (bool, int, float, str, torch.dtype, torch.device)):
+                    continue
+                return f"output of type {type(o).__name__}"
+            if not _dense(o) and o.numel() > 1:
+                return "an output is not dense"
+            p = o.untyped_storage().data_ptr()
+            if p in owners or p in seen:
+                return "an output shares memory with an input, a module tensor or another output"
+            seen.add(p)
+        return None
+
+    def _recompute(self, ctx: Any, grads: list) -> list:
+        """The backward by running the host program again from the call's arguments (see module
+        doc): for a backward that records a graph, or buffers a later replay reused."""
+        for t, v in zip(ctx.leaves, ctx.versions):
+            if t._version != v:
+                raise RuntimeError("graphfuser: one of the variables needed for gradient computation has been "
+                                   "modified by an inplace operation since the replayed call (as eager raises)")
+        saved = [(t, t.clone()) for t in self._buffers()]
+        try:
+            with torch.enable_grad():
+                flat = tree_flatten(ctx.fast(*ctx.args))[0]
+        finally:
+            with torch.no_grad():
+                for t, copy in saved:
+                    t.data.copy_(copy)
+        diff = [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad]
+        gs = [g if g is not None else torch.zeros_like(o) for o, g in zip(diff, grads)]
+        return list(torch.autograd.grad(diff, list(ctx.leaves), gs, allow_unused=True,
+                                        create_graph=torch.is_grad_enabled()))

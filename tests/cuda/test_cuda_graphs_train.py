@@ -1,0 +1,198 @@
+"""CUDA graph replay of training calls (graphfuser/executor/cuda_graphs_train.py): every replayed
+step equals eager's (outputs, gradients, parameters after SGD, running stats), with gradient
+accumulation, two forwards before one backward, a second backward through a retained graph after
+the next forward, double backward, autocast with weights that change, frozen parameters, and the
+knob that turns it off."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import graphfuser
+from graphfuser.config import config
+from graphfuser.executor.cuda_graphs import STATS
+
+pytestmark = pytest.mark.cuda
+
+TOL = dict(rtol=2e-3, atol=2e-3)
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.GELU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5)).cuda().train()
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 32), nn.Tanh(),
+                         nn.Linear(32, 4)).cuda().train()
+
+
+def _pair(make):
+    m = make()
+    twin = copy.deepcopy(m)
+    return m, twin, graphfuser.script(m)
+
+
+def _replays() -> int:
+    return STATS.get("train_replays", 0)
+
+
+def _step(model, fn, opt, x, accumulate=False):
+    if not accumulate:
+        opt.zero_grad(set_to_none=True)
+    out = fn(x)
+    loss = out.square().mean()
+    loss.backward()
+    return out.detach(), loss.detach()
+
+
+def _same(a: nn.Module, b: nn.Module):
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, **TOL, msg=lambda m: f"{n}: {m}")
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda m: f"{n}.grad: {m}")
+    for (n, p), q in zip(a.named_buffers(), b.buffers()):
+        torch.testing.assert_close(p.float(), q.float(), **TOL, msg=lambda m: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("make, shape", [(_net, (4, 3, 8, 8)), (_mlp, (16, 32))], ids=["conv_bn", "mlp"])
+def test_sgd_steps_match_eager_and_replay(make, shape):
+    m, twin, sf = _pair(make)
+    opts = [torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9) for a in (m, twin)]
+    before = _replays()
+    for k in range(12):
+        x = torch.randn(*shape, device="cuda")
+        out, loss = _step(m, sf, opts[0], x)
+        ref, ref_loss = _step(twin, twin, opts[1], x)
+        torch.testing.assert_close(out, ref, **TOL)
+        _same(m, twin)
+        for o in opts:
+            o.step()
+    _same(m, twin)
+    assert _replays() > before, STATS
+
+
+def test_gradient_accumulation_and_input_grads():
+    """No zero_grad between steps: replayed gradients accumulate into .grad (copies, not the
+    static buffers the next replay overwrites); an input that requires grad gets its gradient."""
+    m, twin, sf = _pair(_mlp)
+    before = _replays()
+    for k in range(10):
+        x = torch.randn(16, 32, device="cuda", requires_grad=True)
+        x2 = x.detach().clone().requires_grad_()
+        sf(x).square().mean().backward()
+        twin(x2).square().mean().backward()
+        torch.testing.assert_close(x.grad, x2.grad, **TOL)
+    _same(m, twin)
+    assert _replays() > before
+
+
+def test_two_forwards_before_one_backward():
+    """A siamese loss: the second call runs while the first replay's backward is pending."""
+    m, twin, sf = _pair(_mlp)
+    for k in range(10):
+        a, b = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+        (sf(a) - sf(b)).square().mean().backward()
+        (twin(a) - twin(b)).square().mean().backward()
+    _same(m, twin)
+
+
+def test_retained_graph_backward_after_the_next_forward():
+    """backward(retain_graph=True), the next call (a replay reusing the buffers), then a second
+    backward through the first graph: it recomputes, and matches eager."""
+    m, twin, sf = _pair(_mlp)
+    for k in range(8):
+        x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+        for f in (sf, twin):
+            out = f(x).square().mean()
+            out.backward(retain_graph=True)
+            f(y).sum().backward()
+            out.backward()
+    _same(m, twin)
+
+
+def test_double_backward_gradient_penalty():
+    """A gradient penalty (create_graph=True through the model) recomputes the replayed call."""
+    m, twin, sf = _pair(_mlp)
+    for k in range(8):
+        x = torch.randn(16, 32, device="cuda")
+        for f in (sf, twin):
+            xi = x.clone().requires_grad_()
+            (g,) = torch.autograd.grad(f(xi).sum(), xi, create_graph=True)
+            (g.square().sum() + f(x).mean()).backward()
+    _same(m, twin)
+
+
+def test_autocast_steps_with_changing_weights():
+    m, twin, sf = _pair(_mlp)
+    opts = [torch.optim.SGD(a.parameters(), lr=0.2) for a in (m, twin)]
+    before = _replays()
+    for k in range(12):
+        x = torch.randn(16, 32, device="cuda")
+        outs = []
+        for a, f, o in ((m, sf, opts[0]), (twin, twin, opts[1])):
+            o.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = f(x)
+            y.float().square().mean().backward()
+            o.step()
+            outs.append(y.detach().float())
+        torch.testing.assert_close(outs[0], outs[1], rtol=3e-2, atol=3e-2)
+    for p, q in zip(m.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=3e-2, atol=3e-2)
+    assert _replays() > before
+
+
+def test_frozen_parameters_and_eval_mode_changes():
+    m, twin, sf = _pair(_net)
+    opts = [torch.optim.SGD(a.parameters(), lr=0.05) for a in (m, twin)]
+    for k in range(18):
+        if k == 6:
+            for a in (m, twin):
+                a[0].weight.requires_grad_(False)
+        if k == 12:
+            for a in (m, twin):
+                a[1].eval()
+        x = torch.randn(4, 3, 8, 8, device="cuda")
+        out, _ = _step(m, sf, opts[0], x)
+        ref, _ = _step(twin, twin, opts[1], x)
+        torch.testing.assert_close(out, ref, **TOL)
+        _same(m, twin)
+        for o in opts:
+            o.step()
+
+
+def test_knob_turns_training_replay_off():
+    with config.override(disable=["cuda_graphs_training"]):
+        m, twin, sf = _pair(_mlp)
+        before = _replays()
+        for k in range(8):
+            x = torch.randn(16, 32, device="cuda")
+            sf(x).square().mean().backward()
+            twin(x).square().mean().backward()
+        assert _replays() == before
+    _same(m, twin)
+
+
+def test_failed_capture_leaves_the_generator_usable(monkeypatch):
+    """A capture that fails inside ``torch.cuda.graph`` (here: without the parameter aliases, the
+    backward capture reaches the parameters' own gradient accumulators, made by earlier steps on
+    the default stream) is dropped: the signature runs its host program, gradients match eager,
+    and random ops still work (the generator is not left marked as capturing)."""
+    from graphfuser.executor.cuda_graphs_train import TrainingReplayer
+
+    monkeypatch.setattr(TrainingReplayer, "_alias_parameters", lambda self, params, swapped: params)
+    m, twin, sf = _pair(_mlp)
+    fails = STATS["capture_failures"]
+    for k in range(8):
+        x = torch.randn(16, 32, device="cuda")
+        loss = sf(x).square().mean()
+        loss.backward()
+        twin(x).square().mean().backward()
+    assert STATS["capture_failures"] > fails, STATS
+    assert torch.randn(4, device="cuda").isfinite().all()
+    _same(m, twin)
