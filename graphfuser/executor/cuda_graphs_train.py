@@ -110,18 +110,30 @@ class _Replay(torch.autograd.Function):
         return (None, None, None, None) + tuple(res)
 
 
-def _replay_seconds(entry: _TrainEntry) -> float:
-    """Wall time of the forward and backward graphs, replayed back to back (the second of two).
-    Replay is kept only where it beats a step of the host program measured the same way: a
-    graph's kernels run as the host program's do, yet on an H100 a captured bottleneck block
-    (convolutions, batch norm in training) took 5.0 ms per replayed step against 2.1 ms run
-    normally."""
+def _replay_seconds(entry: _TrainEntry, args: tuple) -> float:
+    """Wall time of a replayed step as ``_Replay`` runs it: the input copies, the forward graph,
+    the output clones, the incoming gradients' copies, the backward graph and the gradients'
+    copies (the second of two). Replay is kept only where it beats a step of the host program
+    measured the same way: the copies cost GPU time (a ResNet bottleneck block at batch 32 moves
+    four 51 MB tensors per step), and a capture's kernels need not run as fast as the host
+    program's (on an H100 one captured bottleneck block once took 5.0 ms per replayed step
+    against 2.1 ms run normally)."""
     for _ in range(2):
         torch.cuda.synchronize()
         start = time.perf_counter()
+        for s, a in zip(entry.inputs, args):
+            if s is not None:
+                s.copy_(a)
         entry.fwd.replay()
+        outs = [o.clone() for o in entry.outputs if isinstance(o, torch.Tensor)]
+        for s, o in zip(entry.grad_outs, [o for o, d in zip(outs, entry.diff) if d]):
+            s.copy_(o)                # (as an incoming gradient would be: its values do not matter)
         entry.bwd.replay()
+        present = [g for g in entry.grads if g is not None]
+        if present:
+            torch._foreach_mul(present, 1)
         torch.cuda.synchronize()
+        del outs
     return time.perf_counter() - start
 
 
@@ -250,7 +262,9 @@ class TrainingReplayer(GraphReplayer):
             with torch.cuda.graph(entry.bwd, pool=entry.fwd.pool(), capture_error_mode="thread_local"), \
                     autocast_cache_off(), torch.autograd.set_multithreading_enabled(False):
                 entry.grads = list(torch.autograd.grad(diff, leaves, entry.grad_outs, allow_unused=True))
-            replayed = _replay_seconds(entry)
+            entry.outputs = [o.detach() if isinstance(o, torch.Tensor) else o for o in flat]
+            entry.inputs = statics
+            replayed = _replay_seconds(entry, args)
             for t, copy in saved:             # the captured forward (and the timed replays) updated
                 t.data.copy_(copy)            # the running stats
             _restore(swapped)
@@ -269,8 +283,7 @@ class TrainingReplayer(GraphReplayer):
                     f"{str(e).splitlines()[0] if str(e) else ''}")
             torch.cuda.synchronize()
             return
-        entry.inputs, entry.params, entry.host = statics, params, host
-        entry.outputs = [o.detach() if isinstance(o, torch.Tensor) else o for o in flat]
+        entry.params, entry.host = params, host
         self.entries[key] = entry
         STATS["train_captures"] = STATS.get("train_captures", 0) + 1
         jit_log("executor", 1, f"{self.name}: captured the forward and backward of a training call "

@@ -18,6 +18,17 @@ pytestmark = pytest.mark.cuda
 TOL = dict(rtol=2e-3, atol=2e-3)
 
 
+@pytest.fixture(autouse=True)
+def _keep_every_capture(monkeypatch, request):
+    """These tests check what replay computes: every capture is kept, whatever its timing (the
+    check that keeps only a faster replay has its own test, and tiny nets on a GPU shared with
+    other test workers can time either way)."""
+    if "timing" not in request.node.name:
+        from graphfuser.executor import cuda_graphs_train
+
+        monkeypatch.setattr(cuda_graphs_train, "_replay_seconds", lambda entry, args: 0.0)
+
+
 def _net():
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
@@ -195,4 +206,20 @@ def test_failed_capture_leaves_the_generator_usable(monkeypatch):
         twin(x).square().mean().backward()
     assert STATS["capture_failures"] > fails, STATS
     assert torch.randn(4, device="cuda").isfinite().all()
+    _same(m, twin)
+
+
+def test_timing_check_drops_a_slower_replay(monkeypatch):
+    """A replayed step slower than the host program's (timed at capture) is not kept."""
+    from graphfuser.executor import cuda_graphs_train
+
+    monkeypatch.setattr(cuda_graphs_train, "_replay_seconds", lambda entry, args: float("inf"))
+    m, twin, sf = _pair(_mlp)
+    before, fails = _replays(), STATS["capture_failures"]
+    for k in range(8):
+        x = torch.randn(16, 32, device="cuda")
+        sf(x).square().mean().backward()
+        twin(x).square().mean().backward()
+    assert _replays() == before and STATS["capture_failures"] > fails
+    assert "replayed step takes" in STATS["last_error"], STATS["last_error"]
     _same(m, twin)
