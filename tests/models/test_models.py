@@ -159,6 +159,17 @@ def test_batch_norm_and_dropout_modules_fuse_in_training():
     bn = [g for g in groups if "aten::batch_norm" in str(g.subgraph)]
     assert len(bn) == 1, [str(g.subgraph) for g in groups]
     assert "aten::relu" in str(bn[0].subgraph) and "graphfuser::dropout" in str(bn[0].subgraph)
+    # the batch norm alone in eval (a frozen-BN fine-tune): its own specialization, running stats kept
+    model[1].eval()
+    ref_model[1].eval()
+    for k in range(3):
+        torch.manual_seed(10 + k)
+        ref = ref_model(x)
+        torch.manual_seed(10 + k)
+        compare(sm(x), ref)
+    assert (None, (False, True)) in sm._variants, list(sm._variants)
+    for b, r in zip(model.buffers(), ref_model.buffers()):
+        torch.testing.assert_close(b, r, rtol=1e-5, atol=1e-6)
     model.eval()
     ref_model.eval()
     with torch.no_grad():
