@@ -70,6 +70,7 @@ import torch
 
 from ..ir.graph import Graph, Node, Value
 from ..log import jit_log
+from ..passes.module_flags import module_attr as _attr
 
 _PYTHON_CALLS = {"prim::CallMethod", "prim::CallFunction", "prim::PythonOp"}
 _SIDE_EFFECTS = {"prim::SetAttr", "prim::Print"}
@@ -197,15 +198,6 @@ def _chains(graph: Graph, has_module: bool) -> list[tuple[int, str]]:
                 out.append(key)
             where[n.outputs[0]] = out.index(key)
     return out
-
-
-def _attr(obj: Any, name: str) -> Any:
-    d = obj.__dict__
-    for slot in ("_parameters", "_buffers", "_modules"):
-        s = d.get(slot)
-        if s is not None and name in s:
-            return s[name]
-    return getattr(obj, name)
 
 
 def _container_state(obj: Any) -> Optional[tuple]:
@@ -359,21 +351,15 @@ class GraphReplayer:
                 return train(fast, args)
             return fast(*args)
         entry = self.entries.get(key)
-        if entry is not None:
+        if entry is not None and not self._busy(entry):
             start = time.perf_counter() if entry.trials >= 0 else 0.0
             with self.lock:
-                for s, a in zip(entry.inputs, args):
-                    if s is not None:
-                        s.copy_(a)
-                entry.graph.replay()
-                # non-tensor outputs (a None aux output, a size) are kept as captured
-                outs = [o.clone() if isinstance(o, torch.Tensor) else o for o in entry.outputs]
+                out = self._replay(entry, fast, args)
             self.entries.move_to_end(key)
-            STATS["replays"] += 1
             if entry.trials >= 0:
                 self._judge(key, entry, time.perf_counter() - start)
-            return torch.utils._pytree.tree_unflatten(outs, entry.treedef)
-        if key in self.failed:
+            return out
+        if entry is not None or key in self.failed:
             return fast(*args)
         n = self.seen.get(key, 0) + 1
         self.seen[key] = n
@@ -382,8 +368,7 @@ class GraphReplayer:
         start = time.perf_counter()
         out = fast(*args)
         host = time.perf_counter() - start
-        copied = sum(t.numel() * t.element_size() for t in list(args) + torch.utils._pytree.tree_leaves(out)
-                     if isinstance(t, torch.Tensor))
+        copied = self._copied_bytes(args, out)
         # copies (read + write each byte) plus the least GPU time of the program itself (each byte once)
         if host < 1.5 * copied / COPY_BYTES_PER_S:
             self.failed.add(key)
@@ -393,6 +378,34 @@ class GraphReplayer:
             return out
         self._capture(fast, args, key, host)
         return out
+
+    def _busy(self, entry: Any) -> bool:
+        """Whether ``entry``'s static buffers are still in use (cuda_graphs_train.py)."""
+        return False
+
+    def _replay(self, entry: _Entry, fast: Callable, args: tuple) -> Any:
+        for s, a in zip(entry.inputs, args):
+            if s is not None:
+                s.copy_(a)
+        entry.graph.replay()
+        # non-tensor outputs (a None aux output, a size) are kept as captured
+        outs = [o.clone() if isinstance(o, torch.Tensor) else o for o in entry.outputs]
+        STATS["replays"] += 1
+        return torch.utils._pytree.tree_unflatten(outs, entry.treedef)
+
+    def _copied_bytes(self, args: tuple, out: Any) -> int:
+        """Bytes a replayed call copies: its tensor arguments in, its outputs out."""
+        return sum(t.numel() * t.element_size() for t in list(args) + torch.utils._pytree.tree_leaves(out)
+                   if isinstance(t, torch.Tensor))
+
+    def _capture_failed(self, key: tuple, e: Exception) -> None:
+        """This signature runs the host program from now on."""
+        self.failed.add(key)
+        STATS["capture_failures"] += 1
+        STATS["last_error"] = f"{type(e).__name__}: {e}"
+        jit_log("executor", 1, f"{self.name}: no {'training ' if self.grad else ''}CUDA graph for this signature: "
+                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        torch.cuda.synchronize()
 
     def _judge(self, key: tuple, entry: _Entry, seconds: float) -> None:
         """After REPLAY_TRIALS replays: keep the graph only if replaying (copies, the replay,
@@ -452,12 +465,7 @@ class GraphReplayer:
             if why:
                 raise RuntimeError(why)
         except Exception as e:  # noqa: BLE001 - this signature runs the host program from now on
-            self.failed.add(key)
-            STATS["capture_failures"] += 1
-            STATS["last_error"] = f"{type(e).__name__}: {e}"
-            jit_log("executor", 1, f"{self.name}: no CUDA graph for this signature: {type(e).__name__}: "
-                    f"{str(e).splitlines()[0] if str(e) else ''}")
-            torch.cuda.synchronize()
+            self._capture_failed(key, e)
             return
         self.entries[key] = _Entry(g, statics, flat, treedef, host)
         STATS["captures"] += 1
@@ -480,7 +488,7 @@ class GraphReplayer:
                 if o is None or isinstance(o, (bool, int, float, str, torch.dtype, torch.device)):
                     continue
                 return f"output of type {type(o).__name__}"
-            if o.requires_grad:
+            if o.requires_grad and not self.grad:
                 return "an output requires grad"
             if not _dense(o) and o.numel() > 1:
                 return "an output is not dense"

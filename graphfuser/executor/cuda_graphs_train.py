@@ -50,7 +50,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..log import jit_log
-from .cuda_graphs import COPY_BYTES_PER_S, STATS, GraphReplayer, _dense, autocast_cache_off
+from .cuda_graphs import STATS, GraphReplayer, _attr, autocast_cache_off
 
 
 class _TrainEntry:
@@ -159,42 +159,20 @@ class TrainingReplayer(GraphReplayer):
 
     grad = True
 
-    def __call__(self, fast: Callable, args: tuple) -> Any:
-        key = self._key(args)
-        if key is None:
-            return fast(*args)
-        entry = self.entries.get(key)
-        if entry is not None:
-            if entry.busy():
-                return fast(*args)
-            start = time.perf_counter() if entry.trials >= 0 else 0.0
-            with self.lock:
-                leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] + entry.params
-                outs = iter(_Replay.apply(self, entry, fast, args, *leaves))
-                flat = [next(outs) if isinstance(o, torch.Tensor) else o for o in entry.outputs]
-            self.entries.move_to_end(key)
-            STATS["train_replays"] = STATS.get("train_replays", 0) + 1
-            if entry.trials >= 0:
-                self._judge(key, entry, time.perf_counter() - start)
-            return tree_unflatten(flat, entry.treedef)
-        if key in self.failed:
-            return fast(*args)
-        n = self.seen.get(key, 0) + 1
-        self.seen[key] = n
-        if n <= self.warm:
-            return fast(*args)
-        start = time.perf_counter()
-        out = fast(*args)
-        host = time.perf_counter() - start
-        tensors = [t for t in list(args) + tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        copied = sum(t.numel() * t.element_size() for t in tensors)
-        copied += 2 * sum(t.numel() * t.element_size() for t in self._parameters() if t.requires_grad)
-        if host < 1.5 * copied / COPY_BYTES_PER_S:
-            self.failed.add(key)
-            STATS["copy_bound"] += 1
-            return out
-        self._capture(fast, args, key, host)
-        return out
+    def _busy(self, entry: _TrainEntry) -> bool:
+        return entry.busy()
+
+    def _replay(self, entry: _TrainEntry, fast: Callable, args: tuple) -> Any:
+        leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] + entry.params
+        outs = iter(_Replay.apply(self, entry, fast, args, *leaves))
+        flat = [next(outs) if isinstance(o, torch.Tensor) else o for o in entry.outputs]
+        STATS["train_replays"] = STATS.get("train_replays", 0) + 1
+        return tree_unflatten(flat, entry.treedef)
+
+    def _copied_bytes(self, args: tuple, out: Any) -> int:
+        """The arguments and outputs, and the parameters' gradients (read and written once more)."""
+        grads = sum(t.numel() * t.element_size() for t in self._parameters() if t.requires_grad)
+        return super()._copied_bytes(args, out) + 2 * grads
 
     def _key(self, args: tuple) -> Optional[tuple]:
         key = super()._key(args)
@@ -252,7 +230,7 @@ class TrainingReplayer(GraphReplayer):
             with torch.cuda.graph(entry.fwd, capture_error_mode="thread_local"), autocast_cache_off():
                 out = fast(*call_args)
             flat, entry.treedef = tree_flatten(out)
-            why = self._unfit(flat, statics)
+            why = self._outputs_unfit(flat, statics)
             if why:
                 raise RuntimeError(why)
             tensors = [o for o in flat if isinstance(o, torch.Tensor)]
@@ -276,12 +254,7 @@ class TrainingReplayer(GraphReplayer):
         except Exception as e:  # noqa: BLE001 - this signature runs the host program from now on
             _restore(swapped)
             _reset_generator()
-            self.failed.add(key)
-            STATS["capture_failures"] += 1
-            STATS["last_error"] = f"{type(e).__name__}: {e}"
-            jit_log("executor", 1, f"{self.name}: no training CUDA graph for this signature: {type(e).__name__}: "
-                    f"{str(e).splitlines()[0] if str(e) else ''}")
-            torch.cuda.synchronize()
+            self._capture_failed(key, e)
             return
         entry.params, entry.host = params, host
         self.entries[key] = entry
@@ -299,8 +272,6 @@ class TrainingReplayer(GraphReplayer):
         default stream, and a backward capture that reached them made the default stream wait
         on the capturing one (cudaErrorStreamCaptureImplicit). The aliases' are made in the
         capture; the graphs read and write the parameters' memory all the same."""
-        from .cuda_graphs import _attr
-
         alias = {id(p): torch.nn.Parameter(p.detach(), requires_grad=True) for p in params}
         objs: list = []
         for parent, name in self.chains:
@@ -315,8 +286,6 @@ class TrainingReplayer(GraphReplayer):
 
     def _read_tensors(self) -> list[torch.Tensor]:
         """The module tensors the graph reads (``prim::GetAttr`` chains), each once."""
-        from .cuda_graphs import _attr
-
         objs: list = []
         seen: dict[int, torch.Tensor] = {}
         for parent, name in self.chains:
@@ -325,23 +294,6 @@ class TrainingReplayer(GraphReplayer):
             if isinstance(obj, torch.Tensor):
                 seen.setdefault(id(obj), obj)
         return list(seen.values())
-
-    def _unfit(self, flat: list, statics: list) -> Optional[str]:
-        owners = {s.untyped_storage().data_ptr() for s in statics if s is not None}
-        owners |= {t.untyped_storage().data_ptr() for t in self._parameters() + self._buffers()}
-        seen: set = set()
-        for o in flat:
-            if not isinstance(o, torch.Tensor):
-                if o is None or isinstance(o, (bool, int, float, str, torch.dtype, torch.device)):
-                    continue
-                return f"output of type {type(o).__name__}"
-            if not _dense(o) and o.numel() > 1:
-                return "an output is not dense"
-            p = o.untyped_storage().data_ptr()
-            if p in owners or p in seen:
-                return "an output shares memory with an input, a module tensor or another output"
-            seen.add(p)
-        return None
 
     def _recompute(self, ctx: Any, grads: list) -> list:
         """The backward by running the host program again from the call's arguments (see module

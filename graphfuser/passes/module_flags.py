@@ -29,7 +29,8 @@ from ..ir.types import Type
 from ..log import jit_log
 
 
-def _attr(obj: Any, name: str) -> Any:
+def module_attr(obj: Any, name: str) -> Any:
+    """``getattr(obj, name)``, reading a module's parameter / buffer / submodule dicts first."""
     d = obj.__dict__
     for slot in ("_parameters", "_buffers", "_modules"):
         s = d.get(slot)
@@ -64,7 +65,7 @@ def _reads(graph: Graph, module: Optional[torch.nn.Module]) -> list[tuple[Node, 
             out.append((n, parent))
             continue
         try:
-            obj = _attr(parent, name)
+            obj = module_attr(parent, name)
         except AttributeError:
             continue
         if isinstance(obj, torch.nn.Module):

@@ -61,6 +61,16 @@ def _step(model, fn, opt, x, accumulate=False):
     return out.detach(), loss.detach()
 
 
+def _sgd_step(m, twin, sf, opts, x):
+    """One SGD step of the scripted model and of its eager twin on ``x``: outputs and state match."""
+    out, _ = _step(m, sf, opts[0], x)
+    ref, _ = _step(twin, twin, opts[1], x)
+    torch.testing.assert_close(out, ref, **TOL)
+    _same(m, twin)
+    for o in opts:
+        o.step()
+
+
 def _same(a: nn.Module, b: nn.Module):
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
         torch.testing.assert_close(p, q, **TOL, msg=lambda m: f"{n}: {m}")
@@ -76,13 +86,7 @@ def test_sgd_steps_match_eager_and_replay(make, shape):
     opts = [torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9) for a in (m, twin)]
     before = _replays()
     for k in range(12):
-        x = torch.randn(*shape, device="cuda")
-        out, loss = _step(m, sf, opts[0], x)
-        ref, ref_loss = _step(twin, twin, opts[1], x)
-        torch.testing.assert_close(out, ref, **TOL)
-        _same(m, twin)
-        for o in opts:
-            o.step()
+        _sgd_step(m, twin, sf, opts, torch.randn(*shape, device="cuda"))
     _same(m, twin)
     assert _replays() > before, STATS
 
@@ -168,13 +172,7 @@ def test_frozen_parameters_and_eval_mode_changes():
         if k == 12:
             for a in (m, twin):
                 a[1].eval()
-        x = torch.randn(4, 3, 8, 8, device="cuda")
-        out, _ = _step(m, sf, opts[0], x)
-        ref, _ = _step(twin, twin, opts[1], x)
-        torch.testing.assert_close(out, ref, **TOL)
-        _same(m, twin)
-        for o in opts:
-            o.step()
+        _sgd_step(m, twin, sf, opts, torch.randn(4, 3, 8, 8, device="cuda"))
 
 
 def test_knob_turns_training_replay_off():
