@@ -190,6 +190,18 @@ def _pow(call: OpCall) -> Expr:
             for _ in range(int(e)):
                 out = b.mul(out, x)
             return out
+    part, base = call.participants.get("exponent"), call.participants.get("self")
+    if isinstance(e, Expr) and isinstance(call["self"], Expr) and call.compute in FLOAT_TYPES \
+            and part is not None and part.priority == "wrapped" \
+            and not (call.device_type == "cpu" and base is not None and base.dtype == torch.float16):
+        # a run-time Python-number exponent: eager's pow(Tensor, Scalar) takes sqrt for 0.5 and
+        # rsqrt for -0.5 (they differ from pow at -inf and -0: sqrt(-inf) is NaN, pow(-inf, 0.5)
+        # inf); the other special cases (2, 3, -1, -2) agree with pow on every value. Eager's
+        # CPU kernel for float16 takes std::pow for every exponent.
+        ex = call.x("exponent")
+        p = b.call("pow", x, ex)
+        return b.where(b.call("eq", ex, call.const(0.5)), b.call("sqrt", x),
+                       b.where(b.call("eq", ex, call.const(-0.5)), b.call("rsqrt", x), p))
     return b.call("pow", x, call.x("exponent"))
 
 

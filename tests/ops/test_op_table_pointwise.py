@@ -713,3 +713,22 @@ def test_mixed_dtype_promotion(a: torch.dtype, b: torch.dtype) -> None:
     problems += [f"o{k} = {entries[k].expr} not fused: {r}" for k, r in unfused.items()
                  if not (entries[k].row == "bitwise_or" and "bitwise" in r)]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_pow_of_a_run_time_half_exponent_at_special_values(dtype) -> None:
+    """``x ** s`` with a run-time Python number ``s``: eager's pow(Tensor, Scalar) takes sqrt
+    for 0.5 and rsqrt for -0.5, which differ from C's pow at -inf and -0 (sqrt(-inf) is NaN,
+    pow(-inf, 0.5) inf; fuzz graph 2283 of CPU seed 12424). Every exponent against eager."""
+    def fn(x, s: float):
+        return (x * 1.0) ** s
+
+    x = torch.tensor([float("-inf"), float("inf"), -0.0, 0.0, -2.0, 3.0, float("nan"), 0.25], dtype=dtype)
+    sf = graphfuser.script(fn)
+    for s in (0.5, -0.5, 2.0, 3.0, -1.0, -2.0, 1.5, 0.5, -0.5):
+        out, ref = sf(x, s), fn(x, s)
+        torch.testing.assert_close(out, ref, equal_nan=True, **TOLERANCES[dtype])
+        num = ~ref.isnan()        # (the sign of zeros and infinities; a NaN's sign bit means nothing)
+        assert torch.equal(out.isnan(), ref.isnan()) and torch.equal(torch.signbit(out[num]), torch.signbit(ref[num])), \
+            (s, out, ref)
+    assert fusion_groups(sf._optimized)
