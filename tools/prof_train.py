@@ -31,7 +31,7 @@ def print_groups(sf) -> None:
     """Each differentiable group's backward fusion groups: node kinds and output types."""
     import graphfuser.autodiff.function as adf
 
-    inner = sf._under_autocast() if getattr(sf, "_variants", None) is not None else sf
+    inner = sf._specialized() if getattr(sf, "_variants", None) is not None else sf
     for r in getattr(inner, "_runners", {}).values():
         if not isinstance(r, adf.DifferentiableGroup) or r.backward._optimized is None:
             continue
