@@ -120,13 +120,15 @@ class ScriptedFunction:
         sf._reset()
         return sf
 
-    def _specialized(self) -> "ScriptedFunction":
+    def _specialized(self, flags: Optional[tuple] = None) -> "ScriptedFunction":
         """The specialization for the current autocast state and the current ``training`` flags
-        of the modules the graph reads them from (``self`` where both are this one's)."""
+        of the modules the graph reads them from (``self`` where both are this one's);
+        ``flags``: those flags, where the caller has read them already."""
         if self._torchscript is not None:
             return self
         state = autocast_state()
-        flags = tuple(map(_TRAINING, self._flag_mods))
+        if flags is None:
+            flags = tuple(map(_TRAINING, self._flag_mods))
         if state is None and flags == self._flags:
             return self
         sf = self._variants.get((state, flags))
@@ -209,11 +211,12 @@ class ScriptedFunction:
 
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._variants is not None and (torch._C._is_any_autocast_enabled() or (
-                self._flag_mods and tuple(map(_TRAINING, self._flag_mods)) != self._flags)):
-            sf = self._specialized()
-            if sf is not self:
-                return sf(*args, **kwargs)
+        if self._variants is not None:          # the root: pick the specialization for this call
+            flags = tuple(map(_TRAINING, self._flag_mods)) if self._flag_mods else self._flags
+            if flags != self._flags or torch._C._is_any_autocast_enabled():
+                sf = self._specialized(flags)
+                if sf is not self:
+                    return sf(*args, **kwargs)
         fast = self._fast
         if fast is not None and not kwargs and self._nreq <= len(args) < self._nargs:
             args = args + self._tail[len(args) - self._nreq:]
