@@ -121,20 +121,24 @@ def _replay_seconds(entry: _TrainEntry, args: tuple) -> float:
     for _ in range(2):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        for s, a in zip(entry.inputs, args):
-            if s is not None:
-                s.copy_(a)
-        entry.fwd.replay()
-        outs = [o.clone() for o in entry.outputs if isinstance(o, torch.Tensor)]
-        for s, o in zip(entry.grad_outs, [o for o, d in zip(outs, entry.diff) if d]):
-            s.copy_(o)                # (as an incoming gradient would be: its values do not matter)
-        entry.bwd.replay()
-        present = [g for g in entry.grads if g is not None]
-        if present:
-            torch._foreach_mul(present, 1)
+        with torch.no_grad():         # (as in ``_Replay.forward``: the static inputs are leaves requiring grad)
+            _replay_once(entry, args)
         torch.cuda.synchronize()
-        del outs
     return time.perf_counter() - start
+
+
+def _replay_once(entry: _TrainEntry, args: tuple) -> None:
+    for s, a in zip(entry.inputs, args):
+        if s is not None:
+            s.copy_(a)
+    entry.fwd.replay()
+    outs = [o.clone() for o in entry.outputs if isinstance(o, torch.Tensor)]
+    for s, o in zip(entry.grad_outs, [o for o, d in zip(outs, entry.diff) if d]):
+        s.copy_(o)                    # (as an incoming gradient would be: its values do not matter)
+    entry.bwd.replay()
+    present = [g for g in entry.grads if g is not None]
+    if present:
+        torch._foreach_mul(present, 1)
 
 
 def _restore(swapped: list) -> None:
