@@ -8,7 +8,9 @@ is ``out = f(*args); out.backward(grad)`` with a fixed upstream gradient, so the
 forward, the saved values and the backward. Backends: eager, ``torch.jit.script``,
 ``torch.compile`` and graphfuser, in one process on one device. Where a case has no randomness
 the gradients of every backend are compared with eager's before timing (a mismatch is reported in
-the table, never hidden). Benchmarks never assert.
+the table, never hidden). The backends are then timed in turns: seven rounds, each timing a block
+of calls of every backend (20 on CUDA, events around the block), and each backend's time is the
+median of its rounds. Benchmarks never assert.
 """
 from __future__ import annotations
 
@@ -175,21 +177,18 @@ def _step(f: Callable, args: tuple, grad: torch.Tensor, autocast: Optional[torch
     return out
 
 
-def _time(fn: Callable[[], Any], device: str, iters: int) -> float:
-    for _ in range(3):
-        fn()
+def _block_ms(fn: Callable[[], Any], device: str, iters: int) -> float:
+    """Mean ms per call over ``iters`` back-to-back calls (CUDA: events around the block, so a
+    host-bound step shows its host time and a device-bound one its kernels' time)."""
     if device == "cuda":
         torch.cuda.synchronize()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(3):
-            s.record()
-            for _ in range(iters):
-                fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / iters)
-        return statistics.median(times)
+        s.record()
+        for _ in range(iters):
+            fn()
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) / iters
     times = []
     for _ in range(iters):
         t = time.perf_counter()
@@ -198,7 +197,26 @@ def _time(fn: Callable[[], Any], device: str, iters: int) -> float:
     return statistics.median(times)
 
 
+ROUNDS = 7
+
+
+def _time_interleaved(steps: dict[str, Callable[[], Any]], device: str, iters: int) -> dict[str, float]:
+    """Median over ``ROUNDS`` rounds of a block per backend, the backends taking turns in each
+    round: a host whose speed drifts during the run (other tenants, clocks) moves every backend's
+    rounds alike instead of favouring whichever was timed first."""
+    for fn in steps.values():
+        for _ in range(3):
+            fn()
+    times: dict[str, list[float]] = {n: [] for n in steps}
+    for _ in range(ROUNDS):
+        for n, fn in steps.items():
+            times[n].append(_block_ms(fn, device, iters))
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
 def run_case(case: TrainCase, device: str, backends: Callable[[Any, str], dict]) -> dict:
+    """Each backend's first calls and gradients against eager's, then all of them timed in
+    interleaved rounds (``_time_interleaved``)."""
     module = case.fn.to(device) if isinstance(case.fn, nn.Module) else None
     if module is not None:
         module.train()
@@ -209,6 +227,7 @@ def run_case(case: TrainCase, device: str, backends: Callable[[Any, str], dict])
     ref_out.backward(grad)
     ref = [g.clone() if g is not None else None for g in _grads(module, args)]
     row: dict = {"case": case.name, "backends": {}}
+    steps: dict[str, Callable[[], Any]] = {}
     for name, f in backends(case.fn, device).items():
         try:
             _zero(module, args)
@@ -228,11 +247,10 @@ def run_case(case: TrainCase, device: str, backends: Callable[[Any, str], dict])
                     den = b.double().norm().item() or 1.0
                     worst = max(worst, (a.double() - b.double()).norm().item() / den)
                 entry["grad_rel_err"] = worst
-            entry["ms"] = _time(lambda: (_zero(module, args), _step(f, args, grad, case.autocast, device)),
-                                device, 20 if device == "cuda" else 5)
+            step = (lambda f=f: (_zero(module, args), _step(f, args, grad, case.autocast, device)))
+            step()                      # a failure here drops the backend before the timed rounds
+            steps[name] = step
             if name == "graphfuser":
-                import graphfuser
-
                 from graphfuser.zoo_train import fused_groups
 
                 ctx = torch.autocast(device, dtype=case.autocast) if case.autocast else torch.autocast(device,
@@ -242,6 +260,12 @@ def run_case(case: TrainCase, device: str, backends: Callable[[Any, str], dict])
         except Exception as e:  # noqa: BLE001
             entry = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         row["backends"][name] = entry
+    try:
+        for name, ms in _time_interleaved(steps, device, 20 if device == "cuda" else 5).items():
+            row["backends"][name]["ms"] = ms
+    except Exception as e:  # noqa: BLE001
+        for name in steps:
+            row["backends"][name] = {"error": f"timing: {type(e).__name__}: {str(e)[:200]}"}
     return row
 
 

@@ -80,10 +80,23 @@ GF_FN void gf_philox(unsigned long long seed, unsigned long long index, unsigned
   }
   out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
+// A kernel recorded into a CUDA graph of a training call draws from a base read when the graph
+// runs (ops/philox.py, philox_capture): a negative offset says that the seed is the address of
+// {seed, base} in device memory and the offset counts from that base (bit 63 cleared).
+GF_FN void gf_rng_base(long long& seed, long long& offset) {
+#if defined(__CUDA_ARCH__)
+  if (offset < 0) {
+    const long long* p = (const long long*)seed;
+    seed = p[0];
+    offset = (offset & 0x7FFFFFFFFFFFFFFFLL) + p[1];
+  }
+#endif
+}
 // uniform in [0, 1): 24 random bits (float) or 53 (double)
 // fp32: word index % 4 of block index / 4 (one evaluation per four elements where the
 // renderer says which lanes share a block: gf_lane4 below)
 GF_FN float gf_philox_uniform_f32(long long seed, long long offset, long long index) {
+  gf_rng_base(seed, offset);
   unsigned int r[4];
   gf_philox((unsigned long long)seed, (unsigned long long)index >> 2, (unsigned long long)offset, r);
   const unsigned int w = (index & 2) ? ((index & 1) ? r[3] : r[2]) : ((index & 1) ? r[1] : r[0]);
@@ -94,12 +107,14 @@ GF_FN float gf_philox_uniform_f32(long long seed, long long offset, long long in
 // q (q + 1) in so many words, and the compiler evaluates it once.
 struct gf_lane4 { long long q; int v; };
 GF_FN float gf_philox_uniform_f32(long long seed, long long offset, gf_lane4 l) {
+  gf_rng_base(seed, offset);
   unsigned int r[4];
   gf_philox((unsigned long long)seed, (unsigned long long)(l.q + (l.v >> 2)), (unsigned long long)offset, r);
   const unsigned int w = (l.v & 2) ? ((l.v & 1) ? r[3] : r[2]) : ((l.v & 1) ? r[1] : r[0]);
   return (float)(w >> 8) * 5.9604644775390625e-08f;
 }
 GF_FN double gf_philox_uniform_f64(long long seed, long long offset, long long index) {
+  gf_rng_base(seed, offset);
   unsigned int r[4];
   gf_philox((unsigned long long)seed, (unsigned long long)index, (unsigned long long)offset, r);
   return (double)((((unsigned long long)r[0] << 32) | r[1]) >> 11) * 1.1102230246251565e-16;

@@ -22,6 +22,7 @@ class PointwiseParams:
     block: int = 128      # threads per block (GPU)
     unroll: int = 1       # vectors per thread per grid-stride step (GPU)
     cpu_chunk: int = 4096 # elements per OpenMP chunk for a single-root kernel
+    grid_cap: bool = True # the grid is capped at blocks_per_sm per SM (a grid-stride loop covers the rest)
 
 
 def vector_width(kernel: Kernel, root: int = -1) -> int:
@@ -61,8 +62,12 @@ def pointwise_heuristics(kernel: Kernel, target: str, cuda_knobs: dict, vectoriz
             # One flat index and no div/mod per element: wider blocks without unrolling measured
             # best on H200 (tools/sweep_pointwise.py), 1024 threads on an H100: the training
             # steps of SwiGLU bf16 [16384, 8192] and the f32 pointwise chain, kernel us per step,
-            # 719.4 / 719.6 with 512 x 1, 716.9 / 716.1 with 512 x 2, 710.0 / 710.2 with 1024 x 1
-            block, unroll = max(block, FLAT_BLOCK), 1
+            # 719.4 / 719.6 with 512 x 1, 716.9 / 716.1 with 512 x 2, 710.0 / 710.2 with 1024 x 1.
+            # Nor a grid-stride loop: one vector per thread over a full grid measured 0.5-1%
+            # faster than the grid capped at 64 blocks per SM (H100, forward / backward kernel us:
+            # pointwise chain 264.8 / 445.8 capped, 262.3 / 442.5 full; SwiGLU 263.9 / 442.2,
+            # 261.8 / 438.5; 16 and 32 blocks per SM were slower still)
+            return PointwiseParams("cuda", vector=v, block=max(block, FLAT_BLOCK), unroll=1, grid_cap=False)
         return PointwiseParams("cuda", vector=v, block=block, unroll=unroll)
     return PointwiseParams("cpu")
 

@@ -378,7 +378,8 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
         ns["_stream"] = cuda_driver.RAW_STREAM
         ns["_devidx"] = idx
         ns["_block"] = (cg.variants[0][2].block, 1, 1)
-        ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"])
+        ns["_maxgrid"] = cuda_driver.sm_count(idx) * int(config.cuda["blocks_per_sm"]) \
+            if cg.variants[0][2].grid_cap else 2 ** 31 - 1
         ns["_magic"], ns["_MG"] = magic_divisor, _MAGIC.get
     src = _launcher_source(cg)
     cg.launcher_source = src

@@ -33,7 +33,12 @@ What keeps it the same computation:
   differentiates that (as eager would); an argument or parameter changed in place since the call
   raises there as eager raises;
 - autocast's cast cache is off during the warm-up and the captures (``autocast_cache_off``);
-- calls that draw random numbers are never captured (``GraphReplayer``'s check);
+- fused random ops (dropout, ``rand_like``: ``ops/philox.py``) are recorded drawing from a base
+  that each replay reserves from the CUDA generator and writes into the entry's ``rng`` tensor
+  before the forward graph runs: the numbers a replay draws are those the host program would
+  have drawn in its place, and ``torch.manual_seed`` reproduces them; the warm-up draws from the
+  generator's current offset without taking it. Random ops that run eager's kernels (advancing
+  the generator during the warm-up) are not captured;
 - a capture is kept only if a replayed step (both graphs, timed back to back) is faster than a
   step of the host program timed the same way during the warm-up (``_replay_seconds``);
 - out of CUDA memory, ``release_graphs`` drops these graphs too.
@@ -42,6 +47,7 @@ What keeps it the same computation:
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from typing import Any, Callable, Optional
@@ -50,6 +56,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..log import jit_log
+from ..ops.philox import philox_capture, philox_fixed, reserve
 from .cuda_graphs import STATS, GraphReplayer, _attr, autocast_cache_off
 
 
@@ -57,10 +64,12 @@ class _TrainEntry:
     """One captured signature: its two graphs and their static tensors."""
 
     __slots__ = ("fwd", "bwd", "inputs", "outputs", "treedef", "diff", "grad_outs", "grads", "params", "host",
-                 "trials", "best", "generation", "node", "fn", "__weakref__")
+                 "trials", "best", "generation", "node", "fn", "rng", "draws", "seed", "__weakref__")
 
     def __init__(self) -> None:
         self.generation = 0
+        self.rng: Optional[torch.Tensor] = None     # {seed, base} the recorded random ops read
+        self.draws, self.seed = 0, None             # offsets one call takes; the seed in rng
         self.node: Optional[weakref.ref] = None
         self.trials, self.best = 0, float("inf")
 
@@ -77,6 +86,7 @@ class _Replay(torch.autograd.Function):
         for s, a in zip(entry.inputs, args):
             if s is not None:
                 s.copy_(a)
+        ctx.rng = _set_base(entry) if entry.draws else None
         entry.fwd.replay()
         entry.generation += 1
         ctx.generation, ctx.ran = entry.generation, False
@@ -108,6 +118,18 @@ class _Replay(torch.autograd.Function):
             fresh = iter(torch._foreach_mul(present, 1) if present else [])
             res = [next(fresh) if g is not None else None for g in entry.grads]
         return (None, None, None, None) + tuple(res)
+
+
+def _set_base(entry: _TrainEntry) -> tuple[int, int]:
+    """Reserve a call's offsets from the generator and write {seed, base} where the recorded
+    random ops read them (stream-ordered fills: nothing on the host is read by the device later)."""
+    assert entry.rng is not None
+    seed, base = reserve(entry.rng.device.index, entry.draws)
+    if seed != entry.seed:
+        entry.rng[:1].fill_(seed)
+        entry.seed = seed
+    entry.rng[1:].fill_(base)
+    return seed, base
 
 
 def _replay_seconds(entry: _TrainEntry, args: tuple) -> float:
@@ -206,8 +228,10 @@ class TrainingReplayer(GraphReplayer):
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             mode = torch.cuda.get_sync_debug_mode()
+            seed = gen.initial_seed()
             try:
-                with torch.cuda.stream(stream), autocast_cache_off(), torch.autograd.set_multithreading_enabled(False):
+                with torch.cuda.stream(stream), autocast_cache_off(), torch.autograd.set_multithreading_enabled(False), \
+                        philox_fixed(seed - 2 ** 64 if seed >= 2 ** 63 else seed, before):
                     for _ in range(2):        # the second one timed: a step as the host program runs it
                         stream.synchronize()
                         start = time.perf_counter()
@@ -231,19 +255,22 @@ class TrainingReplayer(GraphReplayer):
                 raise RuntimeError("the call draws random numbers (a replay would repeat them)")
             entry = _TrainEntry()
             entry.fwd, entry.bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(entry.fwd, capture_error_mode="thread_local"), autocast_cache_off():
-                out = fast(*call_args)
-            flat, entry.treedef = tree_flatten(out)
-            why = self._outputs_unfit(flat, statics)
-            if why:
-                raise RuntimeError(why)
-            tensors = [o for o in flat if isinstance(o, torch.Tensor)]
-            entry.diff = [o.requires_grad for o in tensors]
-            diff = [o for o in tensors if o.requires_grad]
-            entry.grad_outs = [torch.empty_like(o) for o in diff]
-            with torch.cuda.graph(entry.bwd, pool=entry.fwd.pool(), capture_error_mode="thread_local"), \
-                    autocast_cache_off(), torch.autograd.set_multithreading_enabled(False):
-                entry.grads = list(torch.autograd.grad(diff, leaves, entry.grad_outs, allow_unused=True))
+            entry.rng = torch.zeros(2, dtype=torch.int64, device=torch.device("cuda", gen.device.index))
+            with philox_capture(entry.rng) as draws:
+                with torch.cuda.graph(entry.fwd, capture_error_mode="thread_local"), autocast_cache_off():
+                    out = fast(*call_args)
+                flat, entry.treedef = tree_flatten(out)
+                why = self._outputs_unfit(flat, statics)
+                if why:
+                    raise RuntimeError(why)
+                tensors = [o for o in flat if isinstance(o, torch.Tensor)]
+                entry.diff = [o.requires_grad for o in tensors]
+                diff = [o for o in tensors if o.requires_grad]
+                entry.grad_outs = [torch.empty_like(o) for o in diff]
+                with torch.cuda.graph(entry.bwd, pool=entry.fwd.pool(), capture_error_mode="thread_local"), \
+                        autocast_cache_off(), torch.autograd.set_multithreading_enabled(False):
+                    entry.grads = list(torch.autograd.grad(diff, leaves, entry.grad_outs, allow_unused=True))
+            entry.draws = draws.used
             entry.outputs = [o.detach() if isinstance(o, torch.Tensor) else o for o in flat]
             entry.inputs = statics
             replayed = _replay_seconds(entry, args)
@@ -308,7 +335,7 @@ class TrainingReplayer(GraphReplayer):
                                    "modified by an inplace operation since the replayed call (as eager raises)")
         saved = [(t, t.clone()) for t in self._buffers()]
         try:
-            with torch.enable_grad():
+            with torch.enable_grad(), (philox_fixed(*ctx.rng) if ctx.rng is not None else contextlib.nullcontext()):
                 flat = tree_flatten(ctx.fast(*ctx.args))[0]
         finally:
             with torch.no_grad():

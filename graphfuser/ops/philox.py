@@ -25,8 +25,23 @@ Where (seed, offset) come from (``philox_state``), per call, without a device sy
 
 Either way the numbers are not those of eager's ``dropout`` / ``rand_like`` (different streams):
 same seed -> same masks as graphfuser's earlier runs, not as eager's.
+
+Inside a CUDA graph (``executor/cuda_graphs_train.py``) a kernel's arguments are the ones
+recorded, so a replay would draw the recorded numbers again. While a training call is captured
+(``philox_capture``) ``philox_state`` leaves the generator alone and hands out offsets counted
+from 0 within the call, marked by bit 63, with the address of a two-element int64 device tensor
+as the seed; the kernels then read {seed, base} from that tensor when they run
+(``gf_rng_base``, ``codegen/dialects.py``). Before each replay the replayer reserves the call's
+offsets from the generator as the host program would (``reserve``) and writes the generator's
+seed and the reserved base there: a replayed call draws what the host program would have drawn
+in its place. ``philox_fixed`` hands out the offsets of one earlier replay again (the backward
+that recomputes a replayed call). A group's fallback cannot read the device tensor: it raises
+during a capture, which then fails (the call keeps running its host program).
 """
 from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional
 
 import torch
 
@@ -35,9 +50,64 @@ _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _LO = 0xFFFFFFFF
 
 
+_MARK = -(2 ** 63)        # bit 63 of an int64: the offset counts from a base in device memory
+
+
+class _Capture:
+    """Offsets within one call, counted from 0 (see module doc)."""
+
+    def __init__(self, seed: Optional[int], base: int) -> None:
+        self.seed, self.base, self.used = seed, base, 0
+
+    def take(self, n: int) -> tuple[int, int]:
+        rel = self.used
+        self.used += (n + 3) // 4 * 4
+        if self.seed is None:       # capturing: the seed slot holds the address of {seed, base}
+            return self.base, _MARK + rel
+        return self.seed, self.base + rel
+
+
+_ACTIVE: list[_Capture] = []
+
+
+@contextlib.contextmanager
+def philox_capture(rng: torch.Tensor) -> Iterator[_Capture]:
+    """While a call is recorded into a CUDA graph: offsets relative to the {seed, base} that
+    ``rng`` (int64, two elements, on the device) holds when the graph runs."""
+    c = _Capture(None, rng.data_ptr())
+    _ACTIVE.append(c)
+    try:
+        yield c
+    finally:
+        _ACTIVE.remove(c)
+
+
+@contextlib.contextmanager
+def philox_fixed(seed: int, base: int) -> Iterator[_Capture]:
+    """The offsets one replay drew from (seed, base), handed out again in the same order."""
+    c = _Capture(seed, base)
+    _ACTIVE.append(c)
+    try:
+        yield c
+    finally:
+        _ACTIVE.remove(c)
+
+
+def reserve(device_index: int, n: int) -> tuple[int, int]:
+    """(seed, base) of ``n`` offsets taken from the device's generator, as ``philox_state`` takes
+    them (a replay of a call whose draws used ``n``)."""
+    gen = torch.cuda.default_generators[device_index]
+    offset = gen.get_offset()
+    gen.set_offset(offset + n)
+    seed = gen.initial_seed()
+    return seed - 2 ** 64 if seed >= 2 ** 63 else seed, offset
+
+
 def philox_state(x: torch.Tensor, n: int) -> tuple[int, int]:
     """(seed, offset) for a random op drawing ``n`` values on ``x``'s device; advances the
     device's default generator past them."""
+    if _ACTIVE and x.device.type == "cuda":
+        return _ACTIVE[-1].take(n)
     if x.device.type == "cuda":
         gen = torch.cuda.default_generators[x.device.index if x.device.index is not None
                                             else torch.cuda.current_device()]
@@ -86,6 +156,9 @@ def philox_words(seed: int, offset: int, shape, device, packed: bool = False) ->
 
 def philox_uniform(seed: int, offset: int, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Uniform numbers in [0, 1) as the kernels draw them: fp32 (24 bits) or fp64 (53 bits)."""
+    if offset < 0:
+        raise RuntimeError("graphfuser: a fusion group's fallback drew random numbers while a CUDA graph was "
+                           "captured (only its kernel reads the graph's random base)")
     if dtype == torch.float64:
         w0, w1 = philox_words(seed, offset, shape, device)
         bits = ((w0 << 21) | (w1 >> 11))                  # 53 bits, non-negative in int64

@@ -12,6 +12,7 @@ import torch.nn as nn
 import graphfuser
 from graphfuser.config import config
 from graphfuser.executor.cuda_graphs import STATS
+from helpers import philox_dropouts
 
 pytestmark = pytest.mark.cuda
 
@@ -124,6 +125,83 @@ def test_retained_graph_backward_after_the_next_forward():
     for k in range(8):
         x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
         for f in (sf, twin):
+            out = f(x).square().mean()
+            out.backward(retain_graph=True)
+            f(y).sum().backward()
+            out.backward()
+    _same(m, twin)
+
+
+def _drop_mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Dropout(0.3), nn.Linear(64, 32), nn.LayerNorm(32),
+                         nn.Dropout(0.2), nn.Linear(32, 4)).cuda().train()
+
+
+def _drop_pair():
+    """The scripted dropout MLP and an eager twin whose nn.Dropout draws graphfuser's masks."""
+    m, twin, sf = _pair(_drop_mlp)
+    philox_dropouts(twin)
+    return m, twin, sf
+
+
+def test_dropout_steps_replay_fresh_masks():
+    """Fused dropouts are captured: each replay reserves its offsets from the generator as the
+    host program would, so every step draws new masks, the masks of the eager twin started from
+    the same generator state, and the generator ends where the twin's does."""
+    m, twin, sf = _drop_pair()
+    opts = [torch.optim.SGD(a.parameters(), lr=0.05) for a in (m, twin)]
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    before, outs = _replays(), []
+    for k in range(12):
+        x = torch.randn(16, 32, device="cuda")
+        state = gen.get_state()
+        out, _ = _step(m, sf, opts[0], x)
+        after = gen.get_offset()
+        gen.set_state(state)
+        ref, _ = _step(twin, twin, opts[1], x)
+        assert gen.get_offset() == after
+        torch.testing.assert_close(out, ref, **TOL)
+        _same(m, twin)
+        for o in opts:
+            o.step()
+        outs.append(out)
+    assert _replays() > before, STATS
+    x = torch.randn(16, 32, device="cuda")         # the same input twice: two masks
+    a = sf(x)
+    a.sum().backward()
+    b = sf(x)
+    assert not torch.equal(a, b)
+
+
+def test_dropout_seed_reproduces_replayed_steps():
+    """torch.manual_seed(s) gives the same replayed masks again."""
+    m, twin, sf = _drop_pair()
+    x = torch.randn(16, 32, device="cuda")
+    for k in range(8):
+        sf(x).sum().backward()
+    before = _replays()
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        runs.append([sf(x).detach() for _ in range(3)])
+        m.zero_grad()
+    assert _replays() > before, STATS
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    assert not torch.equal(runs[0][0], runs[0][1])
+
+
+def test_dropout_retained_graph_backward_recomputes_the_same_masks():
+    """A second backward through a replayed call whose buffers the next replay reused recomputes
+    it with the masks that replay drew (not fresh ones)."""
+    m, twin, sf = _drop_pair()
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    for k in range(8):
+        x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+        state = gen.get_state()
+        for f in (sf, twin):
+            gen.set_state(state)
             out = f(x).square().mean()
             out.backward(retain_graph=True)
             f(y).sum().backward()
