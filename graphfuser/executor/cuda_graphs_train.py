@@ -37,8 +37,11 @@ What keeps it the same computation:
   that each replay reserves from the CUDA generator and writes into the entry's ``rng`` tensor
   before the forward graph runs: the numbers a replay draws are those the host program would
   have drawn in its place, and ``torch.manual_seed`` reproduces them; the warm-up draws from the
-  generator's current offset without taking it. Random ops that run eager's kernels (advancing
-  the generator during the warm-up) are not captured;
+  generator's current offset without taking it. Random ops that run eager's kernels (torchvision's
+  stochastic depth, an in-place dropout) are recorded as ``torch.cuda.graph`` records them: the
+  generator is graph-safe, and each replay advances it past the graph's draws. A recompute
+  (below) of such a call sets the generator to where that replay's eager draws started and puts
+  it back after, so it draws that replay's numbers again;
 - a capture is kept only if a replayed step (both graphs, timed back to back) is faster than a
   step of the host program timed the same way during the warm-up (``_replay_seconds``);
 - out of CUDA memory, ``release_graphs`` drops these graphs too.
@@ -64,12 +67,14 @@ class _TrainEntry:
     """One captured signature: its two graphs and their static tensors."""
 
     __slots__ = ("fwd", "bwd", "inputs", "outputs", "treedef", "diff", "grad_outs", "grads", "params", "host",
-                 "trials", "best", "generation", "node", "fn", "rng", "draws", "seed", "__weakref__")
+                 "trials", "best", "generation", "node", "fn", "rng", "draws", "seed", "eager_draws",
+                 "__weakref__")
 
     def __init__(self) -> None:
         self.generation = 0
         self.rng: Optional[torch.Tensor] = None     # {seed, base} the recorded random ops read
         self.draws, self.seed = 0, None             # offsets one call takes; the seed in rng
+        self.eager_draws = False                    # eager's random ops recorded in the graphs
         self.node: Optional[weakref.ref] = None
         self.trials, self.best = 0, float("inf")
 
@@ -87,6 +92,9 @@ class _Replay(torch.autograd.Function):
             if s is not None:
                 s.copy_(a)
         ctx.rng = _set_base(entry) if entry.draws else None
+        if entry.eager_draws:
+            gen = torch.cuda.default_generators[entry.rng.device.index]
+            ctx.eager_rng = (gen.initial_seed(), gen.get_offset())
         entry.fwd.replay()
         entry.generation += 1
         ctx.generation, ctx.ran = entry.generation, False
@@ -251,8 +259,10 @@ class TrainingReplayer(GraphReplayer):
             torch.cuda.current_stream().wait_stream(stream)
             if any(t._version != v for t, v in versions):
                 raise RuntimeError("the call writes module parameters in place")
-            if gen.get_offset() != before or not torch.equal(torch.default_generator.get_state(), cpu_state):
-                raise RuntimeError("the call draws random numbers (a replay would repeat them)")
+            if not torch.equal(torch.default_generator.get_state(), cpu_state):
+                raise RuntimeError("the call draws random numbers on the CPU (a replay would repeat them)")
+            eager_draws = gen.get_offset() != before
+            gen.set_offset(before)            # (the warm-up's draws were not the user's)
             entry = _TrainEntry()
             entry.fwd, entry.bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             entry.rng = torch.zeros(2, dtype=torch.int64, device=torch.device("cuda", gen.device.index))
@@ -270,10 +280,11 @@ class TrainingReplayer(GraphReplayer):
                 with torch.cuda.graph(entry.bwd, pool=entry.fwd.pool(), capture_error_mode="thread_local"), \
                         autocast_cache_off(), torch.autograd.set_multithreading_enabled(False):
                     entry.grads = list(torch.autograd.grad(diff, leaves, entry.grad_outs, allow_unused=True))
-            entry.draws = draws.used
+            entry.draws, entry.eager_draws = draws.used, eager_draws
             entry.outputs = [o.detach() if isinstance(o, torch.Tensor) else o for o in flat]
             entry.inputs = statics
             replayed = _replay_seconds(entry, args)
+            gen.set_offset(before)            # (nor the timed replays')
             for t, copy in saved:             # the captured forward (and the timed replays) updated
                 t.data.copy_(copy)            # the running stats
             _restore(swapped)
@@ -334,10 +345,19 @@ class TrainingReplayer(GraphReplayer):
                 raise RuntimeError("graphfuser: one of the variables needed for gradient computation has been "
                                    "modified by an inplace operation since the replayed call (as eager raises)")
         saved = [(t, t.clone()) for t in self._buffers()]
+        eager_rng = getattr(ctx, "eager_rng", None)
+        gen = torch.cuda.default_generators[ctx.entry.rng.device.index] if eager_rng else None
+        state = gen.get_state() if gen is not None else None
         try:
+            if gen is not None:
+                if gen.initial_seed() != eager_rng[0]:
+                    gen.manual_seed(eager_rng[0])
+                gen.set_offset(eager_rng[1])
             with torch.enable_grad(), (philox_fixed(*ctx.rng) if ctx.rng is not None else contextlib.nullcontext()):
                 flat = tree_flatten(ctx.fast(*ctx.args))[0]
         finally:
+            if gen is not None:
+                gen.set_state(state)
             with torch.no_grad():
                 for t, copy in saved:
                     t.data.copy_(copy)

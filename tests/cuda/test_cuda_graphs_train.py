@@ -209,6 +209,63 @@ def test_dropout_retained_graph_backward_recomputes_the_same_masks():
     _same(m, twin)
 
 
+class _EagerRandomNet(nn.Module):
+    """Random ops that run eager's kernels inside the captured graphs: stochastic depth as
+    torchvision writes it (``bernoulli_`` of a fresh tensor) and an in-place dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.lin2 = nn.Linear(32, 64), nn.Linear(64, 4)
+
+    def forward(self, x):
+        h = torch.tanh(self.lin1(x))
+        noise = torch.empty([h.shape[0], 1], dtype=h.dtype, device=h.device).bernoulli_(0.7)
+        h = h * noise.div_(0.7)
+        return self.lin2(torch.nn.functional.dropout(h, 0.2, True, True))
+
+
+def _eager_random_pair():
+    torch.manual_seed(0)
+    return _pair(lambda: _EagerRandomNet().cuda().train())
+
+
+def test_eager_random_ops_replay_as_eager_draws_them():
+    """Replayed steps draw what eager draws from the same generator state (the graph-safe
+    generator advances past each replay's draws), so they match an eager twin step by step."""
+    m, twin, sf = _eager_random_pair()
+    opts = [torch.optim.SGD(a.parameters(), lr=0.05) for a in (m, twin)]
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    before = _replays()
+    for k in range(12):
+        x = torch.randn(16, 32, device="cuda")
+        state = gen.get_state()
+        out, _ = _step(m, sf, opts[0], x)
+        after = gen.get_offset()
+        gen.set_state(state)
+        ref, _ = _step(twin, twin, opts[1], x)
+        assert gen.get_offset() == after
+        torch.testing.assert_close(out, ref, **TOL)
+        _same(m, twin)
+        for o in opts:
+            o.step()
+    assert _replays() > before, STATS
+
+
+def test_eager_random_ops_retained_graph_backward_recomputes_the_same_draws():
+    m, twin, sf = _eager_random_pair()
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    for k in range(8):
+        x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+        state = gen.get_state()
+        for f in (sf, twin):
+            gen.set_state(state)
+            out = f(x).square().mean()
+            out.backward(retain_graph=True)
+            f(y).sum().backward()
+            out.backward()
+    _same(m, twin)
+
+
 def test_double_backward_gradient_penalty():
     """A gradient penalty (create_graph=True through the model) recomputes the replayed call."""
     m, twin, sf = _pair(_mlp)
