@@ -82,8 +82,10 @@ def dropout_mask(x: torch.Tensor, p: float, seed: int, offset: int) -> torch.Ten
 def _eager_dropout(input, p, seed, offset):
     ct = torch.float64 if input.dtype == torch.float64 else torch.float32
     keep = dropout_mask(input, p, seed, offset)
-    factor = torch.where(keep, torch.tensor(_keep_scale(p), dtype=ct, device=input.device),
-                         torch.tensor(0.0, dtype=ct, device=input.device))
+    # (torch.full, not torch.tensor: a host-to-device copy synchronizes, which a CUDA graph
+    # capture's warm-up refuses)
+    factor = torch.where(keep, torch.full((), _keep_scale(p), dtype=ct, device=input.device),
+                         torch.zeros((), dtype=ct, device=input.device))
     return (input.to(ct) * factor).to(input.dtype)
 
 
