@@ -145,14 +145,13 @@ def _drop_pair():
     return m, twin, sf
 
 
-def test_dropout_steps_replay_fresh_masks():
-    """Fused dropouts are captured: each replay reserves its offsets from the generator as the
-    host program would, so every step draws new masks, the masks of the eager twin started from
-    the same generator state, and the generator ends where the twin's does."""
-    m, twin, sf = _drop_pair()
+def _steps_from_one_generator_state(m, twin, sf):
+    """SGD steps of the scripted model and of its eager twin, each step of both started from the
+    same generator state: outputs, parameters and gradients match, and the generator ends where
+    the twin's does."""
     opts = [torch.optim.SGD(a.parameters(), lr=0.05) for a in (m, twin)]
     gen = torch.cuda.default_generators[torch.cuda.current_device()]
-    before, outs = _replays(), []
+    before = _replays()
     for k in range(12):
         x = torch.randn(16, 32, device="cuda")
         state = gen.get_state()
@@ -165,8 +164,31 @@ def test_dropout_steps_replay_fresh_masks():
         _same(m, twin)
         for o in opts:
             o.step()
-        outs.append(out)
     assert _replays() > before, STATS
+
+
+def _retained_backward_after_the_next_forward(m, twin, sf):
+    """backward(retain_graph=True), the next call, a second backward through the first graph:
+    each round of both models started from the same generator state."""
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    for k in range(8):
+        x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+        state = gen.get_state()
+        for f in (sf, twin):
+            gen.set_state(state)
+            out = f(x).square().mean()
+            out.backward(retain_graph=True)
+            f(y).sum().backward()
+            out.backward()
+    _same(m, twin)
+
+
+def test_dropout_steps_replay_fresh_masks():
+    """Fused dropouts are captured: each replay reserves its offsets from the generator as the
+    host program would, so every step draws new masks, the masks of the eager twin started from
+    the same generator state, and the generator ends where the twin's does."""
+    m, twin, sf = _drop_pair()
+    _steps_from_one_generator_state(m, twin, sf)
     x = torch.randn(16, 32, device="cuda")         # the same input twice: two masks
     a = sf(x)
     a.sum().backward()
@@ -196,17 +218,7 @@ def test_dropout_retained_graph_backward_recomputes_the_same_masks():
     """A second backward through a replayed call whose buffers the next replay reused recomputes
     it with the masks that replay drew (not fresh ones)."""
     m, twin, sf = _drop_pair()
-    gen = torch.cuda.default_generators[torch.cuda.current_device()]
-    for k in range(8):
-        x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
-        state = gen.get_state()
-        for f in (sf, twin):
-            gen.set_state(state)
-            out = f(x).square().mean()
-            out.backward(retain_graph=True)
-            f(y).sum().backward()
-            out.backward()
-    _same(m, twin)
+    _retained_backward_after_the_next_forward(m, twin, sf)
 
 
 class _EagerRandomNet(nn.Module):
@@ -233,37 +245,12 @@ def test_eager_random_ops_replay_as_eager_draws_them():
     """Replayed steps draw what eager draws from the same generator state (the graph-safe
     generator advances past each replay's draws), so they match an eager twin step by step."""
     m, twin, sf = _eager_random_pair()
-    opts = [torch.optim.SGD(a.parameters(), lr=0.05) for a in (m, twin)]
-    gen = torch.cuda.default_generators[torch.cuda.current_device()]
-    before = _replays()
-    for k in range(12):
-        x = torch.randn(16, 32, device="cuda")
-        state = gen.get_state()
-        out, _ = _step(m, sf, opts[0], x)
-        after = gen.get_offset()
-        gen.set_state(state)
-        ref, _ = _step(twin, twin, opts[1], x)
-        assert gen.get_offset() == after
-        torch.testing.assert_close(out, ref, **TOL)
-        _same(m, twin)
-        for o in opts:
-            o.step()
-    assert _replays() > before, STATS
+    _steps_from_one_generator_state(m, twin, sf)
 
 
 def test_eager_random_ops_retained_graph_backward_recomputes_the_same_draws():
     m, twin, sf = _eager_random_pair()
-    gen = torch.cuda.default_generators[torch.cuda.current_device()]
-    for k in range(8):
-        x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
-        state = gen.get_state()
-        for f in (sf, twin):
-            gen.set_state(state)
-            out = f(x).square().mean()
-            out.backward(retain_graph=True)
-            f(y).sum().backward()
-            out.backward()
-    _same(m, twin)
+    _retained_backward_after_the_next_forward(m, twin, sf)
 
 
 def test_double_backward_gradient_penalty():
