@@ -263,7 +263,7 @@ class TrainingReplayer(GraphReplayer):
             seed = gen.initial_seed()
             try:
                 with torch.cuda.stream(stream), autocast_cache_off(), torch.autograd.set_multithreading_enabled(False), \
-                        philox_fixed(seed - 2 ** 64 if seed >= 2 ** 63 else seed, before):
+                        philox_fixed(seed - 2 ** 64 if seed >= 2 ** 63 else seed, before, gen.device.index):
                     for _ in range(2):        # the second one timed: a step as the host program runs it
                         stream.synchronize()
                         start = time.perf_counter()
@@ -379,7 +379,8 @@ class TrainingReplayer(GraphReplayer):
                 if gen.initial_seed() != eager_rng[0]:
                     gen.manual_seed(eager_rng[0])
                 gen.set_offset(eager_rng[1])
-            with torch.enable_grad(), (philox_fixed(*ctx.rng) if ctx.rng is not None else contextlib.nullcontext()):
+            with torch.enable_grad(), (philox_fixed(*ctx.rng, ctx.entry.rng.device.index) if ctx.rng is not None
+                                       else contextlib.nullcontext()):
                 flat = tree_flatten(ctx.fast(*ctx.args))[0]
         finally:
             if gen is not None:

@@ -56,8 +56,8 @@ _MARK = -(2 ** 63)        # bit 63 of an int64: the offset counts from a base in
 class _Capture:
     """Offsets within one call, counted from 0 (see module doc)."""
 
-    def __init__(self, seed: Optional[int], base: int) -> None:
-        self.seed, self.base, self.used = seed, base, 0
+    def __init__(self, seed: Optional[int], base: int, device: int) -> None:
+        self.seed, self.base, self.used, self.device = seed, base, 0, device
 
     def take(self, n: int) -> tuple[int, int]:
         rel = self.used
@@ -74,7 +74,7 @@ _ACTIVE: list[_Capture] = []
 def philox_capture(rng: torch.Tensor) -> Iterator[_Capture]:
     """While a call is recorded into a CUDA graph: offsets relative to the {seed, base} that
     ``rng`` (int64, two elements, on the device) holds when the graph runs."""
-    c = _Capture(None, rng.data_ptr())
+    c = _Capture(None, rng.data_ptr(), rng.device.index)
     _ACTIVE.append(c)
     try:
         yield c
@@ -83,9 +83,10 @@ def philox_capture(rng: torch.Tensor) -> Iterator[_Capture]:
 
 
 @contextlib.contextmanager
-def philox_fixed(seed: int, base: int) -> Iterator[_Capture]:
-    """The offsets one replay drew from (seed, base), handed out again in the same order."""
-    c = _Capture(seed, base)
+def philox_fixed(seed: int, base: int, device: int) -> Iterator[_Capture]:
+    """The offsets one replay drew from (seed, base) on CUDA device ``device``, handed out again
+    in the same order."""
+    c = _Capture(seed, base, device)
     _ACTIVE.append(c)
     try:
         yield c
@@ -107,7 +108,11 @@ def philox_state(x: torch.Tensor, n: int) -> tuple[int, int]:
     """(seed, offset) for a random op drawing ``n`` values on ``x``'s device; advances the
     device's default generator past them."""
     if _ACTIVE and x.device.type == "cuda":
-        return _ACTIVE[-1].take(n)
+        c = _ACTIVE[-1]
+        if (x.device.index if x.device.index is not None else torch.cuda.current_device()) == c.device:
+            return c.take(n)
+        if c.seed is None:
+            raise RuntimeError("graphfuser: a random op on another device in a call captured into a CUDA graph")
     if x.device.type == "cuda":
         gen = torch.cuda.default_generators[x.device.index if x.device.index is not None
                                             else torch.cuda.current_device()]

@@ -662,3 +662,29 @@ def test_layer_norm_of_a_dropout_residual(device, dtype, layout):
     groups = fusion_groups(sf._optimized)
     assert any("graphfuser::dropout" in str(gr.subgraph) and "aten::layer_norm" in str(gr.subgraph)
                for gr in groups), str(sf._optimized)
+
+
+def test_captured_calls_take_offsets_relative_to_a_device_base():
+    """While a training call is captured into a CUDA graph (executor/cuda_graphs_train.py), each
+    random op gets the address of {seed, base} as its seed and an offset counted from 0 within
+    the call, marked by bit 63, rounded up to 4 per op as the generator's offsets are; a
+    recompute hands out one replay's absolute offsets again in the same order."""
+    from graphfuser.ops.philox import _MARK, _Capture
+
+    c = _Capture(None, 0xABC0, 0)
+    assert c.take(10) == (0xABC0, _MARK + 0)
+    assert c.take(5) == (0xABC0, _MARK + 12)
+    assert c.take(4) == (0xABC0, _MARK + 20)
+    assert c.used == 24
+    f = _Capture(7, 100, 0)
+    assert [f.take(10), f.take(5), f.take(4)] == [(7, 100), (7, 112), (7, 120)]
+
+
+def test_fallback_refuses_a_device_base_offset():
+    """A group's fallback cannot read the base from device memory: during a capture it raises
+    (the capture fails and the call keeps its host program) instead of drawing other numbers."""
+    from graphfuser.ops.philox import _MARK, philox_uniform
+
+    with pytest.raises(RuntimeError, match="captured"):
+        philox_uniform(0xABC0, _MARK + 8, (4, 4), "cpu")
+    assert philox_uniform(3, 8, (4, 4), "cpu").shape == (4, 4)
