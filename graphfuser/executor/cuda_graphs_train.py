@@ -60,7 +60,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..log import jit_log
-from ..ops.philox import philox_capture, philox_fixed, reserve
+from ..ops.philox import philox_capture, philox_fixed, reserve, signed_seed
 from .cuda_graphs import STATS, GraphReplayer, _attr, autocast_cache_off
 
 
@@ -260,10 +260,9 @@ class TrainingReplayer(GraphReplayer):
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             mode = torch.cuda.get_sync_debug_mode()
-            seed = gen.initial_seed()
             try:
                 with torch.cuda.stream(stream), autocast_cache_off(), torch.autograd.set_multithreading_enabled(False), \
-                        philox_fixed(seed - 2 ** 64 if seed >= 2 ** 63 else seed, before, gen.device.index):
+                        philox_fixed(signed_seed(gen), before, gen.device.index):
                     for _ in range(2):        # the second one timed: a step as the host program runs it
                         stream.synchronize()
                         start = time.perf_counter()

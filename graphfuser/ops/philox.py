@@ -94,32 +94,33 @@ def philox_fixed(seed: int, base: int, device: int) -> Iterator[_Capture]:
         _ACTIVE.remove(c)
 
 
+def signed_seed(gen: torch.Generator) -> int:
+    """The generator's seed (unsigned 64 bits) as the int64 of its bits, as kernels take it."""
+    seed = gen.initial_seed()
+    return seed - 2 ** 64 if seed >= 2 ** 63 else seed
+
+
 def reserve(device_index: int, n: int) -> tuple[int, int]:
-    """(seed, base) of ``n`` offsets taken from the device's generator, as ``philox_state`` takes
-    them (a replay of a call whose draws used ``n``)."""
+    """(seed, offset) of ``n`` offsets (a multiple of 4) taken from CUDA device
+    ``device_index``'s generator: one random op's draws (``philox_state``), or a replayed call's."""
     gen = torch.cuda.default_generators[device_index]
     offset = gen.get_offset()
     gen.set_offset(offset + n)
-    seed = gen.initial_seed()
-    return seed - 2 ** 64 if seed >= 2 ** 63 else seed, offset
+    return signed_seed(gen), offset
 
 
 def philox_state(x: torch.Tensor, n: int) -> tuple[int, int]:
     """(seed, offset) for a random op drawing ``n`` values on ``x``'s device; advances the
     device's default generator past them."""
-    if _ACTIVE and x.device.type == "cuda":
-        c = _ACTIVE[-1]
-        if (x.device.index if x.device.index is not None else torch.cuda.current_device()) == c.device:
-            return c.take(n)
-        if c.seed is None:
-            raise RuntimeError("graphfuser: a random op on another device in a call captured into a CUDA graph")
     if x.device.type == "cuda":
-        gen = torch.cuda.default_generators[x.device.index if x.device.index is not None
-                                            else torch.cuda.current_device()]
-        offset = gen.get_offset()
-        gen.set_offset(offset + (n + 3) // 4 * 4)
-        seed = gen.initial_seed()            # unsigned 64 bits: passed as the int64 of its bits
-        return seed - 2 ** 64 if seed >= 2 ** 63 else seed, offset
+        idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        if _ACTIVE:
+            c = _ACTIVE[-1]
+            if idx == c.device:
+                return c.take(n)
+            if c.seed is None:
+                raise RuntimeError("graphfuser: a random op on another device in a call captured into a CUDA graph")
+        return reserve(idx, (n + 3) // 4 * 4)
     seed = int(torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64))
     return seed, 0
 

@@ -688,3 +688,12 @@ def test_fallback_refuses_a_device_base_offset():
     with pytest.raises(RuntimeError, match="captured"):
         philox_uniform(0xABC0, _MARK + 8, (4, 4), "cpu")
     assert philox_uniform(3, 8, (4, 4), "cpu").shape == (4, 4)
+
+
+def test_signed_seed_is_the_int64_of_the_seed_bits():
+    from graphfuser.ops.philox import signed_seed
+
+    g = torch.Generator()
+    for seed, want in ((5, 5), (2 ** 63 - 1, 2 ** 63 - 1), (2 ** 63, -2 ** 63), (2 ** 64 - 1, -1)):
+        g.manual_seed(seed)
+        assert signed_seed(g) == want
