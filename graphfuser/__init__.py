@@ -19,7 +19,8 @@ from typing import Any, Iterator
 
 from .config import ConfigError, config
 from .executor.executor import ScriptedFunction, last_executed_optimized_graph
-from .frontend.torchscript import UnsupportedError
+from .executor.source import UnsupportedError
+from .frontend.torchscript import capture as _capture
 from .log import enable_logging
 
 __version__ = "0.1.0"
@@ -27,7 +28,7 @@ __version__ = "0.1.0"
 
 def script(fn_or_module: Any) -> ScriptedFunction:
     """Script a function or ``nn.Module`` for profiling, fusion and guarded fused execution."""
-    return ScriptedFunction(fn_or_module)
+    return ScriptedFunction(fn_or_module, _capture)
 
 
 # -- knobs, mirroring torch._C._jit_set_nvfuser_* -------------------------------------------------

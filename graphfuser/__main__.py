@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # Commands with their own argument parsers: ``python -m graphfuser <name> --help``.
-PASSTHROUGH: dict[str, str] = {"zoo": "graphfuser.zoo"}
+PASSTHROUGH: dict[str, str] = {"zoo": "graphfuser.tools.zoo"}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

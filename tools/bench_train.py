@@ -251,7 +251,7 @@ def run_case(case: TrainCase, device: str, backends: Callable[[Any, str], dict])
             step()                      # a failure here drops the backend before the timed rounds
             steps[name] = step
             if name == "graphfuser":
-                from graphfuser.zoo_train import fused_groups
+                from graphfuser.tools.zoo_train import fused_groups
 
                 ctx = torch.autocast(device, dtype=case.autocast) if case.autocast else torch.autocast(device,
                                                                                                        enabled=False)

@@ -41,7 +41,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import graphfuser  # noqa: E402
-from graphfuser.zoo import build  # noqa: E402
+from graphfuser.tools.zoo import build  # noqa: E402
 
 warnings.filterwarnings("ignore")
 

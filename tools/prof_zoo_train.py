@@ -43,7 +43,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import graphfuser  # noqa: E402
-from graphfuser.zoo_train import _amp, _build  # noqa: E402
+from graphfuser.tools.zoo_train import _amp, _build  # noqa: E402
 
 # narrow versions of the zoo's training models (--slim): the same graph structure, tiny kernels
 SLIM = {"timm:resnet50": dict(channels=(8, 16, 32, 64), stem_width=8, num_classes=10),

@@ -7,7 +7,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 if __name__ == "__main__":
     if "--train" in sys.argv[1:]:
-        from graphfuser.zoo_train import main  # noqa: E402
+        from graphfuser.tools.zoo_train import main  # noqa: E402
     else:
-        from graphfuser.zoo import main  # noqa: E402
+        from graphfuser.tools.zoo import main  # noqa: E402
     raise SystemExit(main())

@@ -8,6 +8,6 @@ compile pipeline as any other graph. The forward saves the group's inputs, and a
 norm's statistics (``saved.py``); everything else the backward recomputes.
 """
 from .backward import BackwardPlan, plan_backward
-from .function import STATS, make_differentiable_runner
+from .function import STATS, GraphRunners, make_differentiable_runner
 
-__all__ = ["BackwardPlan", "plan_backward", "make_differentiable_runner", "STATS"]
+__all__ = ["BackwardPlan", "plan_backward", "make_differentiable_runner", "GraphRunners", "STATS"]

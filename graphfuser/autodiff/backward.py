@@ -160,7 +160,7 @@ class D:
     def to(self, v: Value, dtype: torch.dtype) -> Value:
         """``v.to(dtype)``. A cast forward value keeps its forward type in ``ftypes`` (its rank and
         broadcast pattern, and the dtype eager's defaults read, such as RMSNorm's eps)."""
-        from ..executor.builtins import resolve_aten
+        from ..ops.aten import resolve_aten
 
         r = self.op("aten::to", v, scalar_type_code(dtype), False, False)
         r.node.schema = resolve_aten("aten::to", _TO_DTYPE)

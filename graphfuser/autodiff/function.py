@@ -13,6 +13,7 @@ differentiates that, with a one-time warning: the fused backward is not itself d
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
@@ -34,17 +35,20 @@ def live_groups() -> list["DifferentiableGroup"]:
     return [dg for dg in (r() for r in list(GROUPS.values())) if dg is not None]
 
 
-def scripted_graph(graph: Graph, name: str, known: Optional[dict[int, str]] = None):
-    """A ``ScriptedFunction`` running ``graph`` (no module), as ``graphfuser.script`` makes.
+@dataclass(frozen=True)
+class GraphRunners:
+    """How the graphs an autodiff node needs are run; the executor hands them in (autodiff sits
+    below the executor and never imports it).
 
-    Never replayed as a CUDA graph, although the engine runs it without grad: replay copies every
-    input into the graph's static buffers and clones every output, a second pass over a
-    backward's tensors, which are fresh every step. Measured on an H100 (ConvNeXt-T, batch 64,
-    bf16 autocast): replayed backward groups added 343 device-to-device copies, 4.7 ms of the
-    step's 27 ms of kernels, and more host time than the launches they saved."""
-    from ..executor.executor import ScriptedFunction
+    ``script(graph, name, known)``: a profiled, fused runner of a backward graph (the executor's
+    ``ScriptedFunction.from_graph`` with ``replay=False``: replay would copy every input into
+    static buffers and clone every output, a second pass over a backward's tensors, which are
+    fresh every step. Measured on an H100, ConvNeXt-T, batch 64, bf16 autocast: replayed backward
+    groups added 343 device-to-device copies, 4.7 ms of the step's 27 ms of kernels).
+    ``eager(graph)``: the group's program op by op through aten (fallbacks, double backward)."""
 
-    return ScriptedFunction.from_graph(graph, name, replay=False, known=known)
+    script: Callable[[Graph, str, Optional[dict[int, str]]], Callable[..., Any]]
+    eager: Callable[[Graph], Callable[..., tuple]]
 
 
 class DifferentiableGroup:
@@ -52,8 +56,9 @@ class DifferentiableGroup:
     ``prim::DifferentiableGraph``."""
 
     def __init__(self, group: Node, forward: Callable[..., tuple], plan: BackwardPlan, sub: Graph,
-                 saved: int = 0) -> None:
+                 runners: GraphRunners, saved: int = 0) -> None:
         self.group = group
+        self.runners = runners
         self.forward = forward
         self.plan = plan
         self.sub = sub              # what ``forward`` computes: the group's subgraph, or a copy that
@@ -74,8 +79,8 @@ class DifferentiableGroup:
 
         self.copied_in = [i for i in written_after(group) if i in self.saved_in]
         self.non_diff_out = [k for k in range(self.n_out) if k not in plan.diff_outputs]
-        self.backward = scripted_graph(plan.graph, f"{group.kind.split('::')[-1]}_backward", self.known(plan))
-        self.eager = _eager(sub)
+        self.backward = runners.script(plan.graph, f"{group.kind.split('::')[-1]}_backward", self.known(plan))
+        self.eager = runners.eager(sub)
         self._partial: dict[frozenset, Any] = {}
         self.fn = self._function()
 
@@ -186,7 +191,7 @@ class DifferentiableGroup:
         if key not in self._partial:
             plan = plan_backward(self.sub, key, self.saved) if key else NO_GRADIENT
             self._partial[key] = plan if isinstance(plan, str) else \
-                (plan, scripted_graph(plan.graph, f"{self.group.kind.split('::')[-1]}_backward_partial",
+                (plan, self.runners.script(plan.graph, f"{self.group.kind.split('::')[-1]}_backward_partial",
                                       self.known(plan)))
         entry = self._partial[key]
         full: list[Optional[torch.Tensor]] = [None] * self.n_in
@@ -252,12 +257,6 @@ def _section(node: Node, name: str) -> Optional[str]:
 SECTION_HOOKS.append(_section)
 
 
-def _eager(sub: Graph) -> Callable[..., tuple]:
-    from ..executor.fusion_eager import eager_runner
-
-    return eager_runner(sub, "differentiable_fallback")
-
-
 _calling_thread = [False]
 # autograd's multithreading before graphfuser turned it off (None: not turned off)
 MULTITHREADING_BEFORE: list = [None]
@@ -284,8 +283,8 @@ def _backward_on_the_calling_thread() -> None:
                                   "(PYTORCH_NVFUSER_DISABLE=calling_thread_backward keeps autograd's device threads)")
 
 
-def make_differentiable_runner(group: Node, forward: Callable[..., tuple], sub: Optional[Graph] = None,
-                               saved: int = 0) -> Callable[..., tuple]:
+def make_differentiable_runner(group: Node, forward: Callable[..., tuple], runners: GraphRunners,
+                               sub: Optional[Graph] = None, saved: int = 0) -> Callable[..., tuple]:
     """``forward`` (the group's compiled runner) as one autograd node when the group was
     specialized for inputs requiring grad; ``forward`` itself otherwise. A group whose backward
     cannot be built runs its eager program, and the reason is logged under ``>partition``.
@@ -300,14 +299,14 @@ def make_differentiable_runner(group: Node, forward: Callable[..., tuple], sub: 
         return _first(forward, len(sub.outputs) - saved, saved)
     if isinstance(plan, str):
         jit_log("partition", 1, f"{group.kind} not fused under grad: {plan}; it runs eagerly")
-        eager = _eager(sub)
+        eager = runners.eager(sub)
         return _first(eager, len(sub.outputs) - saved, saved)
     if group.kind.startswith("prim::Cuda"):
         _backward_on_the_calling_thread()
     jit_log("partition", 1, f"{group.kind} runs under grad as one autograd node; its backward graph "
                             f"returns the gradients of inputs {plan.grad_inputs}")
     jit_log_graph("graph_fuser", f"Backward of {group.kind} (before fusion):", plan.graph)
-    dg = DifferentiableGroup(group, forward, plan, sub, saved)
+    dg = DifferentiableGroup(group, forward, plan, sub, runners, saved)
     GROUPS[group] = weakref.ref(dg)    # read by graph_for's printer
     return dg
 

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import PRIMS, Call, Cast, Const, Kernel, LinearIndex, Load, ScalarArg
+from ..ir.kir import PRIMS, Call, Cast, Const, Kernel, LinearIndex, Load, ScalarArg
 from .schedule import IExpr, LoopNest, ParallelType, ScheduleError, iconst, iop, ivar
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .cuda_reduction_prelude import CUDA_REDUCTION
+from .reduction.cuda_prelude import CUDA_REDUCTION
 from .schedule import ParallelType as P
 
 STORAGE_TYPES = {

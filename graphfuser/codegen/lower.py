@@ -27,7 +27,7 @@ from ..ir.graph import Graph, Value
 from ..ir.types import TensorType
 from ..ops import bind, host_scalar, lookup
 from ..ops.table import OpCall
-from .kir import Expr, ExprBuilder, Kernel, ScalarParam, TensorParam, compute_dtype
+from ..ir.kir import Expr, ExprBuilder, Kernel, ScalarParam, TensorParam, compute_dtype
 
 
 # (floating, bool) -> the kernel argument type a host-read 0-dim tensor is passed as

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import config
-from .kir import Kernel
+from ..ir.kir import Kernel
 from .schedule import LoopNest, ParallelType
 
 

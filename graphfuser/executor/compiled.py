@@ -21,7 +21,7 @@ import torch
 
 from ..codegen.cstyle import RenderOptions, render_function, render_source, serial_twin, stride_args
 from ..codegen.dialects import CPP, CUDA
-from ..codegen.kir import Kernel, kernel_ir_text
+from ..ir.kir import Kernel, kernel_ir_text
 from ..codegen.lower import LaunchPlan, LoweringError, lower_group
 from ..codegen.pointwise import PointwiseParams, pointwise_heuristics, schedule_pointwise
 from ..codegen.schedule import LoopNest, ScheduleError
@@ -428,7 +428,7 @@ def write_repro(name: str, sub: Graph, source: str, error: BaseException) -> str
     log = getattr(error, "log", "") or ""
     types = "\n".join(f"  %{v.name} : {v.type}" for v in sub.inputs)
     try:  # the same fusion as a standalone FusionDefinition script, written next to the report
-        from ..frontend.python_definition import repro_script
+        from ..ops.python_definition import repro_script
 
         script = repro_script(sub, title=name)
         with open(path[:-4] + ".py", "w") as f:
@@ -451,7 +451,7 @@ def compile_group(group: Node, scheduler: Optional[PointwiseScheduler] = None,
     sub = group.subgraph
     target = "cuda" if group.kind == "prim::CudaFusionGroup" else "cpu"
     if config.dumps("python_definition"):
-        from ..frontend.python_definition import dump_python_definition
+        from ..ops.python_definition import dump_python_definition
 
         dump_python_definition(sub, group.attrs.get("cache_id", 0), definition)
     key = canonical_key(sub, target) + ((scheduler.key,) if scheduler is not None else ())

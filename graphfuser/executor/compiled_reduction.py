@@ -35,11 +35,11 @@ from typing import Any, Callable
 import torch
 
 from ..codegen.cstyle import render_function, render_source, serial_twin, stride_args
-from ..codegen.cstyle_reduction import exact_products, render_reduction, render_reduction_source
+from ..codegen.reduction.render import exact_products, render_reduction, render_reduction_source
 from ..codegen.dialects import CPP, CUDA
-from ..codegen.kir import kernel_ir_text
-from ..codegen.reduction import lower_reduction_group
-from ..codegen.reduction_schedule import (MAX_THREADS, OUTER_BLOCK, OUTER_NARROW_BLOCK, SCRATCH_ROWS,
+from ..ir.kir import kernel_ir_text
+from ..codegen.reduction.lower import lower_reduction_group
+from ..codegen.reduction.schedule import (MAX_THREADS, OUTER_BLOCK, OUTER_NARROW_BLOCK, SCRATCH_ROWS,
                                           ReductionParams, reduction_variants, schedule_reduction, vector_root)
 from ..ir.graph import Graph
 from ..config import config

@@ -25,7 +25,6 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..config import config
-from ..frontend.torchscript import Captured, UnsupportedError, capture
 from ..ir.clone import clone_graph
 from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
@@ -44,6 +43,7 @@ from ..ops.axes import input_axes
 from .guards import always_true, make_guard
 from .hostgen import HostProgram, build_program
 from .profile import ProfileRecord
+from .source import Captured, UnsupportedError
 
 _state = threading.local()
 _TRAINING = operator.attrgetter("training")
@@ -76,7 +76,9 @@ class ScriptedFunction:
     _flag_mods: list = []        # the submodules whose ``training`` flag the graph reads (passes/module_flags.py)
     _flags: tuple = ()           # their flags, as this specialization has them as constants
 
-    def __init__(self, obj: Any) -> None:
+    def __init__(self, obj: Any, capture: Callable[[Any], Captured]) -> None:
+        """``capture``: the frontend's, turning ``obj`` into a ``Captured`` (or raising
+        ``UnsupportedError``, with the frontend's own runner where it has one)."""
         self._torchscript: Optional[Callable] = None
         self._lock = threading.Lock()
         self._captured: Captured = None  # type: ignore[assignment]

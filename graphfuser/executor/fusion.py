@@ -95,4 +95,21 @@ def make_group_runner(group: Node) -> Callable[..., tuple]:
 
     # a training batch norm's statistics: the forward kernel of a copy writes what the backward reads
     forward, saved = save_statistics(group)
-    return make_differentiable_runner(group, compile_group(forward), forward.subgraph, saved)
+    return make_differentiable_runner(group, compile_group(forward), _graph_runners(), forward.subgraph, saved)
+
+
+_RUNNERS: list = []
+
+
+def _graph_runners() -> Any:
+    """How autodiff runs a backward graph (profiled and fused, never replayed) and a group's eager
+    program: handed down to it, since autodiff sits below the executor."""
+    if not _RUNNERS:
+        from ..autodiff import GraphRunners
+        from .executor import ScriptedFunction
+
+        def script(graph: Any, name: str, known: Optional[dict[int, str]] = None) -> Any:
+            return ScriptedFunction.from_graph(graph, name, replay=False, known=known)
+
+        _RUNNERS.append(GraphRunners(script, lambda sub: eager_runner(sub, "differentiable_fallback")))
+    return _RUNNERS[0]

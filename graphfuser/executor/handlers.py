@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import torch
 
 from ..ir.graph import Node
-from .builtins import PRIM_TEMPLATES, AtenCall, resolve_aten
+from ..ops.aten import PRIM_TEMPLATES, AtenCall, resolve_aten
 
 if TYPE_CHECKING:
     from .hostgen import _Gen

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..ir.graph import Block, Graph, Node, Value
-from .builtins import DTYPE_CODES, RUNTIME
+from ..ops.aten import DTYPE_CODES, RUNTIME
 from .handlers import handler_for
 
 _DTYPE_CODE = DTYPE_CODES  # re-exported: the frontend maps dtypes to TorchScript's codes with it

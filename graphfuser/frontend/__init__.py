@@ -2,18 +2,17 @@
 
     >>> from graphfuser.frontend import Fusion, FusionDefinition, DataType, ParallelType, ComputeAtMode
 
-The Python frontend's names load on first use, so the executor (which imports the capture
-module from this package) never imports the frontend it is itself imported by.
+The Python frontend's names load on first use: ``import graphfuser`` does not load them.
 """
 from __future__ import annotations
 
 from typing import Any
 
 _EXPORTS = {
-    "Fusion": ".fusion", "FusionDefinition": ".fusion_definition", "DataType": ".datatype",
+    "Fusion": ".fusion", "FusionDefinition": ".fusion_definition", "DataType": "..ops.datatype",
     "ParallelType": "..codegen.schedule", "ComputeAtMode": ".scheduling", "ScheduleError": "..codegen.schedule",
     "DefinitionError": ".opcall", "Tensor": ".fusion_definition", "Scalar": ".fusion_definition",
-    "python_definition": ".python_definition", "reset_fusion_cache": ".fusion",
+    "python_definition": "..ops.python_definition", "reset_fusion_cache": ".fusion",
 }
 
 __all__ = sorted(_EXPORTS)

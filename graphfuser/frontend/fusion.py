@@ -38,9 +38,9 @@ from ..ir.types import TensorType
 from ..log import warn
 from ..ops import fusible, lookup
 from ..passes.dce import dce
-from .datatype import DataType
+from ..ops.datatype import DataType
 from .opcall import DefinitionError
-from .python_definition import python_definition
+from ..ops.python_definition import python_definition
 from .scheduling import UserScheduler
 
 if TYPE_CHECKING:  # pragma: no cover

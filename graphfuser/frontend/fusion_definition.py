@@ -33,7 +33,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import BOOL, FLOAT, INT, NONE, STR, TensorType, Type
 from ..ir.verify import verify
 from ..ops.table import OpRow
-from .datatype import DataType
+from ..ops.datatype import DataType
 from .opcall import DefinitionError, default_of, infer_output_type, resolve, select_overload
 from .operators import Operators, sync_operators
 from .scheduling import ComputeAtMode, ScheduleState

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..executor.builtins import AtenCall, resolve_aten
+from ..ops.aten import AtenCall, resolve_aten
 from ..ir.graph import Node, Value
 from ..ir.types import BOOL, FLOAT, INT, TensorType, Type
 from ..ops.promotion import participant_of, result_type

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from ..ops import ROWS
 from ..ops.table import OpRow
-from .datatype import DataType
+from ..ops.datatype import DataType
 from .opcall import DefinitionError
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -37,7 +37,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..codegen.kir import Kernel
+from ..ir.kir import Kernel
 from ..codegen.lower import LaunchPlan
 from ..codegen.pointwise import PointwiseParams
 from ..codegen.schedule import LoopNest, ParallelType, ScheduleError, iconst, ivar

@@ -11,34 +11,16 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 
 from ..ir.graph import Block, Graph, Value
 from ..ir.types import TENSOR, Type
-from ..executor.builtins import resolve_aten
+from ..executor.source import Captured, UnsupportedError  # noqa: F401  (raised and returned here)
+from ..ops.aten import resolve_aten
 from ..executor.handlers import handler_for
 from .dropped_writes import dropped_writes
-
-
-class UnsupportedError(RuntimeError):
-    """A construct graphfuser cannot capture or execute."""
-
-    def __init__(self, message: str, scripted: Any = None) -> None:
-        super().__init__(message)
-        self.scripted = scripted    # the torch.jit.script result, when scripting itself worked
-
-
-@dataclass
-class Captured:
-    graph: Graph
-    module: Optional[torch.nn.Module]
-    arg_names: list[str]            # user-facing argument names (self excluded)
-    defaults: dict[str, Any]
-    name: str
-    scripted: Any = None            # what torch.jit.script returned
 
 
 def _autocast_off() -> contextlib.ExitStack:

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..codegen.kir import Expr
+from ..ir.kir import Expr
 from .table import OpCall, OpRow, register
 
 

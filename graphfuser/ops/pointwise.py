@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from ..codegen.kir import FLOAT_TYPES, INT_TYPES, Expr
+from ..ir.kir import FLOAT_TYPES, INT_TYPES, Expr
 from .table import OpCall, OpRow, register
 
 BOTH = ("self", "other")

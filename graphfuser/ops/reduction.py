@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from ..codegen.kir import FLOAT_TYPES, INT_TYPES, Expr, compute_dtype
+from ..ir.kir import FLOAT_TYPES, INT_TYPES, Expr, compute_dtype
 from ..ir.graph import Node, Value
 from ..ir.types import TensorType
 from .axes import DimPlan

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..codegen.kir import FLOAT_TYPES, INT_TYPES, Expr, ExprBuilder, compute_dtype
+from ..ir.kir import FLOAT_TYPES, INT_TYPES, Expr, ExprBuilder, compute_dtype
 from .promotion import Participant, result_type
 
 KINDS = ("pointwise", "cast", "reduction", "normalization")
@@ -85,7 +85,7 @@ class OpRow:
 
     @property
     def c_template(self) -> str:
-        from ..codegen.kir import PRIMS
+        from ..ir.kir import PRIMS
 
         if self.prim:
             return PRIMS[self.prim][1].format(*self.arg_names)

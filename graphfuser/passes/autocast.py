@@ -23,7 +23,7 @@ so the graph stays right for every input its guards let through.
 """
 from __future__ import annotations
 
-from ..executor.builtins import DTYPE_CODES, resolve_aten
+from ..ops.aten import DTYPE_CODES, resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TENSOR, Type
 from ..log import jit_log

@@ -41,10 +41,11 @@ from typing import Optional
 import torch
 
 from ..config import config
-from ..executor.builtins import resolve_aten
+from ..ops.aten import resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type, layout_of
 from ..log import jit_log
+from ..ops.norms import CUDA_REASON, DISABLED_REASON, cuda_training_fused  # the policy lives with the rows
 from ..ops.reduction import scalar_type_code
 from .partition import _mutates
 
@@ -63,23 +64,6 @@ _SCHEMAS = {
     "aten::numel": "aten::numel(Tensor self) -> int",
     "aten::ne": "aten::ne.int(int a, int b) -> bool",
 }
-
-
-# PYTORCH_NVFUSER_DISABLE=batch_norm_training leaves batch norm in training to eager (cuDNN on
-# CUDA). Fused, its statistics reduce over N and the spatial dims per channel: on CUDA the outer
-# and split reduction schedules (codegen/reduction_schedule.py) spread that over the whole grid.
-DISABLED_REASON = "batch_norm in training runs eager's kernel (PYTORCH_NVFUSER_DISABLE=batch_norm_training)"
-# On CUDA the fused form is opt-in: measured on an H100 (fwd + bwd of BN(train) + ReLU, fp32
-# [64, 256, 56, 56]) it took 1.23 ms channels-last and 1.07 ms NCHW against cuDNN's 0.95 / 1.05 ms.
-CUDA_REASON = "batch_norm in training on CUDA runs cuDNN (PYTORCH_NVFUSER_DISABLE=cuda_batch_norm_training)"
-
-
-def cuda_training_fused() -> bool:
-    """Whether a training batch norm on CUDA fuses (the default) or runs cuDNN. Fused, with the
-    statistics saved for the backward (``autodiff/saved.py``), BN(train)+ReLU [64, 256, 56, 56]
-    fp32 took 0.673 ms (channels-last) and 0.588 ms (NCHW) per forward + backward on an H100,
-    against cuDNN's 0.960 / 1.053 and torch.compile's 0.805 / 0.670 in the same run."""
-    return not config.is_disabled("cuda_batch_norm_training")
 
 
 def _flag(v: Value) -> Optional[bool]:

@@ -43,7 +43,7 @@ from typing import Optional
 import torch
 
 from ..config import config
-from ..executor.builtins import resolve_aten
+from ..ops.aten import resolve_aten
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TENSOR, TensorType, Type
 from ..log import jit_log

@@ -48,7 +48,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..config import config
-from ..executor.builtins import AtenCall, resolve_aten
+from ..ops.aten import AtenCall, resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TENSOR, Type
 from ..log import jit_log

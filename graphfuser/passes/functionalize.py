@@ -28,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from ..executor.builtins import resolve_aten
+from ..ops.aten import resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType
 from ..log import jit_log

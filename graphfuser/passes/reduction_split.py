@@ -65,7 +65,7 @@ def _copy(part: "_BlockPartition", n: Node, vmap: dict[Value, Value]) -> Node:
     g = part.block.graph
     data = _data_inputs(n)
     if len(data) < len(n.inputs) and any(v.type.is_tensor and v.node is not None for v in n.inputs if v not in data):
-        from ..executor.builtins import resolve_aten
+        from ..ops.aten import resolve_aten
         from ..ops.reduction import scalar_type_code
 
         code = scalar_type_code(n.outputs[0].type.dtype)

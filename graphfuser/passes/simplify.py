@@ -133,7 +133,7 @@ def fill_numbers(graph: Graph) -> Graph:
     """Number assignments into slices (``mask[a:b, c:d] = count``) become ``fill_`` of the slice:
     one kernel instead of a scalar tensor and a copy (torchvision's Swin builds its attention
     mask from 9 such writes per shifted block, on every call)."""
-    from ..executor.builtins import resolve_aten
+    from ..ops.aten import resolve_aten
 
     for node in list(graph.all_nodes()):
         if not _number_copy(node):

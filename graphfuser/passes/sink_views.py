@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from ..executor.builtins import resolve_aten
+from ..ops.aten import resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type
 from ..log import jit_log

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import graphfuser
-from graphfuser.codegen.reduction import ReductionKernel
+from graphfuser.codegen.reduction.lower import ReductionKernel
 from graphfuser.config import config
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
@@ -120,7 +120,7 @@ def train_grads(name: str, shape, dtype, device, kind: str = "randn", calls: int
 def column_kernels(sf) -> list[ReductionKernel]:
     """The lowered kernels of every backward group of ``sf`` that hold column sums."""
     from graphfuser.autodiff.function import DifferentiableGroup
-    from graphfuser.codegen.reduction import lower_reduction_group
+    from graphfuser.codegen.reduction.lower import lower_reduction_group
     from graphfuser.ops.axes import needs_axes
 
     out = []

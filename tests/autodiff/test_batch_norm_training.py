@@ -369,7 +369,7 @@ def test_backward_host_ops_are_shared_and_bound():
     assert [n.kind for n in views] == ["aten::view"] * 2, str(g)          # weight and bias, once each
     ops = {k: v for k, v in dg.backward._program.fn.__globals__.items() if k.startswith("_op")}
     assert ops and all(v is torch._C.TensorBase.view for v in ops.values()), ops
-    from graphfuser.executor.builtins import HostOps
+    from graphfuser.ops.aten import HostOps
 
     fops = [v for k, v in sf._program.fn.__globals__.items() if k.startswith("_op")]
     assert HostOps.copy_ in fops
@@ -384,7 +384,7 @@ def test_running_stats_written_in_place_by_the_group():
     """The group writes the new running statistics into the buffers (passes/in_place.py): no
     output allocated for them, the host copy only counts the write; values, versions and the
     fallback (a guard miss) as eager's."""
-    from graphfuser.executor.builtins import HostOps
+    from graphfuser.ops.aten import HostOps
 
     m = torch.nn.Sequential(torch.nn.BatchNorm2d(8), torch.nn.ReLU()).train()
     ref = copy.deepcopy(m)
@@ -430,7 +430,7 @@ def test_running_stats_no_host_copy(monkeypatch):
     """Once fused, the group's autograd node returns the running-statistics buffers themselves
     (marked dirty, not views of them) and the host program's copy of a buffer onto itself is
     skipped: no host copy_ runs, under grad or not, and the buffers match eager's."""
-    from graphfuser.executor.builtins import HostOps
+    from graphfuser.ops.aten import HostOps
 
     calls = []
     real = HostOps.copy_
@@ -468,7 +468,7 @@ def test_running_stats_no_host_copy(monkeypatch):
 
 def test_host_add_binding():
     """``aten::add_`` runs through the Tensor binding (HostOps.add_), alpha included."""
-    from graphfuser.executor.builtins import HostOps
+    from graphfuser.ops.aten import HostOps
 
     t = torch.zeros(3, dtype=torch.int64)
     assert HostOps.add_(t, 1) is t and t.tolist() == [1, 1, 1]

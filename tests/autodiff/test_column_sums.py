@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from column_cases import MODULES, TOL, assert_grads_close, backward_groups, column_kernels, train_grads
-from graphfuser.codegen.cstyle_reduction import render_reduction
+from graphfuser.codegen.reduction.render import render_reduction
 from graphfuser.codegen.dialects import CPP, CUDA
-from graphfuser.codegen.reduction_schedule import reduction_variants, schedule_reduction
+from graphfuser.codegen.reduction.schedule import reduction_variants, schedule_reduction
 from graphfuser.runtime import nvrtc
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]

@@ -12,7 +12,7 @@ import torch
 
 import graphfuser
 from graphfuser.config import config
-from graphfuser.zoo_train import fused_groups
+from graphfuser.tools.zoo_train import fused_groups
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import bench_train as bt  # noqa: E402

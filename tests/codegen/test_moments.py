@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import graphfuser
-from graphfuser.codegen.kir import FirstLoad
+from graphfuser.ir.kir import FirstLoad
 from graphfuser.config import config
 from graphfuser.executor.compiled_reduction import ReductionGroup
 from helpers import fallback_counter, fusion_groups

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import graphfuser
-from graphfuser.codegen.reduction_schedule import transposed_tile
+from graphfuser.codegen.reduction.schedule import transposed_tile
 from graphfuser.executor.compiled_reduction import ReductionGroup
 from helpers import fusion_groups
 from test_outer_split import _compile

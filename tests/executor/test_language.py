@@ -441,7 +441,7 @@ def hot_ops(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, m: torch.Tensor):
 def test_hot_ops_through_python_bindings():
     """The ops the host program calls through torch's Python bindings (cheaper than the
     OpOverload) return what TorchScript returns."""
-    from graphfuser.executor.builtins import _BINDINGS, python_binding
+    from graphfuser.ops.aten import _BINDINGS, python_binding
 
     args = (torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4), torch.randn(64, 64))
     run_both(hot_ops, *args)

@@ -8,7 +8,7 @@ import torch
 
 from graphfuser.frontend import DataType, Fusion, FusionDefinition
 from graphfuser.frontend.fusion import FusionRecord
-from graphfuser.frontend.python_definition import python_definition
+from graphfuser.ops.python_definition import python_definition
 
 DEF_RE = re.compile(r"^def (nvfuser_fusion_id\w+)\(fd : FusionDefinition\) -> None :$", re.M)
 

@@ -16,7 +16,7 @@ from graphfuser.executor import compiled
 from graphfuser.executor.fusion import FusionFailure
 from graphfuser.executor.fusion_eager import eager_runner
 from graphfuser.frontend import DataType, Fusion, FusionDefinition
-from graphfuser.frontend.python_definition import float_text, python_definition
+from graphfuser.ops.python_definition import float_text, python_definition
 from graphfuser.ir.types import TensorType
 from helpers import fusion_groups
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import graphfuser
-from graphfuser.executor.builtins import AtenCall
+from graphfuser.ops.aten import AtenCall
 from graphfuser.frontend.torchscript import capture
 from graphfuser.ir import print_graph, verify
 from helpers import assert_in_order, roundtrip

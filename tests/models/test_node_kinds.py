@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from graphfuser.executor.builtins import resolve_aten
+from graphfuser.ops.aten import resolve_aten
 from graphfuser.executor.handlers import handler_for
 
 with open(os.path.join(os.path.dirname(__file__), "zoo_node_kinds.json")) as f:

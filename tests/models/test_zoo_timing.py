@@ -1,7 +1,7 @@
 """The zoo's timing interleaves the backends and takes the median of rounds (CPU, no models)."""
 import time
 
-from graphfuser.zoo import time_interleaved
+from graphfuser.tools.zoo import time_interleaved
 
 
 def test_rounds_interleave_backends():

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import graphfuser
-from graphfuser.zoo_train import compare, fused_groups, main
+from graphfuser.tools.zoo_train import compare, fused_groups, main
 
 
 class SmallNet(nn.Module):
@@ -58,7 +58,7 @@ def test_resnet18_trains(tmp_path):
 
 
 def test_loss_tolerance_grows_with_autocasts_own_drift():
-    from graphfuser.zoo_train import loss_tolerances
+    from graphfuser.tools.zoo_train import loss_tolerances
 
     assert loss_tolerances([2.0, 1.0], [], 1e-3) == [1e-3, 1e-3]                 # fp32: the flat tolerance
     got = loss_tolerances([2.0, 1.0, 0.5, 0.1], [2.0, 1.01, 0.5, 0.11], 2e-2)
@@ -97,7 +97,7 @@ def test_eager_steps_run_with_autograds_threading_as_before_graphfuser():
     """graphfuser turns autograd's device threads off process-wide once a CUDA group runs under
     grad; eager's steps in the zoo run as an eager model in another process would."""
     from graphfuser.autodiff.function import MULTITHREADING_BEFORE
-    from graphfuser.zoo_train import Trainer, default_multithreading
+    from graphfuser.tools.zoo_train import Trainer, default_multithreading
 
     seen = []
 

@@ -508,7 +508,7 @@ def test_softmax_mask_dropout_one_kernel_each_way(fn, dtype, layout, monkeypatch
     one kernel that regenerates the mask, nothing is saved but the inputs, and no Philox draw
     runs through the torch-op reference after profiling. The CUDA kernels compile."""
     import graphfuser.ops.philox as philox
-    from graphfuser.zoo_train import fused_groups
+    from graphfuser.tools.zoo_train import fused_groups
     from tests.autodiff.grad_helpers import compile_as_cuda, differentiable_groups
 
     torch.manual_seed(0)
@@ -606,7 +606,7 @@ def test_cuda_softmax_mask_dropout_fused(fn, dtype, monkeypatch):
     """On the GPU: the dropout inside the softmax kernel (persistent, multi-pass and vectorized
     variants, with and without unroll_with_rng) draws the reference numbers; gradients match."""
     import graphfuser.executor.compiled as compiled
-    from graphfuser.zoo_train import fused_groups
+    from graphfuser.tools.zoo_train import fused_groups
 
     for rows in (37, 512, 1030, 5000):     # register-persistent (scalar, vector), wider and multi-pass rows
         for disable in ([], ["unroll_with_rng"]):

@@ -39,18 +39,18 @@ from typing import Optional
 
 import torch
 
-from .cstyle import RenderOptions, _Emitter, c_literal, cast_text, signature
-from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from .kir import (PRIMS, Call, Cast, Const, EdgeIndex, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
+from ..cstyle import RenderOptions, _Emitter, c_literal, cast_text, signature
+from ..dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
+from ...ir.kir import (PRIMS, Call, Cast, Const, EdgeIndex, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
                   ScalarArg)
-from .reduction import ReductionKernel
-from .reduction_blocks import SumBlocks
-from .reduction_columns import ColumnSums
-from .reduction_index import IndexPlan
-from .reduction_passes import PassPlan
-from .reduction_row_values import RowValues
-from .reduction_rows import RowPipeline
-from .schedule import IterDomain, LoopNest, ParallelType, ScheduleError, iconst, ivar
+from .lower import ReductionKernel
+from .blocks import SumBlocks
+from .columns import ColumnSums
+from .index import IndexPlan
+from .passes import PassPlan
+from .row_values import RowValues
+from .rows import RowPipeline
+from ..schedule import IterDomain, LoopNest, ParallelType, ScheduleError, iconst, ivar
 
 COMBINE = {"sum": "{a} += {v};", "prod": "{a} *= {v};",
            "max": "{a} = {v} > {a} ? {v} : {a};", "min": "{a} = {v} < {a} ? {v} : {a};"}

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 from torch.autograd.graph import increment_version
 
-from ..ops.reduction import scalar_type
+from .reduction import scalar_type
 
 DTYPE_CODES: dict[torch.dtype, int] = {dt: i for i, dt in enumerate([
     torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
@@ -229,7 +229,7 @@ def resolve_aten(kind: str, schema: Optional[str], tensor_args: Optional[bool] =
         if name in PY_TEMPLATES and (not tensor_args or name in TENSOR_TEMPLATES):
             return AtenCall(template=PY_TEMPLATES[name])
         if tensor_args:
-            from ..ops import lookup
+            from . import lookup
 
             row = lookup(kind)
             if row is not None and row.eager is not None:

@@ -25,8 +25,8 @@ import torch
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
-from ..ops import lookup
-from ..ops.table import OpRow
+from . import lookup
+from .table import OpRow
 from .datatype import SCALAR_DATATYPES, DataType
 
 # Row argument names printed under nvFuser's keyword (both spellings are accepted by fd.ops).

@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from .kir import PRIMS, Call, Expr, Reduce, ReductionSize
+from ...ir.kir import PRIMS, Call, Expr, Reduce, ReductionSize
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Pair:
 
 
 def _lit(value: float, ct: str) -> str:
-    from .cstyle import c_literal
+    from ..cstyle import c_literal
 
     return c_literal(value, torch.float32 if ct == "float" else torch.float64)
 

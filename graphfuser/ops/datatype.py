@@ -16,7 +16,7 @@ from typing import Any, Union
 
 import torch
 
-from ..executor.hostgen import _DTYPE_CODE
+from .aten import DTYPE_CODES as _DTYPE_CODE
 
 
 class DataType(enum.Enum):

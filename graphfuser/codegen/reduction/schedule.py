@@ -46,11 +46,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import config
+from ...config import config
 
-from .pointwise import PointwiseParams, schedule_pointwise, vector_width
-from .reduction import ReductionKernel
-from .schedule import LoopNest, ParallelType
+from ..pointwise import PointwiseParams, schedule_pointwise, vector_width
+from .lower import ReductionKernel
+from ..schedule import LoopNest, ParallelType
 
 MAX_THREADS = 512          # launch bound of the inner GPU schedules
 REGISTER_ELEMENTS = 32     # elements a persistent thread holds per cached value (config knob)

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .cstyle import _depth_of, _Emitter, _render_iexpr, _size, lanes_aligned, linear_lane_text
-from .dialects import STORAGE_TYPES
-from .kir import FirstLoad, LastLoad, Load
-from .schedule import IExpr, iconst, iop, ivar
+from ..cstyle import _depth_of, _Emitter, _render_iexpr, _size, lanes_aligned, linear_lane_text
+from ..dialects import STORAGE_TYPES
+from ...ir.kir import FirstLoad, LastLoad, Load
+from ..schedule import IExpr, iconst, iop, ivar
 
 
 class IndexPlan:

@@ -12,8 +12,8 @@ scratch ones (CPU) keep the computed ones in a per-row array.
 """
 from __future__ import annotations
 
-from .kir import Call, Cast, Const, Expr, LinearIndex, Load, Reduce
-from .reduction_pairs import Pair, find_pairs
+from ...ir.kir import Call, Cast, Const, Expr, LinearIndex, Load, Reduce
+from .pairs import Pair, find_pairs
 
 
 CHEAP_CACHE_ELEMENTS = 16     # per-thread elements below which every reused value is kept

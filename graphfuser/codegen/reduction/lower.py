@@ -22,13 +22,13 @@ from typing import Any, Optional
 
 import torch
 
-from ..ir.graph import Graph, Node, Value
-from ..ir.types import TensorType
-from ..ops import bind, lookup
-from ..ops.axes import Axes, analyze, column_output_misfit, is_reduction_node
-from .kir import (Call, Cast, ColumnSum, Expr, ExprBuilder, FirstLoad, Kernel, LinearIndex, Load, Reduce,
+from ...ir.graph import Graph, Node, Value
+from ...ir.types import TensorType
+from ...ops import bind, lookup
+from ...ops.axes import Axes, analyze, column_output_misfit, is_reduction_node
+from ...ir.kir import (Call, Cast, ColumnSum, Expr, ExprBuilder, FirstLoad, Kernel, LinearIndex, Load, Reduce,
                   ScalarParam, TensorParam, compute_dtype, topo_exprs)
-from .lower import LoweringError, TensorPlan, lower_node, returned_inputs, through_detach
+from ..lower import LoweringError, TensorPlan, lower_node, returned_inputs, through_detach
 
 
 @dataclass
@@ -360,7 +360,7 @@ def _random_ranks(nodes: list[Node], axes_of, domain: set[int]) -> Optional[dict
     """Axis -> its dim in the output of the group's random rows (row-major rank), or None
     without random rows. Every random row's output must walk every loop axis, in one order: the
     partition only forms such groups (``ops.axes.random_misfit``)."""
-    from ..ops.random import RANDOM_ROWS
+    from ...ops.random import RANDOM_ROWS
 
     rank: Optional[dict[int, int]] = None
     for n in nodes:

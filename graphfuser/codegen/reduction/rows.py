@@ -12,10 +12,10 @@ Needs the walk's ``k``, ``nest``, ``d``, ``o``, ``T``, ``vec``, ``V``, ``persist
 """
 from __future__ import annotations
 
-from .cstyle import _Emitter
-from .dialects import COMPUTE_TYPES
-from .kir import Load, Reduce
-from .schedule import ParallelType, ScheduleError, iop, ivar
+from ..cstyle import _Emitter
+from ..dialects import COMPUTE_TYPES
+from ...ir.kir import Load, Reduce
+from ..schedule import ParallelType, ScheduleError, iop, ivar
 
 
 class RowPipeline:

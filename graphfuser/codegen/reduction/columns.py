@@ -11,9 +11,9 @@ Needs the walk's ``k``, ``d``, ``o``, ``T``, ``vec``, ``V``, ``persistent``, ``f
 """
 from __future__ import annotations
 
-from .cstyle import _Emitter, c_literal
-from .dialects import COMPUTE_TYPES
-from .schedule import ParallelType
+from ..cstyle import _Emitter, c_literal
+from ..dialects import COMPUTE_TYPES
+from ..schedule import ParallelType
 
 
 class ColumnSums:

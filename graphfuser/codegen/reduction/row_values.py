@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from .cstyle import _Emitter
-from .dialects import COMPUTE_TYPES
-from .kir import Cast, Const, Expr, Reduce
+from ..cstyle import _Emitter
+from ..dialects import COMPUTE_TYPES
+from ...ir.kir import Cast, Const, Expr, Reduce
 
 
 class RowValues:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .cstyle import _Emitter
-from .dialects import COMPUTE_TYPES
-from .kir import Reduce
+from ..cstyle import _Emitter
+from ..dialects import COMPUTE_TYPES
+from ...ir.kir import Reduce
 
 
 class SumBlocks:

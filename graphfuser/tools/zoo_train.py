@@ -138,7 +138,7 @@ def train_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps:
 def fused_groups(sf: Any) -> tuple[int, int]:
     """(fusion groups of the forward's optimized graph under the current autocast state, fusion
     groups of the backward graphs of its differentiable groups)."""
-    from .autodiff.function import DifferentiableGroup
+    from ..autodiff.function import DifferentiableGroup
 
     inner = sf._specialized() if getattr(sf, "_variants", None) is not None else sf
     g = getattr(inner, "_optimized", None)
@@ -190,7 +190,7 @@ def compare(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int
 
 def default_multithreading() -> bool:
     """autograd's multithreading as it was before graphfuser turned it off in this process."""
-    from .autodiff.function import MULTITHREADING_BEFORE
+    from ..autodiff.function import MULTITHREADING_BEFORE
 
     before = MULTITHREADING_BEFORE[0]
     return torch.autograd.is_multithreading_enabled() if before is None else before

@@ -1,0 +1,38 @@
+"""What a frontend hands the executor: a graph and how to read a call's arguments.
+
+The executor runs a ``Captured`` and never knows which frontend made it (TorchScript capture,
+the ``torch.compile`` backend, ``FusionDefinition``): the frontend's job ends here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from ..ir.graph import Graph
+
+
+class UnsupportedError(RuntimeError):
+    """A construct graphfuser cannot capture or execute."""
+
+    def __init__(self, message: str, scripted: Any = None) -> None:
+        super().__init__(message)
+        self.scripted = scripted    # the frontend's own runner of the program, when it has one
+
+
+@dataclass
+class Captured:
+    """A captured program.
+
+    ``graph``: graphfuser IR (its first input is ``self`` where ``module`` is set);
+    ``arg_names`` / ``defaults``: the user-facing arguments (``self`` excluded) and their defaults;
+    ``scripted``: the frontend's own unfused runner of the whole program (what ``torch.jit.script``
+    returned; a Dynamo graph module's forward), run where the host program cannot run a call."""
+
+    graph: Graph
+    module: Optional[torch.nn.Module]
+    arg_names: list[str]
+    defaults: dict[str, Any]
+    name: str
+    scripted: Any = None
