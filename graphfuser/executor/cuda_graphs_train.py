@@ -233,12 +233,12 @@ class TrainingReplayer(GraphReplayer):
         return super()._copied_bytes(args, out) + 2 * grads
 
     def _key(self, args: tuple) -> Optional[tuple]:
-        key = super()._key(args)
-        if key is None:
+        # whether the call wants gradients first: a call under grad mode that needs none (a tiny
+        # function called outside no_grad) pays for this check only, not for the full key
+        if not (any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+                or any(p.requires_grad for p in self._parameters())):
             return None
-        wants = any(isinstance(a, torch.Tensor) and a.requires_grad for a in args) or \
-            any(p.requires_grad for p in self._parameters())
-        return key if wants else None
+        return super()._key(args)
 
     def _capture(self, fast: Callable, args: tuple, key: tuple, host: float) -> None:
         if self._key(args) != key:

@@ -291,6 +291,7 @@ def test_replays_slower_than_the_host_program_are_dropped(monkeypatch, host, kep
         assert replays > cuda_graphs.REPLAY_TRIALS and STATS["slower_replays"] == before["slower_replays"]
     else:
         assert replays == cuda_graphs.REPLAY_TRIALS and STATS["slower_replays"] == before["slower_replays"] + 1
+    assert sf._replay.off is not kept       # dropped: later calls skip the replayer's key
 
 
 def test_out_of_memory_gives_the_captured_graphs_back():
