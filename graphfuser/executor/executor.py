@@ -33,6 +33,7 @@ from ..log import jit_log, jit_log_graph
 from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs,
                       functionalize, insert_autocast, insert_guards, partition, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
+from ..passes.attention import apply_attention, plan_attention
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
@@ -187,6 +188,9 @@ class ScriptedFunction:
         decompose(self._work)
         if not config.is_disabled("fused_rng"):
             randomize(self._work)
+        attention = getattr(self, "_attention_plan", None)
+        if attention:
+            apply_attention(self._work, attention)
         plan = getattr(self, "_conv_plan", None)
         if plan:
             apply_conv_layouts(self._work, plan)
@@ -416,7 +420,10 @@ class ScriptedFunction:
             # the first round decides the convolutions' layout; a plan changes the graph's
             # layouts, so profiling starts again on the planned graph (passes/conv_layout.py)
             self._conv_plan = plan_conv_layouts(g) or False
-            if self._conv_plan:
+            # and which attention patterns become SDPA (passes/attention.py: its result's layout
+            # differs from the matmul's, so what follows is profiled again too)
+            self._attention_plan = plan_attention(g, self._autocast is not None) or False
+            if self._conv_plan or self._attention_plan:
                 self._reset()
                 return
         fold_constant_ifs(g)
