@@ -19,7 +19,8 @@ When. After the first round of profiling (``plan_conv_layouts`` on the profiled 
 - the convolutions do not run under grad (inference: measured on the H100, a ResNet bottleneck's
   forward + backward, bf16 autocast with a channels-last input, went from 1.34 to 3.73 ms with the
   plan in one run, where torch.compile's went from 2.26 to 3.93 ms too: not yet profiled, nor
-  measured again; eager already runs channels-last there, as cuDNN follows the input);
+  measured again; eager already runs channels-last there, as cuDNN follows the input;
+  ``PYTORCH_NVFUSER_ENABLE=conv_layout_training`` plans under grad too);
 
 - some ``conv2d`` runs on CUDA on a 4-D floating input with a weight not yet channels-last, and
   no convolution is grouped with more than one input channel per group (cuDNN's NHWC grouped
@@ -128,8 +129,8 @@ def plan_conv_layouts(g: Graph) -> Optional[LayoutPlan]:
     if config.is_disabled("conv_layout"):
         return None
     convs = _convs(g)
-    if torch.is_grad_enabled() and any(isinstance(v.type, TensorType) and v.type.requires_grad
-                                       for n in convs for v in n.inputs[:2]):
+    if torch.is_grad_enabled() and not config.is_enabled("conv_layout_training") and \
+            any(isinstance(v.type, TensorType) and v.type.requires_grad for n in convs for v in n.inputs[:2]):
         jit_log("graph_fuser", 2, "no channels-last plan: the convolutions run under grad")
         return None
     chosen = []
