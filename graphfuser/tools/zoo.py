@@ -4,6 +4,7 @@
     python tools/zoo.py --device cuda --models resnet50,timm:vit_small_patch16_224 --time --compile
     python tools/zoo.py --device cuda --kinds logs/zoo-node-kinds.json   # node kinds only
     python -m graphfuser zoo ...                           # the same
+    python -m graphfuser zoo --train ...                   # a few SGD steps per model (zoo_train)
 
 Per model (``eval()``, ``torch.no_grad()``): whether ``torch.jit.script`` accepts it; whether
 ``graphfuser.script`` runs it and matches eager at batch 2 and, after re-specialization, at
@@ -25,6 +26,7 @@ import math
 import os
 import re
 import statistics
+import sys
 import time
 import traceback
 import warnings
@@ -406,6 +408,11 @@ def device_tag(device: str) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--train" in argv:
+        from .zoo_train import main as train_main
+
+        return train_main(argv)
     p = argparse.ArgumentParser(prog="zoo", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--models", default=None, help="comma list (timm:name for timm); default: the whole zoo")
