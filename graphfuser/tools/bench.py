@@ -148,6 +148,13 @@ def copy_bandwidth(device: str) -> float:
     return 2 * x.numel() * 4 / t
 
 
+def case_filters(prog: str, doc: str, argv: Optional[list[str]]) -> list[str]:
+    """The command line of a sweep: substrings of case names (``[""]``: every case)."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("filters", nargs="*", help="substrings of case names (default: every case)")
+    return ap.parse_args(argv).filters or [""]
+
+
 def backends(fn, device: str) -> dict[str, Callable]:
     out: dict[str, Callable] = {"eager": fn}
     try:

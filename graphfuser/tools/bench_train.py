@@ -25,6 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .timing import cuda_ms_per_call, sync
+
 
 # -- cases ---------------------------------------------------------------------------------------
 def sig_tanh(x, y):
@@ -205,14 +207,8 @@ def _block_ms(fn: Callable[[], Any], device: str, iters: int) -> float:
     """Mean ms per call over ``iters`` back-to-back calls (CUDA: events around the block, so a
     host-bound step shows its host time and a device-bound one its kernels' time)."""
     if device == "cuda":
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) / iters
+        sync(device)
+        return cuda_ms_per_call(fn, iters)
     times = []
     for _ in range(iters):
         t = time.perf_counter()

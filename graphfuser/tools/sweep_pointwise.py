@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -18,10 +17,7 @@ from . import bench
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="sweep_pointwise", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("filters", nargs="*", help="substrings of case names (default: every case)")
-    filters = ap.parse_args(argv).filters or [""]
+    filters = bench.case_filters("sweep_pointwise", __doc__, argv)
     copy_bw = bench.copy_bandwidth("cuda")
     cases = [c for c in bench.cuda_cases() if any(k in c.name for k in filters)]
     grid = list(itertools.product([128, 256, 512], [1, 2, 4, 8], [4, 8, 16, 64]))

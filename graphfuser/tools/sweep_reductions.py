@@ -10,7 +10,6 @@ timed once per case for reference.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -35,10 +34,7 @@ def grid() -> list[dict[str, int]]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="sweep_reductions", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("filters", nargs="*", help="substrings of case names (default: every case)")
-    filters = ap.parse_args(argv).filters or [""]
+    filters = bench.case_filters("sweep_reductions", __doc__, argv)
     copy_bw = bench.copy_bandwidth("cuda")
     print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s on {torch.cuda.get_device_name()}")
     for name, fn, make in bench_reductions.cases("cuda"):

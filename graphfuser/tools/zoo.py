@@ -35,6 +35,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .timing import cuda_ms_per_call, sync as _sync
+
 TIMM_MODELS = [
     "vit_small_patch16_224", "vit_base_patch16_224", "deit_small_patch16_224", "deit_tiny_patch16_224",
     "swin_tiny_patch4_window7_224", "convnext_tiny", "convnext_nano", "resnet50d", "resnet26d",
@@ -195,22 +197,11 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], device: str, reps: int =
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def _time_calls(fn: Callable[[], Any], device: str, calls: int) -> float:
     """ms per call of ``calls`` calls back to back (the device idle before the first)."""
     _sync(device)
     if device == "cuda":
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(calls):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) / calls
+        return cuda_ms_per_call(fn, calls)
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()

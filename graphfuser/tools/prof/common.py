@@ -9,10 +9,9 @@ from typing import Any
 
 import torch
 
+from ..timing import sync
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
+__all__ = ["cprofile_text", "cuda_kernel_times", "sync"]
 
 
 def cprofile_text(pr: cProfile.Profile, rows: int) -> list[str]:
