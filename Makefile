@@ -31,7 +31,12 @@ demo: setup
 # Two workers: most of the suite's time is g++ / NVRTC compiling kernels, one per process.
 PYTEST_WORKERS ?= 2
 
+# The import contracts (.importlinter: imports flow one way) first: an upward import fails here.
+# (lint-imports through the venv's python: with --system-site-packages its script may live elsewhere)
+LINT_IMPORTS := $(PY) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+
 test: setup
+	$(LINT_IMPORTS)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) tests
 
 bench-cpu: setup

@@ -10,6 +10,6 @@ setup(
     install_requires=["torch>=2.4", "pyyaml", "rich", "numpy"],
     extras_require={
         "cuda": ["cuda-bindings", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime"],
-        "test": ["pytest", "pytest-xdist", "hypothesis"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "import-linter"],
     },
 )

@@ -4,10 +4,15 @@ Commands::
 
     python -m graphfuser ops            # the op table: what fd.ops.<name> and the fuser support
     python -m graphfuser ops --kind pointwise
-    python -m graphfuser zoo --device cuda   # real models: eager / jit / torch.compile / graphfuser
     python -m graphfuser fuzz --device cpu --graphs 2000 --seed 7 --out logs/   # see tools/fuzz.py
+    python -m graphfuser demo           # and every other tool: python -m graphfuser <tool> --help
+    python -m graphfuser bench --device cuda
+    python -m graphfuser zoo --device cuda   # real models: eager / jit / torch.compile / graphfuser
+    python -m graphfuser prof infer --device cuda --models swin_t
 
-A command is a function taking the parsed arguments; add one with ``_command`` below.
+A command is a function taking the parsed arguments (``COMMANDS``); a tool is a module of
+``graphfuser/tools/`` with its own parser and a ``main(argv) -> int`` (``PASSTHROUGH``), also run
+as ``tools/<tool>.py``.
 """
 from __future__ import annotations
 
@@ -50,10 +55,11 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m graphfuser", description="graphfuser command line")
+    p = argparse.ArgumentParser(prog="python -m graphfuser", description="graphfuser command line",
+                                epilog="python -m graphfuser <command> --help: the command's flags")
     sub = p.add_subparsers(dest="command", metavar="command")
-    for name, module in PASSTHROUGH.items():
-        sub.add_parser(name, help=f"see python -m graphfuser {name} --help ({module})")
+    for name, (_, text) in PASSTHROUGH.items():
+        sub.add_parser(name, help=text)
     ops = sub.add_parser("ops", help=COMMANDS["ops"][1])
     ops.add_argument("--kind", help="only rows of this kind (pointwise, cast, reduction ...)")
     ops.add_argument("--width", type=int, default=None, help="table width (default: the terminal's)")
@@ -63,16 +69,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# Commands with their own argument parsers: ``python -m graphfuser <name> --help``.
-PASSTHROUGH: dict[str, str] = {"zoo": "graphfuser.tools.zoo"}
+# The tools (graphfuser/tools/<module>.py, each also tools/<module>.py), with their own argument
+# parsers: ``python -m graphfuser <name> --help``. name -> (module, one line of help).
+PASSTHROUGH: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "script an MLP block, show the optimized graph, check it against eager"),
+    "bench": ("bench", "eager / torch.jit.script / torch.compile / graphfuser side by side; logs/bench-*"),
+    "bench_reductions": ("bench_reductions", "the reduction and normalization bench cases alone"),
+    "bench_train": ("bench_train", "forward + backward benchmark (bench --train); logs/bench-train-*"),
+    "sweep_pointwise": ("sweep_pointwise", "sweep the CUDA pointwise schedule knobs on the bench cases"),
+    "sweep_reductions": ("sweep_reductions", "sweep the CUDA reduction schedule knobs on the bench cases"),
+    "zoo": ("zoo", "real models through eager / jit / torch.compile / graphfuser (--train: SGD steps)"),
+    "prof": ("prof", "where the time goes: prof infer | train | zoo-train"),
+    "cuda_smoke": ("cuda_smoke", "NVRTC -> CUBIN -> driver launch smoke test and host timings"),
+}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in PASSTHROUGH:
+    tool = argv[0].replace("-", "_") if argv else None
+    if tool in PASSTHROUGH:
         import importlib
 
-        return importlib.import_module(PASSTHROUGH[argv[0]]).main(argv[1:])
+        return importlib.import_module(f"graphfuser.tools.{PASSTHROUGH[tool][0]}").main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

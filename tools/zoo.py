@@ -1,13 +1,8 @@
-"""Model zoo: ``python tools/zoo.py --device cuda [--time --compile]`` (see graphfuser/zoo.py);
-``python tools/zoo.py --train ...``: a few SGD steps per model, eager vs graphfuser (graphfuser/zoo_train.py)."""
-import os
+"""``python -m graphfuser zoo`` from a checkout; the code is in graphfuser/tools/."""
 import sys
+from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 if __name__ == "__main__":
-    if "--train" in sys.argv[1:]:
-        from graphfuser.tools.zoo_train import main  # noqa: E402
-    else:
-        from graphfuser.tools.zoo import main  # noqa: E402
-    raise SystemExit(main())
+    from graphfuser.tools.zoo import main
+    sys.exit(main())

@@ -4,6 +4,7 @@
     python tools/zoo.py --device cuda --models resnet50,timm:vit_small_patch16_224 --time --compile
     python tools/zoo.py --device cuda --kinds logs/zoo-node-kinds.json   # node kinds only
     python -m graphfuser zoo ...                           # the same
+    python -m graphfuser zoo --train ...                   # a few SGD steps per model (zoo_train)
 
 Per model (``eval()``, ``torch.no_grad()``): whether ``torch.jit.script`` accepts it; whether
 ``graphfuser.script`` runs it and matches eager at batch 2 and, after re-specialization, at
@@ -25,6 +26,7 @@ import math
 import os
 import re
 import statistics
+import sys
 import time
 import traceback
 import warnings
@@ -32,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
+
+from .timing import cuda_ms_per_call, sync as _sync
 
 TIMM_MODELS = [
     "vit_small_patch16_224", "vit_base_patch16_224", "deit_small_patch16_224", "deit_tiny_patch16_224",
@@ -193,22 +197,11 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], device: str, reps: int =
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def _time_calls(fn: Callable[[], Any], device: str, calls: int) -> float:
     """ms per call of ``calls`` calls back to back (the device idle before the first)."""
     _sync(device)
     if device == "cuda":
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(calls):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) / calls
+        return cuda_ms_per_call(fn, calls)
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
@@ -406,6 +399,11 @@ def device_tag(device: str) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--train" in argv:
+        from .zoo_train import main as train_main
+
+        return train_main(argv)
     p = argparse.ArgumentParser(prog="zoo", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--models", default=None, help="comma list (timm:name for timm); default: the whole zoo")

@@ -50,6 +50,8 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from .timing import sync as _sync
+
 
 @dataclass
 class TrainResult:
@@ -77,11 +79,6 @@ def _logits(out: Any) -> torch.Tensor:
     if isinstance(out, dict):
         return out["out"] if "out" in out else next(iter(out.values()))
     return out[0]
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def _amp(device: str, amp: str):

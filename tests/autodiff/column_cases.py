@@ -3,18 +3,13 @@ accumulated per block of rows by the row kernel), shared by the CPU tests
 (``test_column_sums.py``) and the GPU ones (``tests/cuda/test_cuda_column_sums.py``)."""
 from __future__ import annotations
 
-import os
-import sys
-
 import torch
 import torch.nn.functional as F
 
 import graphfuser
 from graphfuser.codegen.reduction.lower import ReductionKernel
 from graphfuser.config import config
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
-import bench_train as bt  # noqa: E402
+from graphfuser.tools import bench_train as bt
 
 
 class LayerNormFn(torch.nn.Module):

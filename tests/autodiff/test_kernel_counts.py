@@ -4,18 +4,13 @@ and reductions' gradients stay narrow until a pointwise op broadcasts them (no f
 tensor from an explicit broadcast between two groups)."""
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 
 import graphfuser
 from graphfuser.config import config
+from graphfuser.tools import bench_train as bt
 from graphfuser.tools.zoo_train import fused_groups
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
-import bench_train as bt  # noqa: E402
 
 BF = torch.bfloat16
 
@@ -117,7 +112,6 @@ def test_layer_norm_backward_writes_only_dx_full_size():
     groups = [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
     full = [o for n in groups for o in n.subgraph.outputs if tuple(o.type.sizes) == (64, 128)]
     assert len(groups) == 1 and len(full) == 1, str(g)
-
 
 
 class _LayerNorm(torch.nn.Module):

@@ -6,18 +6,13 @@ does not turn a column sum into an inner reduction. NVRTC compiles the variants 
 launchers are valid Python. GPU runs: tests/cuda/test_cuda_outer_vector.py."""
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from graphfuser.executor.compiled_reduction import launcher_source
+from graphfuser.tools import bench_train as bt
 from test_outer_split import _compile, _groups
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
-import bench_train as bt  # noqa: E402
 
 
 def _outer(groups):

@@ -3,8 +3,6 @@ bias gradient of bias + GELU, RMSNorm's weight gradient and layer norm's paramet
 against eager over dtypes and odd sizes (one row, 7 rows, column counts the vector width does
 not divide, which run the scalar variants, misaligned views, an empty batch), and the launcher's
 choice of the vector variant where the sizes allow it."""
-import os
-import sys
 
 import pytest
 import torch
@@ -13,10 +11,8 @@ import torch.nn.functional as F
 import graphfuser
 from graphfuser.config import config
 from graphfuser.executor.compiled_reduction import ReductionGroup, build_reduction_launcher
+from graphfuser.tools import bench_train as bt
 from helpers import parse
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
-import bench_train as bt  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 

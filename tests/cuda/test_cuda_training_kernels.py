@@ -2,8 +2,6 @@
 writing dx and accumulating the weight gradient's column sums per block of rows), group_norm
 with num_groups > 1 (an instance norm of the grouped view), softmax + mask + dropout in one kernel
 each way; gradients against eager in the dtypes the training benchmark uses, and kernel counts."""
-import os
-import sys
 
 import pytest
 import torch
@@ -11,10 +9,8 @@ import torch.nn.functional as F
 
 import graphfuser
 from graphfuser.config import config
+from graphfuser.tools import bench_train as bt
 from graphfuser.tools.zoo_train import fused_groups
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
-import bench_train as bt  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 

@@ -1,7 +1,7 @@
 """Where inference time goes: eager vs ``torch.jit.script`` vs graphfuser on zoo models.
 
-    python tools/prof_infer.py --device cuda --models regnet_y_800mf,timm:levit_128s
-    python tools/prof_infer.py --device cuda --models swin_t --launch-times
+    python -m graphfuser prof infer --device cuda --models regnet_y_800mf,timm:levit_128s
+    python -m graphfuser prof infer --device cuda --models swin_t --launch-times
 
 Per model (``eval()``, ``no_grad``, batch ``--batch``) and backend:
 
@@ -28,20 +28,18 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
-import io
-import os
-import pstats
 import statistics
 import sys
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import graphfuser  # noqa: E402
-from graphfuser.tools.zoo import build  # noqa: E402
+import graphfuser
+
+from ..zoo import build
+from .common import cprofile_text, sync
 
 warnings.filterwarnings("ignore")
 
@@ -59,11 +57,6 @@ def category(name: str) -> str:
     if any(c in low for c in _CONV):
         return "conv/gemm"
     return "other"
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def wall_ms(fns: dict[str, Callable], device: str, rounds: int, calls: int) -> dict[str, float]:
@@ -200,7 +193,7 @@ def host_split(sf: Any, x: torch.Tensor, device: str, rounds: int, calls: int) -
             f.namespace.update(kernels[id(f)])
 
 
-def replay_state(sf: Any, x: Any = None) -> None:
+def replay_state(sf: Any, x: Any) -> None:
     """Whether graphfuser's steady calls replay a CUDA graph, and why not."""
     from graphfuser.executor import cuda_graphs
 
@@ -211,14 +204,14 @@ def replay_state(sf: Any, x: Any = None) -> None:
     print(f"   CUDA graph replay: {'on' if rep is not None else 'off'} (ineligible: {why}); "
           f"{len(rep.entries) if rep else 0} captured signatures, {chains} attribute chains in the key; stats "
           + ", ".join(f"{k} {v}" for k, v in cuda_graphs.STATS.items()))
-    if rep is not None and x is not None:
+    if rep is not None:
         t0 = time.perf_counter()
         for _ in range(100):
             rep._key((x,))
         print(f"   replay key: {1e4 * (time.perf_counter() - t0):.1f} us per call")
 
 
-def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> None:
+def profile_model(name: str, args: argparse.Namespace, samples: Optional[dict]) -> None:
     device = args.device
     torch.manual_seed(0)
     model, size = build(name)
@@ -296,9 +289,7 @@ def profile_model(name: str, args: argparse.Namespace, samples: dict | None) -> 
                 sf(x)
                 sync(device)
             pr.disable()
-            s = io.StringIO()
-            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(args.top * 2)
-            text = s.getvalue().splitlines()
+            text = cprofile_text(pr, args.top * 2)
             start = next((i for i, ln in enumerate(text) if "ncalls" in ln), 0)
             print(f"   cProfile of {args.calls} graphfuser calls (each synchronized), by tottime:")
             print("\n".join("      " + ln for ln in text[start - 3:start + args.top * 2 + 1] if ln.strip()))
@@ -387,9 +378,7 @@ def launch_bench(n: int = 20000, cprofile: bool = False) -> None:
             sf(a, b)
         pr.disable()
         torch.cuda.synchronize()
-        out = io.StringIO()
-        pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(12)
-        print("\n".join("      " + ln for ln in out.getvalue().splitlines()[4:22] if ln.strip()))
+        print("\n".join("      " + ln for ln in cprofile_text(pr, 12)[4:22] if ln.strip()))
 
 
 def _softmax(a: torch.Tensor) -> torch.Tensor:
@@ -443,8 +432,8 @@ def row_bench(device: str, calls: int = 50) -> None:
               f"({gbs:.0f} GB/s), max err {err:.1e}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m graphfuser prof infer", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--models", default="mobilenet_v3_small,shufflenet_v2_x1_0,regnet_y_800mf,timm:levit_128s")
     p.add_argument("--batch", type=int, default=64)

@@ -1,7 +1,7 @@
-"""Per-kernel CUDA times of the training cases (``tools/bench_train.py``), graphfuser against
+"""Per-kernel CUDA times of the training cases (``bench_train``), graphfuser against
 torch.compile, one forward + backward step at a time::
 
-    python tools/prof_train.py --only RMSNorm,GELU        # case names containing any of these
+    python -m graphfuser prof train --only RMSNorm,GELU     # case names containing any of these
 
 For each case and backend: a few warm steps (profiling runs, compilation), then ``--steps``
 steps under ``torch.profiler``; prints every CUDA kernel's time per step, slowest first, and the
@@ -10,24 +10,23 @@ total. Gradients are compared with eager's where the case has no randomness.
 from __future__ import annotations
 
 import argparse
-import collections
-import os
 import sys
+from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_train  # noqa: E402
+import graphfuser
+
+from .. import bench_train
+from .common import cuda_kernel_times
 
 
-def _backends(fn, names: list[str]) -> dict:
-    import graphfuser
-
+def _backends(fn: Any, names: list[str]) -> dict:
     make = {"eager": lambda f: f, "compile": torch.compile, "graphfuser": graphfuser.script}
     return {n: make[n](fn) for n in names}
 
 
-def print_groups(sf) -> None:
+def print_groups(sf: Any) -> None:
     """Each differentiable group's backward fusion groups: node kinds and output types."""
     import graphfuser.autodiff.function as adf
 
@@ -52,24 +51,14 @@ def profile_case(case: bench_train.TrainCase, steps: int, warm: int, backends: t
     if module is not None:
         module.train()
     args = case.make(dev)
-    ref_out = case.fn(*args) if case.autocast is None else bench_train._autocast_call(case, args, dev)
-    grad = torch.randn_like(ref_out)
-    bench_train._zero(module, args)
-    ref_out.backward(grad)
-    ref = [g.clone() if g is not None else None for g in bench_train._grads(module, args)]
+    grad, ref = bench_train.reference_grads(case, module, args, dev)
     for name, f in _backends(case.fn, list(backends)).items():
         for _ in range(warm):
             bench_train._zero(module, args)
             bench_train._step(f, args, grad, case.autocast, dev)
         err = ""
         if case.exact:
-            worst = 0.0
-            for a, b in zip(bench_train._grads(module, args), ref):
-                if a is not None and b is not None:
-                    worst = max(worst, ((a.double() - b.double()).norm() / (b.double().norm() + 1e-30)).item())
-                elif (a is None) != (b is None):
-                    worst = float("inf")
-            err = f" grad rel err {worst:.2e}"
+            err = f" grad rel err {bench_train.grad_rel_err(bench_train._grads(module, args), ref):.2e}"
         torch.cuda.synchronize()
         acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if ops else [])
         with profile(activities=acts, record_shapes=bool(ops)) as prof:
@@ -77,12 +66,7 @@ def profile_case(case: bench_train.TrainCase, steps: int, warm: int, backends: t
                 bench_train._zero(module, args)
                 bench_train._step(f, args, grad, case.autocast, dev)
             torch.cuda.synchronize()
-        times: dict = collections.defaultdict(float)
-        counts: dict = collections.Counter()
-        for ev in prof.events():
-            if ev.device_type == torch.autograd.DeviceType.CUDA:
-                times[ev.name] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
-                counts[ev.name] += 1
+        times, counts = cuda_kernel_times(prof)
         total = sum(times.values()) / steps / 1e3
         print(f"== {case.name} [{name}] kernel total/step {total:.3f} ms{err}")
         for k, t in sorted(times.items(), key=lambda kv: -kv[1]):
@@ -99,15 +83,15 @@ def profile_case(case: bench_train.TrainCase, steps: int, warm: int, backends: t
     sys.stdout.flush()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m graphfuser prof train", description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated substrings of case names")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warm", type=int, default=6)
     ap.add_argument("--ops", type=int, default=0, help="also list this many host ops by the device time they launched")
     ap.add_argument("--backends", default="compile,graphfuser", help="comma-separated: eager, compile, graphfuser")
     ap.add_argument("--groups", action="store_true", help="print graphfuser's backward fusion groups")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     keys = [k for k in a.only.split(",") if k]
     for case in bench_train.cases("cuda"):
         if keys and not any(k.lower() in case.name.lower() for k in keys):
@@ -115,7 +99,8 @@ def main() -> None:
         torch.manual_seed(0)
         profile_case(case, a.steps, a.warm, tuple(a.backends.split(",")), a.groups, a.ops)
         torch.cuda.empty_cache()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Host time of a training step, eager vs graphfuser: where graphfuser's step spends its time.
 
-    python tools/prof_zoo_train.py --device cuda --models resnet50,timm:convnext_tiny --top 30
-    python tools/prof_zoo_train.py --device cpu --slim      # narrow models, 32 px: kernels cost little
+    python -m graphfuser prof zoo-train --device cuda --models resnet50,timm:convnext_tiny --top 30
+    python -m graphfuser prof zoo-train --device cpu --slim      # narrow models, 32 px: kernels cost little
 
 Per model and backend, after ``--warmup`` steps: wall ms per step (synchronized each step), host
 ms per step (the step enqueued without a synchronization: zero_grad, forward under autocast, loss,
@@ -20,30 +20,28 @@ graphfuser steps alternate over ``--rounds`` rounds, and per backend it prints w
 (median: on a shared machine it leaves out the time the thread waited for a core), function calls
 and Python frames per step under cProfile, and for graphfuser its autograd groups per step::
 
-    python tools/prof_zoo_train.py --host --amp none            # CPU, fp32
-    python tools/prof_zoo_train.py --host --device cuda --models timm:convnext_tiny --batch 64
+    python -m graphfuser prof zoo-train --host --amp none            # CPU, fp32
+    python -m graphfuser prof zoo-train --host --device cuda --models timm:convnext_tiny --batch 64
 """
 from __future__ import annotations
 
 import argparse
-import collections
 import copy
 import cProfile
-import io
 import os
 import pstats
 import statistics
-import sys
 import time
 import warnings
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import graphfuser
 
-import graphfuser  # noqa: E402
-from graphfuser.tools.zoo_train import _amp, _build  # noqa: E402
+from ..zoo_train import _amp, _build
+from .common import cprofile_text, cuda_kernel_times, sync as _sync
 
 # narrow versions of the zoo's training models (--slim): the same graph structure, tiny kernels
 SLIM = {"timm:resnet50": dict(channels=(8, 16, 32, 64), stem_width=8, num_classes=10),
@@ -51,13 +49,8 @@ SLIM = {"timm:resnet50": dict(channels=(8, 16, 32, 64), stem_width=8, num_classe
         "timm:convnext_tiny": dict(dims=(8, 16, 32, 64), num_classes=10)}
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m graphfuser prof zoo-train", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--models", default=None)
     p.add_argument("--batch", type=int, default=None)
@@ -72,7 +65,7 @@ def main() -> int:
     p.add_argument("--host", action="store_true", help="host time per step, eager and graphfuser alternating "
                    "(CPU: --slim, one thread, denormals flushed)")
     p.add_argument("--rounds", type=int, default=5, help="--host: rounds of --steps steps per backend")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     dev = a.device
     if a.host:
         if dev == "cpu":
@@ -254,12 +247,7 @@ def _kernels(step, top: int, steps: int = 5) -> None:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    times: dict = collections.defaultdict(float)
-    counts: dict = collections.Counter()
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            times[ev.name] += ev.device_time_total
-            counts[ev.name] += 1
+    times, counts = cuda_kernel_times(prof)
     total = sum(times.values()) / steps / 1e3
     ours = sum(t for k, t in times.items() if k.startswith("cuda_fusion")) / steps / 1e3
     n = sum(counts.values()) // steps
@@ -275,9 +263,7 @@ def _profile(step, dev: str, top: int) -> None:
         step()
     _sync(dev)
     pr.disable()
-    s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
-    text = s.getvalue().replace(os.path.dirname(torch.__file__), "torch")
+    text = "\n".join(cprofile_text(pr, top)).replace(os.path.dirname(torch.__file__), "torch")
     print("   cProfile of 5 steps:\n" + "\n".join("   " + ln for ln in text.splitlines()[2:] if ln.strip()))
 
 

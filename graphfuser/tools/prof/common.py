@@ -1,0 +1,32 @@
+"""What the profilers share: synchronization, cProfile listings, CUDA kernel times."""
+from __future__ import annotations
+
+import collections
+import cProfile
+import io
+import pstats
+from typing import Any
+
+import torch
+
+from ..timing import sync
+
+__all__ = ["cprofile_text", "cuda_kernel_times", "sync"]
+
+
+def cprofile_text(pr: cProfile.Profile, rows: int) -> list[str]:
+    """The lines of ``pr``'s ``rows`` functions with the most own time, header included."""
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(rows)
+    return s.getvalue().splitlines()
+
+
+def cuda_kernel_times(prof: Any) -> tuple[dict[str, float], collections.Counter]:
+    """(device us, launches) per CUDA kernel name of a ``torch.profiler.profile``."""
+    times: dict[str, float] = collections.defaultdict(float)
+    counts: collections.Counter = collections.Counter()
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            times[ev.name] += ev.device_time_total
+            counts[ev.name] += 1
+    return times, counts
