@@ -18,6 +18,8 @@ Before profiling (on the captured graph, so new nodes get profiled types):
 After profiling:
 
 0-. plan_conv_layouts  first round only: the channels-last plan (or none)
+0-. plan_attention  first round only: which hand-written attention patterns become SDPA
+                  (passes/attention.py; applied, as the layout plan is, before profiling again)
 
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)
