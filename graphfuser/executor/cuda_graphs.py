@@ -69,6 +69,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from ..ir.graph import Graph, Node, Value
+from ..ir.types import TensorType
 from ..log import jit_log
 from ..passes.module_flags import module_attr as _attr
 
@@ -349,7 +350,9 @@ class GraphReplayer:
 
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, fast: Callable, args: tuple) -> Any:
-        if self.off and (self.training is None or not torch.is_grad_enabled()):
+        if self.training is None and (self.off or torch.is_grad_enabled() is not self.grad):
+            return fast(*args)
+        if self.off and not torch.is_grad_enabled():
             return fast(*args)
         key = self._key(args)
         if key is None:
@@ -520,7 +523,12 @@ def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, de
         jit_log("executor", 1, f"{name}: no CUDA graph replay: {why}")
         return None
     replayer = GraphReplayer(graph, module, name)
-    if not config.is_disabled("cuda_graphs_training"):
+    # a training replayer only where a call of this specialization can want gradients: an input
+    # profiled with requires_grad (guards hold it), or a module with parameters; elsewhere a call
+    # under grad mode (a small function called outside no_grad) goes straight to the host program
+    wants = module is not None and any(True for _ in module.parameters()) or any(
+        isinstance(v.type, TensorType) and v.type.requires_grad for v in graph.inputs)
+    if wants and not config.is_disabled("cuda_graphs_training"):
         from .cuda_graphs_train import TrainingReplayer
 
         replayer.training = TrainingReplayer(graph, module, name)
