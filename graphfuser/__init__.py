@@ -21,6 +21,7 @@ import torch
 
 from .config import ConfigError, config
 from .executor.executor import ScriptedFunction, last_executed_optimized_graph
+from .executor.fusion import refresh_checks as _refresh_checks
 from .executor.source import UnsupportedError
 from .frontend.module import ScriptedModule
 from .frontend.torchscript import capture as _capture
@@ -87,6 +88,17 @@ def set_skip_node_kind(kind: str, flag: bool = True) -> bool:
     return old
 
 
+def set_check_every(n: int) -> int:
+    """Every ``n``-th call of each fusion group also runs its eager program and compares; a group
+    that disagrees is quarantined (runs eagerly from then on, one warning, a repro). 0 is off.
+    Applies to scripted functions already running too; returns the old value."""
+    old = config.check_every
+    config.set(check_every=n)
+    if int(n) != old:
+        _refresh_checks()
+    return old
+
+
 @contextlib.contextmanager
 def fuser(enabled: bool = True, **knobs: Any) -> Iterator[None]:
     """Temporarily set knobs: ``with graphfuser.fuser(single_node_mode=True): ...``."""
@@ -97,6 +109,7 @@ def fuser(enabled: bool = True, **knobs: Any) -> Iterator[None]:
 __all__ = [
     "script", "ScriptedFunction", "ScriptedModule", "last_executed_optimized_graph", "config", "ConfigError", "UnsupportedError",
     "set_enabled", "set_single_node_mode", "set_horizontal_mode", "set_guard_mode", "set_skip_node_kind",
+    "set_check_every",
     "fuser", "enable_logging",
 ]
 
