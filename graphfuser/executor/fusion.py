@@ -201,7 +201,7 @@ def compare(got: tuple, want: tuple, inputs: tuple, float64: Callable[[], Option
     got, want = tuple(got), tuple(want)
     if len(got) != len(want):
         return f"{len(got)} outputs where eager has {len(want)}"
-    bad = [j for j, (g, w) in enumerate(zip(got, want)) if not _close(g, w, None)]
+    bad = [j for j, (g, w) in enumerate(zip(got, want)) if not _close(g, w)]
     if not bad:
         return None
     ref64 = float64()
@@ -220,7 +220,7 @@ def compare(got: tuple, want: tuple, inputs: tuple, float64: Callable[[], Option
     return None
 
 
-def _close(g: Any, w: Any, _unused: Any) -> bool:
+def _close(g: Any, w: Any) -> bool:
     """The cheap first test: exactly equal, or within tolerance everywhere (no float64 run)."""
     if not isinstance(g, torch.Tensor) or not isinstance(w, torch.Tensor):
         return type(g) is type(w) and (g == w or (isinstance(g, float) and math.isnan(g) and math.isnan(w)))

@@ -71,7 +71,9 @@ class ScriptedModule(torch.nn.Module):
         self.__dict__["_orig"] = module          # before nn.Module.__init__ sets ``training``
         super().__init__()
         for name in _SHARED:
-            self.__dict__[name] = module.__dict__[name]
+            shared = module.__dict__.get(name, getattr(module, name, None))
+            if shared is not None:      # a ScriptModule keeps some of them elsewhere
+                self.__dict__[name] = shared
         self.__dict__["_version"] = getattr(module, "_version", 1)
         self.__dict__["_capture"] = capture
         self.__dict__["_fn"] = function if function is not None else ScriptedFunction(module, capture)
