@@ -33,24 +33,28 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import graphfuser  # noqa: E402
 from graphfuser.config import config  # noqa: E402
+from graphfuser.executor import fusion  # noqa: E402
 from graphfuser.executor.fusion import STATS, FusionSite  # noqa: E402
 
-CHECK_SECONDS = [0.0]
+CHECK_SECONDS = [0.0]     # inside checks: each checked call's kernel run, eager run and comparison
+ADDED_SECONDS = [0.0]     # what the checks add: the eager runs and the comparisons
 
 
-def _timed_check(check: Callable) -> Callable:
-    """``FusionSite.check`` with its wall time added to ``CHECK_SECONDS`` (the time the checks
-    themselves take: the eager program and the comparison, besides the kernel's own run)."""
-    def timed(self: Any, *args: Any) -> Any:
+def _timed(fn: Callable, *counters: list) -> Callable:
+    def timed(*args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return check(self, *args)
+            return fn(*args, **kwargs)
         finally:
-            CHECK_SECONDS[0] += time.perf_counter() - t0
+            for c in counters:
+                c[0] += time.perf_counter() - t0
     return timed
 
 
-FusionSite.check = _timed_check(FusionSite.check)
+FusionSite.check = _timed(FusionSite.check, CHECK_SECONDS)
+fusion.compare = _timed(fusion.compare, ADDED_SECONDS)
+_eager_of = FusionSite.eager_of
+FusionSite.eager_of = lambda self, group: _timed(_eager_of(self, group), ADDED_SECONDS)
 
 
 def small_resnet() -> tuple[nn.Module, tuple[int, ...]]:
@@ -120,7 +124,7 @@ def measure(name: str, device: str, batch: int, every: int, rounds: int, calls: 
         groups[mode] = sum(1 for s in set(fn._sites.values()))
         steps[mode] = step
     config.set(check_every=0)
-    checks0, seconds0 = STATS["checks"], CHECK_SECONDS[0]
+    checks0, seconds0, added0 = STATS["checks"], CHECK_SECONDS[0], ADDED_SECONDS[0]
     per_round: dict[str, list[float]] = {m: [] for m in steps}
     order = list(steps)
     for r in range(rounds):
@@ -135,7 +139,9 @@ def measure(name: str, device: str, batch: int, every: int, rounds: int, calls: 
     off, on = (statistics.median(per_round[m]) for m in order)
     off_min, on_min = (min(per_round[m]) for m in order)
     in_checks = 1e3 * (CHECK_SECONDS[0] - seconds0) / (rounds * calls)
-    return {"off_min_ms": off_min, "on_min_ms": on_min, "min_overhead_pct": 100.0 * (on_min - off_min) / off_min,
+    added = 1e3 * (ADDED_SECONDS[0] - added0) / (rounds * calls)
+    return {"added_ms_per_call": added, "added_pct": 100.0 * added / off_min, "off_min_ms": off_min,
+            "on_min_ms": on_min, "min_overhead_pct": 100.0 * (on_min - off_min) / off_min,
             "check_ms_per_call": in_checks, "check_pct": 100.0 * in_checks / off_min, "model": name + (":train" if train else ""), "device": device, "batch": batch, "groups": groups[order[1]],
             "off_ms": off, "on_ms": on, "overhead_pct": 100.0 * (on - off) / off, "every": every,
             "rounds": rounds, "calls_per_round": calls, "checks": STATS["checks"] - checks0,
@@ -147,19 +153,20 @@ def markdown(results: list[dict], title: str) -> str:
              "Steady-state ms per call, median over interleaved rounds (order flipped each round) of the "
              "mean over a round's calls; `off`: `check_every` 0 (the host program calls the kernels "
              "themselves); `N`: every N-th call of each group also runs its eager program and compares.", "",
-             "`in checks`: the wall time spent inside checked group calls (each one's kernel run, eager run "
-             "and comparison), per model call, and as % of the fastest knob-off round: an upper bound on "
-             "what the checks add (it includes the kernel run the call makes anyway), measured directly "
-             "and so far less exposed to the round-to-round noise of a shared machine than the difference "
-             "of two medians. The per-call counting wrapper is in the timed rounds only.", "",
+             "`added by checks`: the wall time of the checks' eager runs and comparisons, per model call, "
+             "and as % of the fastest knob-off round, measured directly (far less exposed to the "
+             "round-to-round noise of a shared machine than the difference of two medians); `in checks` "
+             "also counts the kernel run of each checked call (made anyway). The per-call counting "
+             "wrapper is in the timed rounds only.", "",
              "| model | device | batch | groups | N | off ms (median / min) | checked ms (median / min) | "
-             "overhead median | overhead min | in checks, ms per call | in checks % | checks | rounds x calls |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "overhead median | overhead min | added by checks, ms per call | added % | in checks % | checks | "
+             "rounds x calls |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['model']} | {r['device']} | {r['batch']} | {r['groups']} | {r['every']} | "
                      f"{r['off_ms']:.3f} / {r['off_min_ms']:.3f} | {r['on_ms']:.3f} / {r['on_min_ms']:.3f} | "
-                     f"{r['overhead_pct']:+.1f}% | {r['min_overhead_pct']:+.1f}% | {r['check_ms_per_call']:.4f} | "
-                     f"{r['check_pct']:.2f}% | {r['checks']} | {r['rounds']} x {r['calls_per_round']} |")
+                     f"{r['overhead_pct']:+.1f}% | {r['min_overhead_pct']:+.1f}% | {r['added_ms_per_call']:.4f} | "
+                     f"{r['added_pct']:.2f}% | {r['check_pct']:.2f}% | {r['checks']} | {r['rounds']} x {r['calls_per_round']} |")
     lines += ["", "Per-round ms (off / checked):", ""]
     for r in results:
         off, on = (r["per_round"][m] for m in r["per_round"])

@@ -17,6 +17,9 @@ from graphfuser.executor.fusion import STATS, FusionFailure, compare
 from helpers import fusion_groups
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
 @pytest.fixture(autouse=True)
 def _checks_off_after():
     yield
@@ -54,20 +57,21 @@ def _quarantine_warnings(record: list) -> list[str]:
     return [str(r.message) for r in record if "Quarantined" in str(r.message)]
 
 
-def test_wrong_group_is_quarantined_with_one_warning_and_a_repro(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_wrong_group_is_quarantined_with_one_warning_and_a_repro(monkeypatch, device):
     calls = wrong_kernel(monkeypatch, "aten::tanh")
     repro_dir = config.repro_dir
     before = set(glob.glob(os.path.join(repro_dir, "*"))) if os.path.isdir(repro_dir) else set()
     graphfuser.set_check_every(3)
     sf = graphfuser.script(two_groups)
-    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    x, w = torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)
     want = two_groups(x, w)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         outs = [sf(x, w) for _ in range(12)]
     found = _quarantine_warnings(record)
     assert len(found) == 1, found
-    assert "prim::CpuFusionGroup" in found[0] and "of two_groups" in found[0] and "Repro written to" in found[0]
+    assert ("prim::CudaFusionGroup" if device == "cuda" else "prim::CpuFusionGroup") in found[0] and "of two_groups" in found[0] and "Repro written to" in found[0]
     # the wrong kernel ran on the steady calls before the third (the checked one), never after
     assert calls["n"] == 3
     assert not torch.allclose(outs[2], want)                      # unchecked calls before detection
@@ -185,13 +189,15 @@ def _ill(dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
-def test_correct_model_is_not_quarantined_on_ill_conditioned_inputs(dtype):
+def test_correct_model_is_not_quarantined_on_ill_conditioned_inputs(dtype, device):
     graphfuser.set_check_every(1)
     sf = graphfuser.script(pointwise_and_reductions)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         for x, y in _ill(dtype) * 2:
+            x, y = x.to(device), y.to(device)
             got = sf(x, y)
             want = pointwise_and_reductions(x, y)
             assert len(got) == len(want)
