@@ -107,7 +107,8 @@ def fuser(enabled: bool = True, **knobs: Any) -> Iterator[None]:
 
 
 __all__ = [
-    "script", "ScriptedFunction", "ScriptedModule", "last_executed_optimized_graph", "config", "ConfigError", "UnsupportedError",
+    "script", "ScriptedFunction", "ScriptedModule", "last_executed_optimized_graph", "config", "ConfigError",
+    "UnsupportedError",
     "set_enabled", "set_single_node_mode", "set_horizontal_mode", "set_guard_mode", "set_skip_node_kind",
     "set_check_every",
     "fuser", "enable_logging",

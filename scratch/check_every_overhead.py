@@ -142,7 +142,8 @@ def measure(name: str, device: str, batch: int, every: int, rounds: int, calls: 
     added = 1e3 * (ADDED_SECONDS[0] - added0) / (rounds * calls)
     return {"added_ms_per_call": added, "added_pct": 100.0 * added / off_min, "off_min_ms": off_min,
             "on_min_ms": on_min, "min_overhead_pct": 100.0 * (on_min - off_min) / off_min,
-            "check_ms_per_call": in_checks, "check_pct": 100.0 * in_checks / off_min, "model": name + (":train" if train else ""), "device": device, "batch": batch, "groups": groups[order[1]],
+            "check_ms_per_call": in_checks, "check_pct": 100.0 * in_checks / off_min,
+            "model": name + (":train" if train else ""), "device": device, "batch": batch, "groups": groups[order[1]],
             "off_ms": off, "on_ms": on, "overhead_pct": 100.0 * (on - off) / off, "every": every,
             "rounds": rounds, "calls_per_round": calls, "checks": STATS["checks"] - checks0,
             "per_round": per_round}
@@ -166,7 +167,8 @@ def markdown(results: list[dict], title: str) -> str:
         lines.append(f"| {r['model']} | {r['device']} | {r['batch']} | {r['groups']} | {r['every']} | "
                      f"{r['off_ms']:.3f} / {r['off_min_ms']:.3f} | {r['on_ms']:.3f} / {r['on_min_ms']:.3f} | "
                      f"{r['overhead_pct']:+.1f}% | {r['min_overhead_pct']:+.1f}% | {r['added_ms_per_call']:.4f} | "
-                     f"{r['added_pct']:.2f}% | {r['check_pct']:.2f}% | {r['checks']} | {r['rounds']} x {r['calls_per_round']} |")
+                     f"{r['added_pct']:.2f}% | {r['check_pct']:.2f}% | {r['checks']} | "
+                     f"{r['rounds']} x {r['calls_per_round']} |")
     lines += ["", "Per-round ms (off / checked):", ""]
     for r in results:
         off, on = (r["per_round"][m] for m in r["per_round"])

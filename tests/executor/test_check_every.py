@@ -71,7 +71,8 @@ def test_wrong_group_is_quarantined_with_one_warning_and_a_repro(monkeypatch, de
         outs = [sf(x, w) for _ in range(12)]
     found = _quarantine_warnings(record)
     assert len(found) == 1, found
-    assert ("prim::CudaFusionGroup" if device == "cuda" else "prim::CpuFusionGroup") in found[0] and "of two_groups" in found[0] and "Repro written to" in found[0]
+    kind = "prim::CudaFusionGroup" if device == "cuda" else "prim::CpuFusionGroup"
+    assert kind in found[0] and "of two_groups" in found[0] and "Repro written to" in found[0]
     # the wrong kernel ran on the steady calls before the third (the checked one), never after
     assert calls["n"] == 3
     assert not torch.allclose(outs[2], want)                      # unchecked calls before detection
