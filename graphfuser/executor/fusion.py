@@ -132,7 +132,11 @@ class FusionSite:
             jit_log("executor", 1, f"check of {self.kind}: the eager program raised {type(e).__name__}: {e}")
             return run(*inputs)
         got = run(*inputs)
-        verdict = compare(got, want, inputs, lambda: _run_float64(eager, inputs))
+        try:
+            verdict = compare(got, want, inputs, lambda: _run_float64(eager, inputs))
+        except Exception as e:  # noqa: BLE001 - a check never fails a call
+            jit_log("executor", 1, f"check of {self.kind}: the comparison raised {type(e).__name__}: {e}")
+            return got
         if verdict is not None and not self.quarantined:
             self.quarantine(group, run, inputs, got, want, verdict)
         return want if verdict is not None else got
@@ -150,8 +154,9 @@ class FusionSite:
         error = GroupDisagreement(f"{title} disagrees with its eager program: {why}")
         try:
             path = write_repro(name, group.subgraph, getattr(cg, "source", ""), error)
-            torch.save({"inputs": _detached(inputs), "fused": _detached(got), "eager": _detached(want)},
-                       path[:-4] + ".inputs.pt")
+            if _nbytes(inputs) + _nbytes(got) + _nbytes(want) <= _REPRO_VALUE_BYTES:
+                torch.save({"inputs": _detached(inputs), "fused": _detached(got), "eager": _detached(want)},
+                           path[:-4] + ".inputs.pt")
         except Exception as e:  # noqa: BLE001 - a repro must not turn a quarantine into a crash
             path = f"(not written: {type(e).__name__}: {e})"
         msg = f"graphfuser: {error}. Quarantined: it runs its eager program from now on. Repro written to {path}"
@@ -309,6 +314,15 @@ def _run_float64(eager: Callable[..., tuple], inputs: tuple) -> Optional[tuple]:
 
 def _detached(values: Any) -> Any:
     return tuple(v.detach().cpu() if isinstance(v, torch.Tensor) else v for v in values)
+
+
+# the call's inputs and both results are saved with a repro up to this size (a model's
+# activations can be large; the repro's text and script are written regardless)
+_REPRO_VALUE_BYTES = 256 << 20
+
+
+def _nbytes(values: tuple) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _guard_and_fallback(group: Node) -> tuple[Optional[Node], Node]:
