@@ -17,17 +17,33 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+import torch
+
 from .config import ConfigError, config
 from .executor.executor import ScriptedFunction, last_executed_optimized_graph
+from .executor.fusion import refresh_checks as _refresh_checks
 from .executor.source import UnsupportedError
+from .frontend.module import ScriptedModule
 from .frontend.torchscript import capture as _capture
 from .log import enable_logging
 
 __version__ = "0.1.0"
 
 
-def script(fn_or_module: Any) -> ScriptedFunction:
-    """Script a function or ``nn.Module`` for profiling, fusion and guarded fused execution."""
+def script(fn_or_module: Any) -> Any:
+    """Script a function or ``nn.Module`` for profiling, fusion and guarded fused execution.
+
+    A function gives a ``ScriptedFunction``; a module gives a ``ScriptedModule``, an ``nn.Module``
+    sharing the original's parameters, buffers and submodules (``state_dict`` keys included), so
+    optimizers, checkpoints and ``DistributedDataParallel`` take it like the original::
+
+        sm = graphfuser.script(model)
+        ddp = torch.nn.parallel.DistributedDataParallel(sm)
+    """
+    if isinstance(fn_or_module, ScriptedModule):
+        return fn_or_module
+    if isinstance(fn_or_module, torch.nn.Module):
+        return ScriptedModule(fn_or_module, _capture)
     return ScriptedFunction(fn_or_module, _capture)
 
 
@@ -72,6 +88,17 @@ def set_skip_node_kind(kind: str, flag: bool = True) -> bool:
     return old
 
 
+def set_check_every(n: int) -> int:
+    """Every ``n``-th call of each fusion group also runs its eager program and compares; a group
+    that disagrees is quarantined (runs eagerly from then on, one warning, a repro). 0 is off.
+    Applies to scripted functions already running too; returns the old value."""
+    old = config.check_every
+    config.set(check_every=n)
+    if int(n) != old:
+        _refresh_checks()
+    return old
+
+
 @contextlib.contextmanager
 def fuser(enabled: bool = True, **knobs: Any) -> Iterator[None]:
     """Temporarily set knobs: ``with graphfuser.fuser(single_node_mode=True): ...``."""
@@ -80,8 +107,10 @@ def fuser(enabled: bool = True, **knobs: Any) -> Iterator[None]:
 
 
 __all__ = [
-    "script", "ScriptedFunction", "last_executed_optimized_graph", "config", "ConfigError", "UnsupportedError",
+    "script", "ScriptedFunction", "ScriptedModule", "last_executed_optimized_graph", "config", "ConfigError",
+    "UnsupportedError",
     "set_enabled", "set_single_node_mode", "set_horizontal_mode", "set_guard_mode", "set_skip_node_kind",
+    "set_check_every",
     "fuser", "enable_logging",
 ]
 

@@ -57,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "cache_dir": None,
     "repro_dir": None,
     "emulate_precision_casts": False,
+    "check_every": 0,
     "cpu": {
         "cxx": "g++",
         "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fwrapv", "-fno-math-errno"],
@@ -162,6 +163,8 @@ class Config:
             values["log_level"] = env["PYTORCH_JIT_LOG_LEVEL"]
         if env.get("GRAPHFUSER_CACHE_DIR"):
             values["cache_dir"] = env["GRAPHFUSER_CACHE_DIR"]
+        if env.get("GRAPHFUSER_CHECK_EVERY"):
+            values["check_every"] = env["GRAPHFUSER_CHECK_EVERY"].strip()
         if env.get("CXX"):
             values["cpu"]["cxx"] = env["CXX"]
         self._values = values
@@ -177,6 +180,13 @@ class Config:
         v["emulate_precision_casts"] = bool(v["emulate_precision_casts"])
         self._log_levels = parse_log_level(v["log_level"] or "")
         self.fusion_on = bool(v["enabled"])     # read on every fused call: a plain attribute
+        try:
+            v["check_every"] = int(v["check_every"] or 0)
+        except (TypeError, ValueError):
+            raise ConfigError(f"check_every (GRAPHFUSER_CHECK_EVERY) must be an integer >= 0, got "
+                              f"{v['check_every']!r}") from None
+        if v["check_every"] < 0:
+            raise ConfigError(f"check_every (GRAPHFUSER_CHECK_EVERY) must be >= 0 (0: off), got {v['check_every']}")
         if int(v["profiling_runs"]) < 1:
             raise ConfigError("profiling_runs must be >= 1")
 

@@ -457,7 +457,9 @@ class ScriptedFunction:
             if node not in self._runners:
                 self._runners[node] = make_group_runner(node)
             runner = self._runners[node]
-            return getattr(runner, "run", runner)     # a differentiable group: its entry function
+            run = getattr(runner, "run", runner)      # a differentiable group: its entry function
+            site = self._sites.get(node)
+            return site.entry(node, run) if site is not None else run    # check_every / quarantine
         if kind.endswith("FusionGuard"):
             if not config.guard_mode:
                 # the kernel holds profiled scalars as constants: those are checked regardless
@@ -491,7 +493,8 @@ class ScriptedFunction:
         self._fast = functools.partial(fn, self._module) if self._module is not None else fn
         devices = {v.type.device.type for v in self._optimized.inputs
                    if isinstance(v.type, TensorType) and v.type.device is not None}
-        if not self._replayable:
+        if not self._replayable or config.check_every:     # a replay would skip the self-checks
+            self._replay = None
             return
         self._replay = make_replayer(self._optimized, self._module, self._captured.name,
                                      "cuda" if "cuda" in devices else None)

@@ -5,9 +5,26 @@ the miss statistics per input signature, and the compiled runner of every specia
 (group node) made for it. A signature (tensor specializations plus the values of the scalars
 the group was specialized on) that misses the guards twice gets its own specialization, up to
 ``max_specializations``; after that the site stays on the fallback and warns once, saying why.
+
+Self-check (``check_every: N``, off by default). The host program calls what ``FusionSite.entry``
+gives for each group node: with the knob off, the compiled runner itself (nothing added per
+call); with N > 0, a wrapper that counts calls and, on every N-th, also runs the group's eager
+program (its own subgraph, through aten) and compares (``compare``). Eager runs first, on the
+same inputs: group subgraphs are functional (the running statistics a kernel writes into its
+inputs are outputs of the eager program, written by the host program's copies after the group),
+so neither run sees the other's writes. A group whose result is far from both eager's and a
+float64 run's is quarantined: one warning naming it, a repro (``write_repro`` plus the call's
+inputs and both results), and the executor's host program is rebuilt with the group's eager
+program in the kernel's place, so the steady state never calls the kernel again and checks
+nothing more per call. That call returns eager's result (run under the caller's grad mode, so
+autograd sees it). The knob is read when a host program is built; ``refresh_checks`` rebuilds the
+live ones (``graphfuser.set_check_every``).
 """
 from __future__ import annotations
 
+import math
+import os
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -20,8 +37,10 @@ from .fusion_eager import eager_runner
 
 
 # Events a steady-state call never has (tests and tools/prof_zoo_train.py count them): calls that ran
-# the profiling program, graphs optimized, fusion groups re-specialized, guard misses (fallbacks).
-STATS = {"profiling_calls": 0, "optimizations": 0, "respecializations": 0, "fallbacks": 0}
+# the profiling program, graphs optimized, fusion groups re-specialized, guard misses (fallbacks),
+# self-checks run and sites quarantined (``check_every``).
+STATS = {"profiling_calls": 0, "optimizations": 0, "respecializations": 0, "fallbacks": 0,
+         "checks": 0, "quarantined": 0}
 
 
 class FusionFailure(RuntimeError):
@@ -45,6 +64,9 @@ class FusionSite:
         self.tensor_positions = [i for i, v in enumerate(fb.inputs) if v.type.is_tensor]
         checked = guard.inputs[len(guard.attrs.get("types", ())):] if guard is not None else []
         self.value_positions = [fb.inputs.index(v) for v in checked]
+        self.quarantined = False
+        self._eager: dict[Node, Callable[..., tuple]] = {}   # group node -> its eager program
+        _EXECUTORS.add(executor)
 
     def signature(self, inputs: tuple) -> tuple:
         return tuple(TensorType.of(inputs[i]).specialization() if isinstance(inputs[i], torch.Tensor) else None
@@ -53,7 +75,7 @@ class FusionSite:
     def fallback(self, *inputs: Any) -> tuple:
         out = self.fallback_fn(*inputs)
         STATS["fallbacks"] += 1
-        if self.exhausted or not config.guard_mode:
+        if self.exhausted or self.quarantined or not config.guard_mode:
             return out
         sig = self.signature(inputs)
         if sig in self.rejected:
@@ -69,6 +91,238 @@ class FusionSite:
             else:
                 self.executor.request_respecialization(self, inputs, sig)
         return out
+
+
+    # -- self-check ----------------------------------------------------------------------
+    def entry(self, group: Node, run: Callable[..., tuple]) -> Callable[..., tuple]:
+        """What the host program calls for ``group`` (whose compiled runner is ``run``): ``run``
+        itself, or its self-checking wrapper (``check_every`` > 0), or its eager program once
+        the site is quarantined."""
+        if self.quarantined:
+            return self.eager_of(group)
+        every = int(config.check_every)
+        if every <= 0:
+            return run
+        count = [0]
+
+        def checked(*inputs: Any) -> tuple:
+            n = count[0] + 1
+            if n < every:
+                count[0] = n
+                return run(*inputs)
+            count[0] = 0
+            return self.check(group, run, inputs)
+
+        checked.checks = run     # what it wraps (tests, tools)
+        return checked
+
+    def eager_of(self, group: Node) -> Callable[..., tuple]:
+        fn = self._eager.get(group)
+        if fn is None:
+            fn = self._eager[group] = eager_runner(group.subgraph, "checked_group")
+        return fn
+
+    def check(self, group: Node, run: Callable[..., tuple], inputs: tuple) -> tuple:
+        """Run ``group`` fused and eagerly on ``inputs``; quarantine the site on a disagreement."""
+        STATS["checks"] += 1
+        eager = self.eager_of(group)
+        try:
+            want = eager(*inputs)
+        except Exception as e:  # noqa: BLE001 - eager raises too: no verdict, the kernel's result stands
+            jit_log("executor", 1, f"check of {self.kind}: the eager program raised {type(e).__name__}: {e}")
+            return run(*inputs)
+        got = run(*inputs)
+        try:
+            verdict = compare(got, want, inputs, lambda: _run_float64(eager, inputs))
+        except Exception as e:  # noqa: BLE001 - a check never fails a call
+            jit_log("executor", 1, f"check of {self.kind}: the comparison raised {type(e).__name__}: {e}")
+            return got
+        if verdict is not None and not self.quarantined:
+            self.quarantine(group, run, inputs, got, want, verdict)
+        return want if verdict is not None else got
+
+    def quarantine(self, group: Node, run: Callable, inputs: tuple, got: tuple, want: tuple, why: str) -> None:
+        """From now on ``group`` (every specialization of this site) runs its eager program."""
+        from .compiled import write_repro
+
+        self.quarantined = True
+        STATS["quarantined"] += 1
+        cg = getattr(run, "compiled", None) or getattr(getattr(run, "forward", None), "compiled", None)
+        name = getattr(cg, "name", None) or f"{self.kind.split('::')[-1]}_{group.attrs.get('cache_id', 0)}"
+        where = getattr(getattr(self.executor, "_captured", None), "name", None)
+        title = f"{self.kind}[cache_id={group.attrs.get('cache_id')}] ({name})" + (f" of {where}" if where else "")
+        error = GroupDisagreement(f"{title} disagrees with its eager program: {why}")
+        try:
+            path = write_repro(name, group.subgraph, getattr(cg, "source", ""), error)
+            if _nbytes(inputs) + _nbytes(got) + _nbytes(want) <= _REPRO_VALUE_BYTES:
+                torch.save({"inputs": _detached(inputs), "fused": _detached(got), "eager": _detached(want)},
+                           path[:-4] + ".inputs.pt")
+        except Exception as e:  # noqa: BLE001 - a repro must not turn a quarantine into a crash
+            path = f"(not written: {type(e).__name__}: {e})"
+        msg = f"graphfuser: {error}. Quarantined: it runs its eager program from now on. Repro written to {path}"
+        if config.is_disabled("fallback"):
+            raise FusionFailure(msg) from error
+        warn(msg)
+        rebuild = getattr(self.executor, "_rebuild", None)
+        if rebuild is not None and getattr(self.executor, "_optimized", None) is not None:
+            rebuild()          # the steady host program calls the eager program, not the kernel
+
+
+class GroupDisagreement(RuntimeError):
+    """A fused group's result was far from both eager's and a float64 run's (``check_every``)."""
+
+
+# scripted functions with fusion sites: ``refresh_checks`` rebuilds their host programs
+_EXECUTORS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def refresh_checks() -> int:
+    """Rebuild the host program of every live optimized scripted function, so a changed
+    ``check_every`` applies to them; returns how many were rebuilt."""
+    n = 0
+    for ex in list(_EXECUTORS):
+        if getattr(ex, "_optimized", None) is not None and getattr(ex, "_torchscript", None) is None:
+            ex._rebuild()
+            n += 1
+    return n
+
+
+# -- comparison ------------------------------------------------------------------------------
+# Relative tolerances by output dtype: |fused - reference| <= rtol * (|reference| + S), with S
+# the largest finite |reference| of the output (reductions and cancellations are judged against
+# the output's scale). Generous: a group is condemned only when it is also far from the float64
+# run, and a false alarm costs speed, never an answer.
+RTOL = {torch.float64: 1e-6, torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 4e-2}
+
+
+def compare(got: tuple, want: tuple, inputs: tuple, float64: Callable[[], Optional[tuple]]) -> Optional[str]:
+    """None where the fused outputs ``got`` agree with eager's ``want`` (or with the float64
+    run that ``float64()`` makes on demand), else what disagrees. Floating outputs: within
+    ``RTOL`` where both are finite, NaN where the reference is NaN, the same infinities;
+    integers and bools: exact. An element that agrees with neither is a disagreement, except
+    a NaN / inf / integer difference on a call with non-finite or huge inputs or a reference at
+    the edge of overflow (ill-conditioned: fp32 intermediates, summation order and casts of
+    NaN to integers legitimately differ there)."""
+    got, want = tuple(got), tuple(want)
+    if len(got) != len(want):
+        return f"{len(got)} outputs where eager has {len(want)}"
+    bad = [j for j, (g, w) in enumerate(zip(got, want)) if not _close(g, w)]
+    if not bad:
+        return None
+    ref64 = float64()
+    ill = _ill_conditioned(inputs)
+    for j in bad:
+        g, w = got[j], want[j]
+        if not isinstance(g, torch.Tensor) or not isinstance(w, torch.Tensor):
+            return f"output {j}: {g!r} where eager gives {w!r}"
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {j}: {g.dtype} {tuple(g.shape)} where eager gives {w.dtype} {tuple(w.shape)}"
+        r64 = ref64[j] if ref64 is not None and j < len(ref64) and isinstance(ref64[j], torch.Tensor) \
+            and ref64[j].shape == w.shape else None
+        why = _disagreement(g.detach(), w.detach(), None if r64 is None else r64.detach(), ill)
+        if why is not None:
+            return f"output {j} ({g.dtype}, {tuple(g.shape)}): {why}"
+    return None
+
+
+def _close(g: Any, w: Any) -> bool:
+    """The cheap first test: exactly equal, or within tolerance everywhere (no float64 run)."""
+    if not isinstance(g, torch.Tensor) or not isinstance(w, torch.Tensor):
+        return type(g) is type(w) and (g == w or (isinstance(g, float) and math.isnan(g) and math.isnan(w)))
+    if g.shape != w.shape or g.dtype != w.dtype:
+        return False
+    g, w = g.detach(), w.detach()
+    if not (g.dtype.is_floating_point or g.dtype.is_complex):
+        return torch.equal(g, w)
+    if g.dtype.is_complex or g.numel() == 0:
+        return True
+    # three passes, one host sync: max |g - w| within RTOL of max |w| is sufficient for ``_agrees``
+    # everywhere; a NaN or inf anywhere makes the test False, and the element rules decide.
+    # (abs + amax: a tenth of the CPU time of vector_norm's inf norm)
+    diff = (g - w).abs_().amax()
+    return bool(diff <= RTOL.get(g.dtype, 1e-3) * w.abs().amax())
+
+
+def _agrees(g: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Per element: ``g`` agrees with the reference ``ref`` (see ``compare``)."""
+    rtol = RTOL.get(g.dtype, 1e-3)
+    a, b = g.double(), ref.double()
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    fb = b.abs().masked_fill(~torch.isfinite(b), 0)
+    scale = fb.max() if fb.numel() else fb.new_zeros(())
+    near = (a - b).abs() <= rtol * (fb + scale) + torch.finfo(g.dtype).tiny
+    same = (torch.isnan(a) & torch.isnan(b)) | (a == b)
+    return torch.where(finite, near, same)
+
+
+def _disagreement(g: torch.Tensor, w: torch.Tensor, r64: Optional[torch.Tensor], ill: bool) -> Optional[str]:
+    floating = g.dtype.is_floating_point
+    ok = _agrees(g, w) if floating else g == w
+    if r64 is not None:
+        ok |= _agrees(g, r64.to(g.dtype)) if floating else g == r64.to(g.dtype)
+        if floating:      # the float64 value itself (no rounding to g's dtype first)
+            ok |= _agrees(g.double(), r64.double()) & torch.isfinite(r64.double())
+    if ok.all():
+        return None
+    excused = torch.zeros_like(ok)
+    if floating:
+        nonfinite = ~torch.isfinite(g) | ~torch.isfinite(w)
+        finfo = torch.finfo(g.dtype)
+        edge = (w.double().abs().masked_fill(~torch.isfinite(w.double()), 0) >= finfo.max / 4)
+        if r64 is not None:
+            edge |= r64.double().abs() >= finfo.max / 4
+        excused = nonfinite & (edge | ill)
+        if r64 is None and g.dtype in (torch.float16, torch.bfloat16):
+            excused |= nonfinite      # fp16 intermediates overflow in eager where fp32 ones do not
+    elif ill:
+        excused = ~ok
+    wrong = ~ok & ~excused
+    if not wrong.any():
+        return None
+    i = int(wrong.flatten().nonzero()[0])
+    n = int(wrong.sum())
+    extra = "" if r64 is None else f", float64 {r64.flatten()[i].item()}"
+    return (f"{n} of {g.numel()} element(s) differ; first at flat index {i}: fused {g.flatten()[i].item()}, "
+            f"eager {w.flatten()[i].item()}{extra}")
+
+
+def _ill_conditioned(inputs: tuple) -> bool:
+    """A floating input with a non-finite value or a magnitude above the square root of its
+    dtype's largest value (where squares, sums and fp32 intermediates overflow differently)."""
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.dtype.is_floating_point and x.numel():
+            x = x.detach()
+            if not bool(torch.isfinite(x).all()):
+                return True
+            if float(x.abs().max()) > math.sqrt(torch.finfo(x.dtype).max):
+                return True
+        elif isinstance(x, float) and (not math.isfinite(x) or abs(x) > 1e150):
+            return True
+    return False
+
+
+def _run_float64(eager: Callable[..., tuple], inputs: tuple) -> Optional[tuple]:
+    """The group's eager program with its floating inputs in float64 (None where it cannot run)."""
+    up = tuple(x.detach().double() if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else x
+               for x in inputs)
+    try:
+        with torch.no_grad():
+            return tuple(eager(*up))
+    except Exception:  # noqa: BLE001 - a dtype-specific op: no second opinion
+        return None
+
+
+def _detached(values: Any) -> Any:
+    return tuple(v.detach().cpu() if isinstance(v, torch.Tensor) else v for v in values)
+
+
+# the call's inputs and both results are saved with a repro up to this size (a model's
+# activations can be large; the repro's text and script are written regardless)
+_REPRO_VALUE_BYTES = 256 << 20
+
+
+def _nbytes(values: tuple) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _guard_and_fallback(group: Node) -> tuple[Optional[Node], Node]:
