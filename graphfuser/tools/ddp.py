@@ -2,7 +2,7 @@
 
 Run with::
 
-    torchrun --nproc_per_node 2 scratch/ddp_gpu.py --out logs/ddp-gpu.json
+    torchrun --nproc_per_node 2 -m graphfuser.tools.ddp --out logs/ddp-gpu.json
 
 Per model (torchvision resnet50; GPT-2 from ``GPT2Config`` with random weights where
 ``transformers`` is importable) and mode (``eager``: DDP(model); ``graphfuser``:

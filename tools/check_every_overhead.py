@@ -2,8 +2,8 @@
 
 Usage::
 
-    python scratch/check_every_overhead.py --device cpu --out logs/check-every-cpu.md
-    python scratch/check_every_overhead.py --device cuda --models resnet50,small-resnet,gpt2-blocks \\
+    python tools/check_every_overhead.py --device cpu --out logs/check-every-cpu.md
+    python tools/check_every_overhead.py --device cuda --models resnet50,small-resnet,gpt2-blocks \\
         --out logs/check-every-cuda.md          # resnet50: the zoo's (torchvision)
 
 Each model is scripted twice: once with ``check_every`` 0 (its host program calls the kernels
@@ -203,7 +203,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
-            f.write("\nCommand: `python scratch/check_every_overhead.py " + " ".join(sys.argv[1:]) + "`\n")
+            f.write("\nCommand: `python tools/check_every_overhead.py " + " ".join(sys.argv[1:]) + "`\n")
 
 
 if __name__ == "__main__":
