@@ -11,6 +11,8 @@ Example::
     for _ in range(3):
         y = f(torch.rand(2, 32, 128, 512))
     print(f.graph_for(torch.rand(2, 32, 128, 512)))   # prim::CpuFusionGuard / prim::CpuFusionGroup_0
+
+    model = torch.compile(model, backend="graphfuser")   # the same pipeline behind Dynamo
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any, Iterator
 from .config import ConfigError, config
 from .executor.executor import ScriptedFunction, last_executed_optimized_graph
 from .executor.source import UnsupportedError
+from .frontend.dynamo import graphfuser_backend
 from .frontend.torchscript import capture as _capture
 from .log import enable_logging
 
@@ -82,7 +85,7 @@ def fuser(enabled: bool = True, **knobs: Any) -> Iterator[None]:
 __all__ = [
     "script", "ScriptedFunction", "last_executed_optimized_graph", "config", "ConfigError", "UnsupportedError",
     "set_enabled", "set_single_node_mode", "set_horizontal_mode", "set_guard_mode", "set_skip_node_kind",
-    "fuser", "enable_logging",
+    "fuser", "enable_logging", "graphfuser_backend",
 ]
 
 

@@ -36,6 +36,7 @@ _MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.c
                    torch.channels_last_3d: 3}
 _LAYOUTS = {torch.strided: 0, torch.sparse_coo: 1}
 ANY = Type("Any")
+UNKNOWN = object()      # the example value of an FX node without one: no schema fits it, type Any
 # Python calls that change what the calls after them compute: nothing moves across them
 _STATEFUL = {operator.setitem, operator.delitem, torch._C._set_grad_enabled, torch.manual_seed}
 _STATEFUL_NAMES = ("_enter_autocast", "_exit_autocast", "set_grad_enabled", "_set_grad_enabled", "manual_seed",
@@ -114,7 +115,7 @@ class _Converter:
     # -- values ------------------------------------------------------------------------------
     def example(self, x: Any) -> Any:
         if isinstance(x, torch.fx.Node):
-            return x.meta.get("example_value", x.meta.get("val"))
+            return x.meta.get("example_value", x.meta.get("val", UNKNOWN))
         if isinstance(x, (list, tuple)):
             return type(x)(self.example(i) for i in x) if type(x) in (list, tuple) else x
         return x
@@ -158,6 +159,8 @@ class _Converter:
             return self.constant([self._as(i, t) for i in x], Type(_list_type(t)))
         if t.kind() == "FloatType" and isinstance(x, int) and not isinstance(x, bool):
             x = float(x)
+        if t.kind() == "DeviceObjType" and isinstance(x, str):
+            x = torch.device(x)
         if isinstance(x, torch.device):
             return self.constant(x, Type("Device"))
         return self.constant(x)
