@@ -116,8 +116,8 @@ class _Converter:
     def example(self, x: Any) -> Any:
         if isinstance(x, torch.fx.Node):
             return x.meta.get("example_value", x.meta.get("val", UNKNOWN))
-        if isinstance(x, (list, tuple)):
-            return type(x)(self.example(i) for i in x) if type(x) in (list, tuple) else x
+        if isinstance(x, (list, tuple)):      # FX's immutable_list, torch.Size of nodes included
+            return (tuple if isinstance(x, tuple) else list)(self.example(i) for i in x)
         return x
 
     def value(self, x: torch.fx.Node) -> Value:
@@ -253,9 +253,11 @@ class _Converter:
             if isinstance(x, torch.fx.Node):
                 inputs.append(self.value(x))
                 return PyArg(len(inputs) - 1)
-            if type(x) in (list, tuple):
-                return type(x)(spec(i) for i in x)
-            if type(x) is dict:
+            if isinstance(x, (list, tuple, dict)) and not _has_node(x):
+                return x        # a constant as it is (a torch.Size, a named tuple)
+            if isinstance(x, (list, tuple)):      # FX's immutable_list too
+                return (tuple if isinstance(x, tuple) else list)(spec(i) for i in x)
+            if isinstance(x, dict):
                 return {k: spec(v) for k, v in x.items()}
             if type(x) is slice:
                 return slice(spec(x.start), spec(x.stop), spec(x.step))
@@ -272,8 +274,10 @@ class _Converter:
         return node.output
 
 
-def _identity(x: Any) -> Any:
-    return x
+def _has_node(x: Any) -> bool:
+    found = []
+    torch.fx.node.map_arg(x, found.append)
+    return bool(found)
 
 
 def _list_type(t: Any) -> str:

@@ -179,6 +179,20 @@ def test_python_calls_mutations_and_graph_breaks_run():
     assert "aten::scaled_dot_product_attention" in rec.kinds(1)
 
 
+def test_python_calls_take_fx_containers_of_symbolic_sizes():
+    def f(x):
+        n = x.shape[0]
+        y = F.pad(x, [0, n])                         # a Python call given a list holding a SymInt
+        return y.reshape(torch.Size([n, -1])).sin() * 2.0
+
+    rec = Recorder()
+    c = torch.compile(f, backend=rec, dynamic=True)
+    for n in (3, 4, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(run_steady(c, x), f(x))
+    assert len(rec.fns) == 1 and rec.fns[0]._torchscript is None      # no fallback to the graph module
+
+
 def test_higher_order_ops_run():
     def g(x):
         return torch.sin(x) * 2.0
