@@ -219,7 +219,8 @@ class _Converter:
         self.values[n] = self.python(n, n.op, target, tuple(n.args), dict(n.kwargs), _effects(n.op, n.target))
 
     def aten(self, n: torch.fx.Node, qualname: str, args: tuple, kwargs: dict) -> bool:
-        matched = match_schema(qualname, args, kwargs, self.example)
+        only = n.target._schema if isinstance(n.target, torch._ops.OpOverload) else None
+        matched = match_schema(qualname, args, kwargs, self.example, only)
         if matched is None:
             return False
         schema, bound = matched

@@ -225,11 +225,13 @@ def _fits_arg(arg: Any, x: Any) -> bool:
     return t.kind() == "ListType" and arg.N is not None and _fits(t.getElementType(), x, False)
 
 
-def match_schema(qualname: str, args: tuple, kwargs: dict,
-                 example: Callable[[Any], Any] = lambda x: x) -> Optional[tuple[Any, list[tuple[Any, Any]]]]:
+def match_schema(qualname: str, args: tuple, kwargs: dict, example: Callable[[Any], Any] = lambda x: x,
+                 only: Any = None) -> Optional[tuple[Any, list[tuple[Any, Any]]]]:
     """The first overload of ``qualname`` the call fits, with its arguments in schema order as
-    ``(argument, value or DEFAULT)`` pairs; None when none fits."""
-    for schema in schemas(qualname):
+    ``(argument, value or DEFAULT)`` pairs; None when none fits. ``only``: the one schema to try
+    (a call of an ``OpOverload`` names its overload)."""
+    overloads = (only,) if only is not None else schemas(qualname)
+    for schema in overloads:
         bound = _bind(schema, args, kwargs, example)
         if bound is not None:
             return schema, bound
