@@ -487,7 +487,7 @@ class ScriptedFunction:
         if not self._replayable:
             return
         self._replay = make_replayer(self._optimized, self._module, self._captured.name,
-                                     "cuda" if "cuda" in devices else None)
+                                     "cuda" if "cuda" in devices else None, self._captured.static_inputs)
 
     # -- re-specialization ---------------------------------------------------------------
     def request_respecialization(self, site: FusionSite, inputs: tuple, sig: tuple) -> None:

@@ -315,4 +315,7 @@ def capture(gm: torch.fx.GraphModule, name: str = "dynamo_graph") -> Captured:
     except Exception as e:  # noqa: BLE001 - a construct the converter cannot read: run the graph module
         raise UnsupportedError(f"cannot capture the FX graph: {type(e).__name__}: {e}", gm) from e
     names = [v.name for v in g.inputs]
-    return Captured(g, None, names, {}, name, gm)
+    # parameters and buffers: Dynamo passes them in without guarding their identity
+    static = tuple(i for i, n in enumerate(p for p in gm.graph.nodes if p.op == "placeholder")
+                   if (n.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type") is not None)
+    return Captured(g, None, names, {}, name, gm, static)

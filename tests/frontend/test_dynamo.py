@@ -349,3 +349,34 @@ def test_the_executor_does_not_know_the_frontend():
     run_steady(c, torch.randn(3))
     assert type(rec.fns[0]) is ScriptedFunction
     assert rec.fns[0]._captured.module is None and rec.fns[0]._captured.scripted is rec.gms[0]
+
+
+# -- what CUDA graph replay may take --------------------------------------------------------------
+def test_replay_takes_pure_python_calls_and_reads_parameters_in_place():
+    from graphfuser.executor.cuda_graphs import ineligible_reason
+
+    def pure(x, w):
+        return (x[:, :2] @ w).relu()
+
+    def effects(x, w):
+        y = x @ w
+        y[:, 0] = 1.0
+        return y.relu()
+
+    reasons = []
+    for f, w in ((pure, torch.randn(2, 2)), (effects, torch.randn(3, 2))):
+        torch._dynamo.reset()
+        rec = Recorder()
+        c = torch.compile(f, backend=rec)
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(run_steady(c, x, w), f(x, w))
+        reasons.append(ineligible_reason(rec.fns[0].graph, False))
+    assert reasons[0] is None and "Python call" in reasons[1]
+    lin = nn.Linear(3, 3)
+    torch._dynamo.reset()
+    rec = Recorder()
+    c = torch.compile(lin, backend=rec)
+    run_steady(c, torch.randn(2, 3))
+    cap = rec.fns[0]._captured
+    assert [cap.arg_names[i] for i in cap.static_inputs] == [n for n in cap.arg_names if "parameters" in n]
+    assert len(cap.static_inputs) == 2
