@@ -129,7 +129,11 @@ def compiled(model: torch.nn.Module, backend: str) -> Any:
     if backend == "inductor-ro":
         return torch.compile(model, mode="reduce-overhead")
     if backend == "graphfuser":
-        return torch.compile(model, backend="graphfuser")
+        # by name where installed (the entry point), else the function
+        from torch._dynamo import list_backends
+
+        from graphfuser import graphfuser_backend
+        return torch.compile(model, backend="graphfuser" if "graphfuser" in list_backends() else graphfuser_backend)
     raise ValueError(backend)
 
 
@@ -233,7 +237,7 @@ def run_trainer(a: argparse.Namespace) -> dict:
         model, make = build("gpt2", a.small)
         model = model.to(a.device)
         if backend == "graphfuser":
-            model = torch.compile(model, backend="graphfuser")
+            model = compiled(model, "graphfuser")
         b, t = BATCHES["small" if a.small else "big"][1]
         data = [{k: v[0].cpu() for k, v in make(1, t, "cpu").items()} for _ in range(4 * b)]
         for d in data:

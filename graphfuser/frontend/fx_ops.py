@@ -52,9 +52,11 @@ class _F:
     that value (otherwise the call stays a Python call)."""
 
     def __init__(self, aten: str, rename: Optional[dict[str, str]] = None, drop: tuple[str, ...] = (),
-                 fixed: Optional[dict[str, Any]] = None, inplace: Optional[str] = None) -> None:
+                 fixed: Optional[dict[str, Any]] = None, inplace: Optional[str] = None,
+                 extra: Optional[Callable[[], dict[str, Any]]] = None) -> None:
         self.aten, self.rename, self.drop = aten, rename or {}, drop
         self.fixed, self.inplace = fixed or {}, inplace
+        self.extra = extra      # arguments the wrapper adds itself (batch norm's cudnn_enabled)
 
 
 _ACT = {"input": "self"}
@@ -71,8 +73,8 @@ FUNCTIONAL: dict[Callable, _F] = {
     F.softmax: _F("aten::softmax", _ACT, drop=("_stacklevel",)),
     F.log_softmax: _F("aten::log_softmax", _ACT, drop=("_stacklevel",)),
     F.layer_norm: _F("aten::layer_norm"),
-    F.group_norm: _F("aten::group_norm"),
-    F.batch_norm: _F("aten::batch_norm"),
+    F.group_norm: _F("aten::group_norm", extra=lambda: {"cudnn_enabled": torch.backends.cudnn.enabled}),
+    F.batch_norm: _F("aten::batch_norm", extra=lambda: {"cudnn_enabled": torch.backends.cudnn.enabled}),
     F.dropout: _F("aten::dropout", {"training": "train"}, inplace="aten::dropout_"),
     F.embedding: _F("aten::embedding", {"input": "indices"},
                     fixed={"max_norm": None, "norm_type": 2.0}),
@@ -147,7 +149,14 @@ def _functional_call(fn: Callable, spec: _F, args: tuple, kwargs: dict) -> Optio
         if pad is not None and not (isinstance(pad, int) and pad >= 0):
             return None     # eager's wrapper resolves a negative index against the weight first
         named["padding_idx"] = -1 if pad is None else pad
-    return aten, (), {spec.rename.get(k, k): v for k, v in named.items()}
+    if spec.extra is not None:
+        named.update(spec.extra())
+    out = {spec.rename.get(k, k): v for k, v in named.items()}
+    overloads = schemas(aten)
+    first = next(iter(_signature(fn).parameters))
+    if overloads and first in out and overloads[0].arguments[0].name != first:
+        out[overloads[0].arguments[0].name] = out.pop(first)     # dropout's input is dropout_'s self
+    return aten, (), out
 
 
 @functools.lru_cache(maxsize=None)

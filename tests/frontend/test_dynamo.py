@@ -279,7 +279,8 @@ def test_training_with_batch_norm_and_optimizer_steps_matches_eager():
     torch.manual_seed(0)
     m = Net()
     ref = copy.deepcopy(m)
-    c = torch.compile(m, backend=graphfuser_backend)
+    rec = Recorder()
+    c = torch.compile(m, backend=rec)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
     for step in range(4):
@@ -292,6 +293,7 @@ def test_training_with_batch_norm_and_optimizer_steps_matches_eager():
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(m.bn.running_mean, ref.bn.running_mean)
         torch.testing.assert_close(m.bn.running_var, ref.bn.running_var)
+    assert "aten::batch_norm" in rec.kinds() and "prim::PythonOp" not in rec.kinds()
     assert groups(graphfuser.last_executed_optimized_graph()) >= 1
 
 
