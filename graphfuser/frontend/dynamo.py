@@ -83,10 +83,13 @@ def _scoped(fn: Callable, knobs: dict[str, Any]) -> Callable:
 
 
 def graphfuser_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: Optional[str] = None,
-                       options: Optional[dict[str, Any]] = None) -> Callable:
+                       options: Optional[dict[str, Any]] = None, **unused: Any) -> Callable:
     """A Dynamo backend: returns a callable with ``gm.forward``'s calling convention that runs the
     graph through graphfuser's profiling executor. ``example_inputs`` are not read (they are fake
-    tensors under DDP's graph splitting): profiling happens on the first real calls."""
+    tensors under DDP's graph splitting): profiling happens on the first real calls. ``mode`` and
+    ``options`` are ``torch.compile``'s; other keywords a newer Dynamo may pass are logged, unused."""
+    if unused:
+        jit_log("graph_fuser", 1, f"torch.compile backend: ignored arguments {sorted(unused)}")
     knobs = knobs_for(mode, options)
     name = f"dynamo_graph_{next(_counter)}"
 
