@@ -45,7 +45,7 @@ def test_pyproject_declares_a_plain_function():
 
 
 # What the fresh process runs: one of the CI models by backend name, inference at two shapes
-# and training gradients against eager, fusion groups in the optimized graph.
+# (marked dynamic) and training gradients against eager, fusion groups in the optimized graph.
 SCRIPT = textwrap.dedent("""
     import copy, sys
     import torch
@@ -60,6 +60,9 @@ SCRIPT = textwrap.dedent("""
     with torch.no_grad():
         for b, t in ((2, 8), (3, 11)):
             ids, mask = inputs(b, t)
+            for x in (ids, mask):           # symbolic from the start: one trace for both shapes
+                torch._dynamo.mark_dynamic(x, 0)
+                torch._dynamo.mark_dynamic(x, 1)
             for _ in range(3):
                 torch.testing.assert_close(c(ids, mask), m(ids, mask))
     gf = sys.modules["graphfuser"]
