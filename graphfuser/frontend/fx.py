@@ -110,7 +110,6 @@ class _Converter:
         self.g = Graph()
         self.values: dict[torch.fx.Node, Value] = {}
         self.outputs: dict[torch.fx.Node, list[Value]] = {}    # an aten node with several returns
-        self.n_python = 0
 
     # -- values ------------------------------------------------------------------------------
     def example(self, x: Any) -> Any:
@@ -148,8 +147,8 @@ class _Converter:
             x = [x]                                   # an int[1] given one int
         if isinstance(x, torch.fx.Node):
             v = self.value(x)
-            if t.kind() == "ListType" and not v.type.name.endswith("[]"):
-                return self.list_of([v], t)
+            if t.kind() == "ListType" and v.type in (INT, FLOAT, BOOL):
+                return self.list_of([v], t)             # an int[1] given one symbolic int
             return v
         if isinstance(x, (list, tuple)):
             if any(isinstance(i, torch.fx.Node) for i in x):
@@ -269,7 +268,6 @@ class _Converter:
             call = PyCall(f"Tensor.{target}", method=target, args=a, kwargs=kw, effects=effects)
         else:
             call = PyCall(_name_of(target), fn=target, args=a, kwargs=kw, effects=effects)
-        self.n_python += 1
         node = self.g.create("prim::PythonOp", inputs, [type_of(self.example(n))], {"call": call}, _source(n), [n.name])
         self.g.block.append(node)
         return node.output
