@@ -117,6 +117,8 @@ class _Converter:
             return x.meta.get("example_value", x.meta.get("val", UNKNOWN))
         if isinstance(x, (list, tuple)):      # FX's immutable_list, torch.Size of nodes included
             return (tuple if isinstance(x, tuple) else list)(self.example(i) for i in x)
+        if isinstance(x, slice):
+            return slice(self.example(x.start), self.example(x.stop), self.example(x.step))
         return x
 
     def value(self, x: torch.fx.Node) -> Value:
@@ -208,6 +210,8 @@ class _Converter:
         raise UnsupportedError(f"graph output {x!r} is neither a value of the graph nor a number")
 
     def call(self, n: torch.fx.Node) -> None:
+        if n.op == "call_function" and n.target is operator.getitem and self.basic_index(n):
+            return
         if n.op in ("call_function", "call_method"):
             found = aten_call(n.op, n.target, tuple(n.args), dict(n.kwargs), self.example)
             if found is not None and self.aten(n, *found):
@@ -216,6 +220,52 @@ class _Converter:
         if n.op == "call_module":
             target = self.gm.get_submodule(n.target)
         self.values[n] = self.python(n, n.op, target, tuple(n.args), dict(n.kwargs), _effects(n.op, n.target))
+
+    def basic_index(self, n: torch.fx.Node) -> bool:
+        """``x[:, :t, None, 0]`` on a tensor: the views TorchScript spells it with (``aten::slice``,
+        ``aten::unsqueeze``, ``aten::select``), so that the optimized graph has no Python call
+        there and views can sink below pointwise ops. Advanced indexing stays a Python call."""
+        base, index = n.args
+        ex = self.example(base)
+        if not isinstance(ex, torch.Tensor):
+            return False
+        items = index if isinstance(index, tuple) else (index,)
+        kinds = [_index_kind(self.example(i)) for i in items]
+        if None in kinds or kinds.count("ellipsis") > 1:
+            return False
+        consumed = sum(k in ("int", "slice") for k in kinds)
+        if consumed > ex.dim():
+            return False
+        v, dim = self.value(base), 0
+        for item, kind in zip(items, kinds):
+            if kind == "ellipsis":
+                dim += ex.dim() - consumed
+            elif kind == "none":
+                v = self._view(n, _UNSQUEEZE, [v, self.constant(dim)])
+                dim += 1
+            elif kind == "int":
+                v = self._view(n, _SELECT, [v, self.constant(dim), self._index(item)])
+            elif item == slice(None):
+                dim += 1
+            else:
+                step = 1 if item.step is None else item.step
+                v = self._view(n, _SLICE, [v, self.constant(dim), self._index(item.start),
+                                           self._index(item.stop), self._index(step)])
+                dim += 1
+        self.values[n] = v
+        return True
+
+    def _index(self, x: Any) -> Value:
+        if isinstance(x, torch.fx.Node):
+            return self.value(x)
+        return self.constant(x, INT if x is not None else NONE)
+
+    def _view(self, n: torch.fx.Node, schema: str, inputs: list[Value]) -> Value:
+        kind = schema.split("(", 1)[0].split(".")[0]
+        node = self.g.create(kind, inputs, [TENSOR], {}, _source(n), [n.name])
+        node.schema = resolve_aten(kind, schema)
+        self.g.block.append(node)
+        return node.output
 
     def aten(self, n: torch.fx.Node, qualname: str, args: tuple, kwargs: dict) -> bool:
         only = n.target._schema if isinstance(n.target, torch._ops.OpOverload) else None
@@ -277,6 +327,26 @@ def _has_node(x: Any) -> bool:
     found = []
     torch.fx.node.map_arg(x, found.append)
     return bool(found)
+
+
+_SLICE = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
+_SELECT = "aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"
+_UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
+
+
+def _index_kind(x: Any) -> Optional[str]:
+    """What one item of a basic index is (None: advanced indexing, a Python call)."""
+    if x is None:
+        return "none"
+    if x is Ellipsis:
+        return "ellipsis"
+    if isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool):
+        return "int"
+    if isinstance(x, slice) and all(v is None or (isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool))
+                                    for v in (x.start, x.stop)) \
+            and (x.step is None or type(x.step) is int and x.step > 0):
+        return "slice"
+    return None
 
 
 def _list_type(t: Any) -> str:

@@ -193,6 +193,30 @@ def test_python_calls_take_fx_containers_of_symbolic_sizes():
     assert len(rec.fns) == 1 and rec.fns[0]._torchscript is None      # no fallback to the graph module
 
 
+INDEXING = {
+    "slice": (lambda x: x[:, :2] * 2.0, ["aten::slice"]),
+    "none_ellipsis": (lambda x: x[..., None, 1:].sin(), ["aten::unsqueeze", "aten::slice"]),
+    "int": (lambda x: x[0, :, None] + 1.0, ["aten::select", "aten::unsqueeze"]),
+    "negative": (lambda x: x[:, -3:-1, -1] + 1.0, ["aten::slice", "aten::select"]),
+    "step": (lambda x: x[1:, ::2].cos(), ["aten::slice"]),
+    "symbolic": (lambda x: x[:, x.shape[1] // 2:] - 1.0, ["aten::slice"]),
+    "advanced": (lambda x: x[[0, 1]] * 2.0, ["prim::PythonOp"]),
+}
+
+
+@pytest.mark.parametrize("case", list(INDEXING))
+def test_basic_indexing_becomes_views(case):
+    f, expected = INDEXING[case]
+    rec = Recorder()
+    c = torch.compile(f, backend=rec, dynamic=True)
+    for n in (4, 6):
+        x = torch.randn(n, 6, 3)
+        torch.testing.assert_close(run_steady(c, x), f(x))
+    kinds = rec.kinds()
+    assert all(k in kinds for k in expected)
+    assert ("prim::PythonOp" in kinds) == (case in ("advanced", "symbolic"))   # (symbolic: the size's // 2)
+
+
 def test_higher_order_ops_run():
     def g(x):
         return torch.sin(x) * 2.0
