@@ -292,12 +292,14 @@ def main() -> None:
     for name in a.models.split(","):
         for dtype in a.dtypes.split(","):
             for backend in a.backends.split(","):
-                attempt(lambda: run_inference(name, backend, dtype, a), {"model": name, "backend": backend, "dtype": dtype})
+                attempt(lambda: run_inference(name, backend, dtype, a),
+                        {"model": name, "backend": backend, "dtype": dtype})
         if not a.no_train:
             for backend in a.backends.split(","):
                 if backend == "inductor-ro":
                     continue
-                attempt(lambda: run_training(name, backend, a), {"model": name, "backend": backend, "dtype": "fp32-train"})
+                attempt(lambda: run_training(name, backend, a),
+                        {"model": name, "backend": backend, "dtype": "fp32-train"})
     if a.trainer:
         attempt(lambda: run_trainer(a), {"model": "gpt2", "backend": "graphfuser", "dtype": "Trainer"})
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}

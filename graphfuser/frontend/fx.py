@@ -5,10 +5,16 @@ would have made for it: ``aten::<name>`` with its overload's schema, the argumen
 order, defaults filled in as constants, dtypes as ScalarType codes. From there it is the same
 pipeline as a scripted function: profiling, partition, guards, codegen, caches.
 
-Whatever has no aten spelling (``x[:, :t]``, a higher-order op, arithmetic on symbolic sizes,
-``x[i] = v``, grad mode and autocast switches) becomes a ``prim::PythonOp`` that the host program
-calls exactly as the FX graph would: it runs, unfused. A call that may write a tensor or change
-global state is marked with effects, and nothing is moved across it.
+Basic indexing (``x[:, :t, None]``) becomes TorchScript's views (``aten::slice`` / ``select`` /
+``unsqueeze``). Whatever has no aten spelling (advanced indexing ``x[mask]``, a higher-order op,
+arithmetic on symbolic sizes, ``x[i] = v``, grad mode and autocast switches) becomes a
+``prim::PythonOp`` that the host program calls exactly as the FX graph would: it runs, unfused.
+A call that may write a tensor or change global state is marked with effects, and nothing is
+moved across it.
+
+Why Dynamo's torch-level graphs and not AOTAutograd's ATen graphs: ``frontend/dynamo.py``
+(training through graphfuser's own differentiable groups, the op vocabulary of TorchScript's
+graphs, no second trace, the user's graph as written).
 
 Placeholders are graph inputs, read from each call's arguments: parameters and buffers too
 (Dynamo passes them in), and symbolic sizes (``SymInt`` placeholders) as run-time ints, never
@@ -25,11 +31,10 @@ import torch
 import torch.fx
 
 from ..executor.handlers import PyArg, PyCall
-from ..executor.hostgen import _DTYPE_CODE
 from ..executor.source import Captured, UnsupportedError
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Value
 from ..ir.types import BOOL, FLOAT, INT, NONE, STR, TENSOR, Type
-from ..ops.aten import resolve_aten
+from ..ops.aten import DTYPE_CODES, resolve_aten
 from .fx_ops import DEFAULT, aten_call, match_schema
 
 _MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
@@ -72,7 +77,7 @@ def type_of(x: Any) -> Type:
 def _code(x: Any) -> Any:
     """TorchScript's int code of a dtype, memory format or layout; anything else as it is."""
     if isinstance(x, torch.dtype):
-        return _DTYPE_CODE[x]
+        return DTYPE_CODES[x]
     if isinstance(x, torch.memory_format):
         return _MEMORY_FORMATS[x]
     if isinstance(x, torch.layout):
@@ -329,7 +334,8 @@ def _has_node(x: Any) -> bool:
     return bool(found)
 
 
-_SLICE = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
+_SLICE = ("aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1)"
+          " -> Tensor(a)")
 _SELECT = "aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"
 _UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
 

@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 
 import graphfuser
 from graphfuser.frontend import dynamo
