@@ -109,7 +109,7 @@ def release_graphs() -> int:
 
 
 def _pure_call(node: Node) -> bool:
-    """A ``prim::PythonOp`` its frontend marks free of effects (``x[:, :t]``, arithmetic on sizes):
+    """A ``prim::PythonOp`` its frontend marks free of effects (``x[[0, 2]]``, arithmetic on sizes):
     a function of the call's arguments, which the key holds; what else could make a replay differ
     is checked at capture (random draws, host reads of device values, aliased outputs)."""
     call = node.attrs.get("call") if node.kind == "prim::PythonOp" else None
