@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 
 .PHONY: setup demo test bench-cpu clean
 
-$(VENV)/.installed: setup.py
+$(VENV)/.installed: pyproject.toml
 	@if [ ! -x $(PY) ]; then \
 	  if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
 	    echo "torch found: the venv reuses it"; $(PYTHON) -m venv --system-site-packages $(VENV); \
@@ -19,6 +19,7 @@ $(VENV)/.installed: setup.py
 	  fi; \
 	fi
 	@$(PY) -c "import torch" >/dev/null 2>&1 || $(PIP) install -q "$(TORCH_PIN)"
+	@$(PIP) install -q --upgrade "pip>=21.3" >/dev/null 2>&1 || true   # editable installs from pyproject.toml (PEP 660)
 	$(PIP) install -q -e ".[test]"
 	@$(PIP) install -q -e ".[cuda]" || echo "note: CUDA extras (cuda-bindings, NVRTC) not installed; NVRTC tests will be skipped"
 	@touch $@

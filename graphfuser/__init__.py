@@ -11,6 +11,8 @@ Example::
     for _ in range(3):
         y = f(torch.rand(2, 32, 128, 512))
     print(f.graph_for(torch.rand(2, 32, 128, 512)))   # prim::CpuFusionGuard / prim::CpuFusionGroup_0
+
+    model = torch.compile(model, backend="graphfuser")   # the same pipeline behind Dynamo
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from .config import ConfigError, config
 from .executor.executor import ScriptedFunction, last_executed_optimized_graph
 from .executor.fusion import refresh_checks as _refresh_checks
 from .executor.source import UnsupportedError
+from .frontend.dynamo import graphfuser_backend
 from .frontend.module import ScriptedModule
 from .frontend.torchscript import capture as _capture
 from .log import enable_logging
@@ -111,7 +114,7 @@ __all__ = [
     "UnsupportedError",
     "set_enabled", "set_single_node_mode", "set_horizontal_mode", "set_guard_mode", "set_skip_node_kind",
     "set_check_every",
-    "fuser", "enable_logging",
+    "fuser", "enable_logging", "graphfuser_backend",
 ]
 
 

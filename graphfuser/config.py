@@ -1,8 +1,10 @@
 """One configuration object that every knob goes through.
 
-Precedence, lowest first: built-in defaults (mirrored, with comments, in ``configs/default.yaml``)
-< the YAML file named by ``GRAPHFUSER_CONFIG`` < environment variables (the TorchScript nvFuser
-names) < explicit API calls (``graphfuser.set_single_node_mode(True)``, ``graphfuser.fuser(...)``).
+Precedence, lowest first: built-in defaults (mirrored, with comments, in
+``graphfuser/configs/default.yaml``, shipped inside the package: ``DEFAULT_YAML``) < the YAML file
+named by ``GRAPHFUSER_CONFIG`` < environment variables (the TorchScript nvFuser names) < explicit
+API calls (``graphfuser.set_single_node_mode(True)``, ``graphfuser.fuser(...)``,
+``torch.compile(..., options={...})``, whose keys are the same knob names: ``options_to_knobs``).
 
 Example::
 
@@ -18,9 +20,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
+
+DEFAULT_YAML = Path(__file__).resolve().parent / "configs" / "default.yaml"
 
 DISABLE_OPTIONS = (
     "fallback", "fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng", "compile_cache",
@@ -134,6 +139,27 @@ def _merge(base: dict, extra: dict, where: str) -> None:
             _merge(base[key], value, f"{where}.{key}")
         else:
             base[key] = value
+
+
+def options_to_knobs(options: dict[str, Any]) -> dict[str, Any]:
+    """Compile options as knobs: the same names as the YAML file's keys, nested sections either
+    as dicts or dotted (``{"cpu.cxx": "clang++"}`` is ``{"cpu": {"cxx": "clang++"}}``).
+    ``Config.set`` checks them (an unknown name raises ``ConfigError`` listing the valid ones)."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"options: keys are knob names, got {key!r}; valid knobs are: {', '.join(DEFAULTS)}")
+        *path, last = key.split(".")
+        d = out
+        for p in path:
+            d = d.setdefault(p, {})
+            if not isinstance(d, dict):
+                raise ConfigError(f"options: {key!r} names a section of {p!r}, which is not a section")
+        if isinstance(value, dict) and isinstance(d.get(last), dict):
+            d[last].update(value)
+        else:
+            d[last] = value
+    return out
 
 
 class Config:

@@ -1,4 +1,4 @@
-"""Config: defaults == configs/default.yaml; defaults < GRAPHFUSER_CONFIG < env < API; token checks."""
+"""Config: defaults == graphfuser/configs/default.yaml; defaults < GRAPHFUSER_CONFIG < env < API; token checks."""
 import os
 import subprocess
 import sys
@@ -9,20 +9,20 @@ import torch
 import yaml
 
 import graphfuser
-from graphfuser.config import DEFAULTS, DISABLE_OPTIONS, DUMP_OPTIONS, ENABLE_OPTIONS, LOG_FILES, Config, \
+from graphfuser.config import DEFAULT_YAML, DEFAULTS, DISABLE_OPTIONS, DUMP_OPTIONS, ENABLE_OPTIONS, LOG_FILES, Config, \
     ConfigError, config, parse_log_level
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_match_default_yaml():
-    with open(ROOT / "configs" / "default.yaml") as f:
+    with open(DEFAULT_YAML) as f:
         from_yaml = yaml.safe_load(f)
     assert from_yaml == DEFAULTS          # every key present, with the same value, and no extra
 
 
 def test_default_yaml_is_a_valid_config_file(tmp_path):
-    c = Config(env={"GRAPHFUSER_CONFIG": str(ROOT / "configs" / "default.yaml")})
+    c = Config(env={"GRAPHFUSER_CONFIG": str(DEFAULT_YAML)})
     assert c.as_dict() == Config(env={}).as_dict()
 
 

@@ -15,7 +15,8 @@ host program as before:
 - the graph (checked once, ``ineligible_reason``) has no in-place write into a graph input (the
   static input copy would take it; writes into module buffers replay in place, at the address the
   key checks), no print or SetAttr, no write into a list or dict that is neither its own nor a
-  module attribute, no call into Python (``prim::CallMethod`` / ``CallFunction`` / ``PythonOp``),
+  module attribute, no call into Python (``prim::CallMethod`` / ``CallFunction`` / ``PythonOp``;
+  a ``PythonOp`` its frontend marks free of effects is allowed: ``_pure_call``),
   and reads module attributes only through ``prim::GetAttr`` chains from the module;
 - the call: grad mode off, every tensor argument a dense (contiguous or channels-last) CUDA
   tensor, every other argument a hashable constant; the key is the arguments' shapes, strides,
@@ -108,6 +109,14 @@ def release_graphs() -> int:
     return dropped
 
 
+def _pure_call(node: Node) -> bool:
+    """A ``prim::PythonOp`` its frontend marks free of effects (``x[[0, 2]]``, arithmetic on sizes):
+    a function of the call's arguments, which the key holds; what else could make a replay differ
+    is checked at capture (random draws, host reads of device values, aliased outputs)."""
+    call = node.attrs.get("call") if node.kind == "prim::PythonOp" else None
+    return call is not None and getattr(call, "effects", True) is False
+
+
 def _mutating(node: Node) -> bool:
     k = node.kind
     return (k.startswith("aten::") and k.endswith("_") and not k.endswith("__")) or k == "aten::copy_"
@@ -125,7 +134,7 @@ def ineligible_reason(graph: Graph, has_module: bool) -> Optional[str]:
     chained = {graph.inputs[0]} if has_module and graph.inputs else set()
     for n in graph.all_nodes():
         k = n.kind
-        if k in _PYTHON_CALLS:
+        if k in _PYTHON_CALLS and not _pure_call(n):
             return f"Python call {k}"
         if k in _SIDE_EFFECTS:
             return f"side effect {k}"
@@ -268,8 +277,13 @@ class GraphReplayer:
     """Captures and replays calls of one specialization's steady host program (see module doc)."""
 
     def __init__(self, graph: Graph, module: Optional[torch.nn.Module], name: str, warm: int = 2,
-                 max_graphs: int = 4) -> None:
+                 max_graphs: int = 4, static: tuple[int, ...] = ()) -> None:
         self.module = module
+        # argument positions whose tensors stay put between calls (a graph's parameters and
+        # buffers, as a frontend that passes them in says): keyed by identity and address like
+        # module attributes, read in place by the graph, never copied into static inputs
+        self.static = frozenset(static)
+        self._pinned: list = []
         self.name = name
         self.chains = _chains(graph, module is not None)
         self.warm = warm
@@ -301,12 +315,14 @@ class GraphReplayer:
             return None
         parts: list = []
         cuda = False
-        for a in args:
+        static = self.static
+        for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 if not a.is_cuda or not _dense(a):
                     return None
                 cuda = True
-                parts.append((a.shape, a.stride(), a.dtype, a.get_device(), a.requires_grad))
+                parts.append((a.shape, a.stride(), a.dtype, a.get_device(), a.requires_grad)
+                             + ((id(a), a.data_ptr()) if i in static else ()))
             elif a is None or isinstance(a, (bool, int, float, str)):
                 parts.append((type(a), a))
             else:
@@ -405,7 +421,8 @@ class GraphReplayer:
 
     def _copied_bytes(self, args: tuple, out: Any) -> int:
         """Bytes a replayed call copies: its tensor arguments in, its outputs out."""
-        return sum(t.numel() * t.element_size() for t in list(args) + torch.utils._pytree.tree_leaves(out)
+        moved = [a for i, a in enumerate(args) if i not in self.static]
+        return sum(t.numel() * t.element_size() for t in moved + torch.utils._pytree.tree_leaves(out)
                    if isinstance(t, torch.Tensor))
 
     def _capture_failed(self, key: tuple, e: Exception) -> None:
@@ -441,8 +458,9 @@ class GraphReplayer:
             # dict): a graph captured now would be filed under the state before it
             return
         statics = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
-                   if isinstance(a, torch.Tensor) else None for a in args]
+                   if isinstance(a, torch.Tensor) and i not in self.static else None for i, a in enumerate(args)]
         call_args = tuple(s if s is not None else a for s, a in zip(statics, args))
+        self._pinned = [a for i, a in enumerate(args) if i in self.static and isinstance(a, torch.Tensor)]
         try:
             gen = torch.cuda.default_generators[torch.cuda.current_device()]
             before, cpu_state = gen.get_offset(), torch.default_generator.get_state()
@@ -489,7 +507,7 @@ class GraphReplayer:
         return list(self.module.buffers()) if self.module is not None else []
 
     def _parameters(self) -> list:
-        return list(self.module.parameters()) if self.module is not None else []
+        return (list(self.module.parameters()) if self.module is not None else []) + self._pinned
 
     def _outputs_unfit(self, flat: list, statics: list) -> Optional[str]:
         owners = {s.untyped_storage().data_ptr() for s in statics if s is not None}
@@ -511,9 +529,10 @@ class GraphReplayer:
         return None
 
 
-def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, device_type: Optional[str]
-                  ) -> Optional[GraphReplayer]:
-    """A replayer for ``graph`` where replay is possible (CUDA, eligible graph), else None."""
+def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, device_type: Optional[str],
+                  static: tuple[int, ...] = ()) -> Optional[GraphReplayer]:
+    """A replayer for ``graph`` where replay is possible (CUDA, eligible graph), else None.
+    ``static``: argument positions whose tensors stay put between calls (``Captured.static_inputs``)."""
     from ..config import config
 
     if device_type != "cuda" or config.is_disabled("cuda_graphs") or not torch.cuda.is_available():
@@ -522,7 +541,7 @@ def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, de
     if why is not None:
         jit_log("executor", 1, f"{name}: no CUDA graph replay: {why}")
         return None
-    replayer = GraphReplayer(graph, module, name)
+    replayer = GraphReplayer(graph, module, name, static=static)
     # a training replayer only where a call of this specialization can want gradients: an input
     # profiled with requires_grad (guards hold it), or a module with parameters; elsewhere a call
     # under grad mode (a small function called outside no_grad) goes straight to the host program

@@ -47,6 +47,7 @@ from .profile import ProfileRecord
 from .source import Captured, UnsupportedError
 
 _state = threading.local()
+_TORCHSCRIPT = (torch.jit.ScriptModule, torch.jit.ScriptFunction, torch._C.ScriptMethod)
 _TRAINING = operator.attrgetter("training")
 
 
@@ -155,7 +156,8 @@ class ScriptedFunction:
         scripted graph lost an in-place write eager makes (``scripted is obj``) runs eagerly."""
         name = type(obj).__name__ if isinstance(obj, torch.nn.Module) else getattr(obj, "__name__", None) \
             or getattr(obj, "name", "fn")
-        how = "eagerly" if scripted is obj else "through torch.jit.script"
+        # (a frontend's own runner that is not TorchScript's, a Dynamo graph module, runs eager ops)
+        how = "through torch.jit.script" if isinstance(scripted, _TORCHSCRIPT) and scripted is not obj else "eagerly"
         warnings.warn(f"graphfuser.script({name}): {reason}; it runs {how}, unfused", stacklevel=3)
         jit_log("graph_fuser", 1, f"{name} runs {how}: {reason}")
         self._module = obj if isinstance(obj, torch.nn.Module) else None
@@ -497,7 +499,7 @@ class ScriptedFunction:
             self._replay = None
             return
         self._replay = make_replayer(self._optimized, self._module, self._captured.name,
-                                     "cuda" if "cuda" in devices else None)
+                                     "cuda" if "cuda" in devices else None, self._captured.static_inputs)
 
     # -- re-specialization ---------------------------------------------------------------
     def request_respecialization(self, site: FusionSite, inputs: tuple, sig: tuple) -> None:

@@ -12,6 +12,7 @@ calls, exceptions, objects) are written out below. A kind with no entry makes th
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
@@ -196,6 +197,58 @@ def _call_function(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     gen.assign(node, indent, f"{a[0]}({', '.join(a[1:])})")
 
 
+@dataclass(frozen=True)
+class PyArg:
+    """Input ``index`` of a ``prim::PythonOp`` node, where it sits in the call's arguments."""
+
+    index: int
+
+
+@dataclass(eq=False)
+class PyCall:
+    """What a ``prim::PythonOp`` node calls: ``fn(*args, **kwargs)``, or the method ``method`` of
+    its first argument. ``args`` / ``kwargs`` are the call's arguments as written, nested lists,
+    tuples, dicts and slices included, with ``PyArg(i)`` where the node's input ``i`` goes.
+    ``effects``: the call may write a tensor or change global state (grad mode, autocast):
+    nothing moves across it. Printed as ``name``."""
+
+    name: str
+    fn: Optional[Callable] = None
+    method: Optional[str] = None
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    effects: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _python_op(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    """``prim::PythonOp[call=...]``: a Python call the host program makes as written (what a
+    frontend hands over that maps to no aten op: graph breaks aside, eager runs exactly this)."""
+    call: PyCall = node.attrs["call"]
+
+    def render(x: Any) -> str:
+        if isinstance(x, PyArg):
+            return a[x.index]
+        if type(x) is list:
+            return "[" + ", ".join(map(render, x)) + "]"
+        if type(x) is tuple:
+            return "(" + "".join(render(i) + ", " for i in x) + ")"
+        if type(x) is dict:
+            return "{" + ", ".join(f"{render(k)}: {render(v)}" for k, v in x.items()) + "}"
+        if type(x) is slice:
+            return f"slice({render(x.start)}, {render(x.stop)}, {render(x.step)})"
+        return gen.literal(x)
+
+    args = [render(x) for x in call.args] + [f"{k}={render(v)}" for k, v in call.kwargs.items()]
+    if call.method is not None:
+        expr = f"{args[0]}.{call.method}({', '.join(args[1:])})"
+    else:
+        expr = f"{gen.bind(call.fn, 'py')}({', '.join(args)})"
+    gen.assign(node, indent, expr)
+
+
 def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     call = node.schema if isinstance(node.schema, AtenCall) else \
         resolve_aten(node.kind, None, any(v.type.is_tensor for v in node.inputs))
@@ -261,7 +314,7 @@ HANDLERS: dict[str, Handler] = {
     "prim::TupleUnpack": _unpack, "prim::ListUnpack": _unpack, "prim::TupleConstruct": _tuple,
     "prim::If": _if, "prim::Loop": _loop, "prim::RaiseException": _raise_exception,
     "prim::isinstance": _isinstance, "prim::CallMethod": _call_method, "prim::CallFunction": _call_function,
-    "prim::CreateObject": _create_object, "prim::Enter": _enter, "prim::Exit": _exit,
+    "prim::CreateObject": _create_object, "prim::PythonOp": _python_op, "prim::Enter": _enter, "prim::Exit": _exit,
     "graphfuser::philox_state": _philox_state, "aten::copy_": _copy,
     "graphfuser::group_norm_check": _norms_call("check_group_norm"),
     "graphfuser::group_norm_layout": _norms_call("group_norm_layout"),

@@ -28,7 +28,9 @@ class Captured:
     ``graph``: graphfuser IR (its first input is ``self`` where ``module`` is set);
     ``arg_names`` / ``defaults``: the user-facing arguments (``self`` excluded) and their defaults;
     ``scripted``: the frontend's own unfused runner of the whole program (what ``torch.jit.script``
-    returned; a Dynamo graph module's forward), run where the host program cannot run a call."""
+    returned; a Dynamo graph module's forward), run where the host program cannot run a call;
+    ``static_inputs``: positions of arguments whose tensors stay put between calls (parameters and
+    buffers a frontend passes as arguments): CUDA graph replay reads them in place, uncopied."""
 
     graph: Graph
     module: Optional[torch.nn.Module]
@@ -36,3 +38,4 @@ class Captured:
     defaults: dict[str, Any]
     name: str
     scripted: Any = None
+    static_inputs: tuple[int, ...] = ()

@@ -81,7 +81,7 @@ def output_aliases(node: Node) -> list[list[Value]]:
     tensors = [v for v in node.inputs if v.type.is_tensor or not _is_scalar(v)]
     if kind in UNANNOTATED_ALIASING:
         return [[v for v in node.inputs if v.type.is_tensor] for _ in node.outputs]
-    if kind in _CONTAINER_KINDS:
+    if kind in _CONTAINER_KINDS or kind == "prim::PythonOp":    # a Python call may return (a view of) an input
         return [list(tensors) for _ in node.outputs]
     if kind in ("prim::If", "prim::Loop"):
         carried = list(node.inputs[2:]) if kind == "prim::Loop" else []
@@ -199,10 +199,12 @@ class AliasSets:
 
 
 def writes(node: Node) -> bool:
-    """Is ``node`` an in-place aten op (writes its first argument)?"""
+    """Is ``node`` an in-place aten op (writes its first argument)? A Python call with effects
+    (``prim::PythonOp``: ``x[i] = v``, an in-place method with no aten op) counts as one."""
     k = node.kind
     return k.startswith("aten::") and k.endswith("_") and not k.endswith("__") and bool(node.inputs) \
-        or k == "aten::copy_"
+        or k == "aten::copy_" \
+        or k == "prim::PythonOp" and getattr(node.attrs.get("call"), "effects", False) and bool(node.inputs)
 
 
 def all_values(graph: Graph) -> list[Value]:

@@ -68,7 +68,8 @@ def _updates_running_stats(node: Node) -> bool:
 
 def _mutates(node: Node) -> bool:
     if node.kind in _SIDE_EFFECT_KINDS or (node.kind.startswith("aten::") and node.kind.endswith("_")
-                                            and not node.kind.endswith("__")) or _updates_running_stats(node):
+                                            and not node.kind.endswith("__")) or _updates_running_stats(node) \
+            or (node.kind == "prim::PythonOp" and getattr(node.attrs.get("call"), "effects", False)):
         return True
     return any(_mutates(n) for b in node.blocks for n in b.nodes)
 

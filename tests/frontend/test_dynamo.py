@@ -1,0 +1,408 @@
+"""The torch.compile backend: FX graphs -> graphfuser IR -> the same executor; every test
+compares with eager."""
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.config import ConfigError, config
+from graphfuser.executor.executor import ScriptedFunction
+from graphfuser.frontend import fx as fx_frontend
+from graphfuser.frontend.dynamo import graphfuser_backend, knobs_for
+from graphfuser.runtime import cache
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Recorder:
+    """A backend that hands each graph to graphfuser's and keeps what it returned."""
+
+    def __init__(self, **kw) -> None:
+        self.fns: list = []
+        self.gms: list = []
+        self.kw = kw
+
+    def __call__(self, gm, example_inputs, **kw):
+        self.gms.append(gm)
+        fn = graphfuser_backend(gm, example_inputs, **{**self.kw, **kw})
+        self.fns.append(getattr(fn, "__wrapped__", fn))
+        return fn
+
+    def kinds(self, i: int = -1) -> list[str]:
+        return [n.kind for n in self.fns[i].graph.all_nodes()]
+
+
+def run_steady(fn, *args, calls: int = 3):
+    out = None
+    for _ in range(calls):
+        out = fn(*args)
+    return out
+
+
+def groups(g) -> int:
+    return len(set(re.findall(r"prim::CpuFusionGroup_(\d+)", str(g)))) if g is not None else 0
+
+
+# -- capture: the vocabulary --------------------------------------------------------------------
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.ln = nn.LayerNorm(16)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x, mask):
+        b, t, c = x.shape
+        h = self.ln(self.lin(x)).view(b, t, 4, 4).transpose(1, 2)
+        h = h.masked_fill(mask, 0.0) * 2 + 1
+        h = F.silu(h).float()
+        y = self.drop(F.softmax(h, dim=-1))
+        return y.reshape(b, t, c)
+
+
+def test_fx_calls_become_the_aten_nodes_torchscript_makes():
+    rec = Recorder()
+    m = Block().eval()
+    x, mask = torch.randn(2, 3, 16), torch.rand(2, 4, 3, 4) > 0.5
+    c = torch.compile(m, backend=rec)
+    with torch.no_grad():
+        out = run_steady(c, x, mask)
+        torch.testing.assert_close(out, m(x, mask))
+    kinds = rec.kinds()
+    for k in ("aten::linear", "aten::layer_norm", "aten::view", "aten::transpose", "aten::masked_fill",
+              "aten::mul", "aten::add", "aten::silu", "aten::to", "aten::softmax", "aten::dropout", "aten::reshape"):
+        assert k in kinds, k
+    assert "prim::PythonOp" not in kinds
+    # parameters are graph inputs, read from every call's arguments
+    assert len(rec.fns[-1].graph.inputs) == 2 + 4
+    assert groups(graphfuser.last_executed_optimized_graph()) >= 1
+
+
+def test_parameters_are_read_every_call():
+    m = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+    c = torch.compile(m, backend=graphfuser_backend)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        run_steady(c, x)
+        m[0].weight.mul_(2.0)
+        torch.testing.assert_close(c(x), m(x))
+
+
+def test_backend_fuses_a_pointwise_chain_and_matches_eager():
+    def f(x, y):
+        return torch.tanh(x * 2.0 + y).relu() - 0.5 * y
+
+    c = torch.compile(f, backend=graphfuser_backend)
+    x, y = torch.randn(5, 7), torch.randn(5, 7)
+    out = run_steady(c, x, y)
+    torch.testing.assert_close(out, f(x, y))
+    g = graphfuser.last_executed_optimized_graph()
+    assert groups(g) == 1 and "prim::CpuFusionGuard" in str(g)
+
+
+# -- options and modes --------------------------------------------------------------------------
+def test_options_are_config_knobs():
+    assert knobs_for(None, {"single_node_mode": True, "cpu.omp_threshold": 7}) == \
+        {"single_node_mode": True, "cpu": {"omp_threshold": 7}}
+    with pytest.raises(ConfigError, match="valid knobs are: .*single_node_mode"):
+        knobs_for(None, {"no_such_knob": 1})
+    with pytest.raises(ConfigError, match="valid options are"):
+        knobs_for(None, {"disable": ["no_such_option"]})
+    with pytest.raises(ConfigError, match="valid modes are: default, reduce-overhead"):
+        knobs_for("fastest", None)
+
+
+def test_modes_map_to_cuda_graph_replay():
+    with config.override(disable=["cuda_graphs", "fma"]):
+        assert knobs_for("reduce-overhead", None)["disable"] == ["fma"]
+        assert "disable" not in knobs_for("default", None)
+        assert "disable" not in knobs_for("max-autotune", None)
+    assert set(knobs_for("max-autotune-no-cudagraphs", None)["disable"]) >= {"cuda_graphs", "cuda_graphs_training"}
+
+
+def test_unknown_option_through_torch_compile_is_a_clear_error():
+    c = torch.compile(lambda x: x + 1, backend=graphfuser_backend, options={"nope": 1})
+    with pytest.raises(Exception, match="unknown knob 'nope'; valid knobs are"):
+        c(torch.ones(2))
+
+
+def test_options_apply_to_their_model_only():
+    def f(x):
+        return (x * 3.0).sigmoid() + 1.0
+
+    before = config.as_dict()
+    rec = Recorder()
+    c = torch.compile(f, backend=rec, options={"enabled": False})
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(run_steady(c, x), f(x))
+    assert rec.fns[-1]._program is None            # fusion off for this model
+    assert config.as_dict() == before
+    c2 = torch.compile(f, backend=graphfuser_backend, mode="reduce-overhead")
+    torch.testing.assert_close(run_steady(c2, x), f(x))
+    assert groups(graphfuser.last_executed_optimized_graph()) == 1
+
+
+# -- what has no aten spelling still runs --------------------------------------------------------
+def test_python_calls_mutations_and_graph_breaks_run():
+    def f(x, y):
+        a = x * 2.0 + 1.0
+        a[:, 0] = 5.0                       # setitem on an intermediate, between two fusible ops
+        b = a.sigmoid() * y
+        y.add_(1.0)                         # an input written in place
+        torch._dynamo.graph_break()
+        c = b[..., 1:] * b.size(1)
+        return F.scaled_dot_product_attention(c[None], c[None], c[None]), a
+
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    y_ref = y.clone()
+    rec = Recorder()
+    c = torch.compile(f, backend=rec)
+    for _ in range(3):
+        ya, yb = y.clone(), y_ref.clone()
+        out = c(x, ya)
+        ref = f(x, yb)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(ya, yb)
+    assert len(rec.fns) == 2
+    assert "prim::PythonOp" in rec.kinds(0)
+    assert "aten::scaled_dot_product_attention" in rec.kinds(1)
+
+
+def test_python_calls_take_fx_containers_of_symbolic_sizes():
+    def f(x):
+        n = x.shape[0]
+        y = F.pad(x, [0, n])                         # a Python call given a list holding a SymInt
+        return y.reshape(torch.Size([n, -1])).sin() * 2.0
+
+    rec = Recorder()
+    c = torch.compile(f, backend=rec, dynamic=True)
+    for n in (3, 4, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(run_steady(c, x), f(x))
+    assert len(rec.fns) == 1 and rec.fns[0]._torchscript is None      # no fallback to the graph module
+
+
+INDEXING = {
+    "slice": (lambda x: x[:, :2] * 2.0, ["aten::slice"]),
+    "none_ellipsis": (lambda x: x[..., None, 1:].sin(), ["aten::unsqueeze", "aten::slice"]),
+    "int": (lambda x: x[0, :, None] + 1.0, ["aten::select", "aten::unsqueeze"]),
+    "negative": (lambda x: x[:, -3:-1, -1] + 1.0, ["aten::slice", "aten::select"]),
+    "step": (lambda x: x[1:, ::2].cos(), ["aten::slice"]),
+    "symbolic": (lambda x: x[:, x.shape[1] // 2:] - 1.0, ["aten::slice"]),
+    "advanced": (lambda x: x[[0, 1]] * 2.0, ["prim::PythonOp"]),
+}
+
+
+@pytest.mark.parametrize("case", list(INDEXING))
+def test_basic_indexing_becomes_views(case):
+    f, expected = INDEXING[case]
+    rec = Recorder()
+    c = torch.compile(f, backend=rec, dynamic=True)
+    for n in (4, 6):
+        x = torch.randn(n, 6, 3)
+        torch.testing.assert_close(run_steady(c, x), f(x))
+    kinds = rec.kinds()
+    assert all(k in kinds for k in expected)
+    assert ("prim::PythonOp" in kinds) == (case in ("advanced", "symbolic"))   # (symbolic: the size's // 2)
+
+
+def test_higher_order_ops_run():
+    def g(x):
+        return torch.sin(x) * 2.0
+
+    def f(x):
+        return torch.utils.checkpoint.checkpoint(g, x, use_reentrant=False).relu() + 1.0
+
+    x = torch.randn(8, 8, requires_grad=True)
+    c = torch.compile(f, backend=graphfuser_backend)
+    for _ in range(3):
+        out = c(x)
+        (gx,) = torch.autograd.grad(out.sum(), x)
+        ref = f(x)
+        (rx,) = torch.autograd.grad(ref.sum(), x)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(gx, rx)
+
+
+def test_disabled_fallback_raises_with_a_repro(monkeypatch):
+    def broken(self):
+        raise RuntimeError("converter says no")
+
+    monkeypatch.setattr(fx_frontend._Converter, "convert", broken)
+    f = torch.compile(lambda x: x.cos() + 1.0, backend=graphfuser_backend)
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        torch.testing.assert_close(f(torch.ones(3)), torch.ones(3).cos() + 1.0)
+    torch._dynamo.reset()
+    with config.override(disable=["fallback"]):
+        g = torch.compile(lambda x: x.sin() + 1.0, backend=graphfuser_backend)
+        with pytest.raises(Exception, match="(?s)converter says no.*repro.*def forward"):
+            g(torch.ones(3))
+
+
+# -- dynamic shapes -------------------------------------------------------------------------------
+def _f(x, w):
+    return F.gelu(x @ w) * 0.5 + x.sum(-1, keepdim=True)
+
+
+def test_automatic_dynamic_reuses_kernels():
+    rec = Recorder()
+    c = torch.compile(_f, backend=rec)
+    w = torch.randn(16, 16)
+    for n in (3, 5):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(run_steady(c, x, w), _f(x, w))
+    assert len(rec.fns) == 2                               # static, then symbolic
+    assert rec.fns[1].graph.inputs[0].type.name == "int"   # the SymInt placeholder: a run-time int
+    compiles = cache.STATS["compiles"]
+    for n in (7, 11, 2):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(run_steady(c, x, w), _f(x, w))
+    assert len(rec.fns) == 2 and cache.STATS["compiles"] == compiles
+
+
+@pytest.mark.parametrize("how", ["dynamic", "mark_dynamic"])
+def test_symbolic_sizes_from_the_start(how):
+    rec = Recorder()
+    c = torch.compile(_f, backend=rec, dynamic=True if how == "dynamic" else None)
+    w = torch.randn(16, 16)
+    for n in (3, 6, 9):
+        x = torch.randn(n, 16)
+        if how == "mark_dynamic":
+            torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(run_steady(c, x, w), _f(x, w))
+    assert len(rec.fns) == 1
+    assert any(v.type.name == "int" for v in rec.fns[0].graph.inputs)
+
+
+# -- training -------------------------------------------------------------------------------------
+class Net(nn.Module):
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(12, 24)
+        self.bn = nn.BatchNorm1d(24)
+        self.fc2 = nn.Linear(24, 6)
+        self.p = p
+
+    def forward(self, x):
+        h = F.dropout(F.gelu(self.bn(self.fc1(x))), self.p, self.training)
+        return self.fc2(h * torch.sigmoid(h))
+
+
+def test_training_with_batch_norm_and_optimizer_steps_matches_eager():
+    torch.manual_seed(0)
+    m = Net()
+    ref = copy.deepcopy(m)
+    rec = Recorder()
+    c = torch.compile(m, backend=rec)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(4):
+        x = torch.randn(8, 12)
+        for model, o in ((c, opt), (ref, opt_ref)):
+            o.zero_grad()
+            model(x).pow(2).mean().backward()
+            o.step()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(m.bn.running_mean, ref.bn.running_mean)
+        torch.testing.assert_close(m.bn.running_var, ref.bn.running_var)
+    assert "aten::batch_norm" in rec.kinds() and "prim::PythonOp" not in rec.kinds()
+    assert groups(graphfuser.last_executed_optimized_graph()) >= 1
+
+
+def test_dropout_is_reproducible_under_manual_seed():
+    m = Net(p=0.5)
+    c = torch.compile(m, backend=graphfuser_backend)
+    x = torch.randn(8, 12)
+
+    def step(seed):
+        torch.manual_seed(seed)
+        out = c(x)
+        grads = torch.autograd.grad(out.sum(), list(m.parameters()))
+        return out, grads
+
+    for _ in range(3):
+        step(0)
+    a, ga = step(1)
+    b, gb = step(1)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for u, v in zip(ga, gb):      # the same masks (a different one moves grads by far more)
+        torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-6)
+    d, _ = step(2)
+    assert not torch.equal(a, d)
+
+
+def test_autocast_and_grad_mode_switches_inside_the_graph():
+    w = torch.randn(16, 16, requires_grad=True)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = (x @ w).relu()
+        with torch.no_grad():
+            s = (y.float() * 2.0).sum()
+        return y.float() * 3.0 + 1.0, s
+
+    rec = Recorder()
+    c = torch.compile(f, backend=rec)
+    x = torch.randn(4, 16)
+    for _ in range(3):
+        out, s = c(x)
+        ref, rs = f(x)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(s, rs)
+        assert not s.requires_grad and out.requires_grad
+        (g,) = torch.autograd.grad(out.sum(), w)
+        (rg,) = torch.autograd.grad(ref.sum(), w)
+        torch.testing.assert_close(g, rg)
+    calls = [str(n.attrs["call"]) for n in rec.fns[0].graph.all_nodes() if n.kind == "prim::PythonOp"]
+    assert any("_enter_autocast" in c for c in calls) and any("_set_grad_enabled" in c for c in calls)
+
+
+def test_the_executor_does_not_know_the_frontend():
+    rec = Recorder()
+    c = torch.compile(lambda x: x.exp() - 1.0, backend=rec)
+    run_steady(c, torch.randn(3))
+    assert type(rec.fns[0]) is ScriptedFunction
+    assert rec.fns[0]._captured.module is None and rec.fns[0]._captured.scripted is rec.gms[0]
+
+
+# -- what CUDA graph replay may take --------------------------------------------------------------
+def test_replay_takes_pure_python_calls_and_reads_parameters_in_place():
+    from graphfuser.executor.cuda_graphs import ineligible_reason
+
+    def pure(x, w):
+        return (x[:, :2] @ w).relu()
+
+    def effects(x, w):
+        y = x @ w
+        y[:, 0] = 1.0
+        return y.relu()
+
+    reasons = []
+    for f, w in ((pure, torch.randn(2, 2)), (effects, torch.randn(3, 2))):
+        torch._dynamo.reset()
+        rec = Recorder()
+        c = torch.compile(f, backend=rec)
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(run_steady(c, x, w), f(x, w))
+        reasons.append(ineligible_reason(rec.fns[0].graph, False))
+    assert reasons[0] is None and "Python call" in reasons[1]
+    lin = nn.Linear(3, 3)
+    torch._dynamo.reset()
+    rec = Recorder()
+    c = torch.compile(lin, backend=rec)
+    run_steady(c, torch.randn(2, 3))
+    cap = rec.fns[0]._captured
+    assert [cap.arg_names[i] for i in cap.static_inputs] == [n for n in cap.arg_names if "parameters" in n]
+    assert len(cap.static_inputs) == 2

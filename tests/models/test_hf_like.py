@@ -1,0 +1,81 @@
+"""GPT-2-, BERT- and Llama-like models through ``torch.compile(backend=graphfuser)`` on the CPU:
+inference at two shapes and training gradients against eager, with fusion groups."""
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+import torch
+
+import graphfuser
+from graphfuser.frontend.dynamo import graphfuser_backend
+from graphfuser.runtime import cache
+
+from hf_like import MODELS, Config, inputs
+
+
+# one layer: a second one adds Dynamo tracing time (the CI budget), not coverage
+SMALL = Config(layers=1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+def groups(g) -> int:
+    return len(set(re.findall(r"prim::CpuFusionGroup_(\d+)", str(g)))) if g is not None else 0
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_inference_at_two_shapes(name):
+    torch.manual_seed(0)
+    m = MODELS[name](SMALL).eval()
+    backend_calls = []
+
+    def backend(gm, example_inputs, **kw):
+        backend_calls.append(gm)
+        return graphfuser_backend(gm, example_inputs, **kw)
+
+    c = torch.compile(m, backend=backend)
+    with torch.no_grad():
+        for batch, seq in ((2, 8), (3, 13)):
+            ids, mask = inputs(batch, seq)
+            for _ in range(3):                   # profiling, then the fused program
+                torch.testing.assert_close(c(ids, mask), m(ids, mask))
+            assert groups(graphfuser.last_executed_optimized_graph()) >= 3
+        compiles, graphs = cache.STATS["compiles"], len(backend_calls)
+        ids, mask = inputs(4, 21)                # a third shape: no new graph, no new kernel
+        for _ in range(3):
+            torch.testing.assert_close(c(ids, mask), m(ids, mask))
+    assert (cache.STATS["compiles"], len(backend_calls)) == (compiles, graphs)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_training_gradients(name):
+    torch.manual_seed(0)
+    m = MODELS[name](Config(layers=1, dropout=0.0)).train()
+    ref = copy.deepcopy(m)
+    c = torch.compile(m, backend=graphfuser_backend)
+    for step in range(3):
+        ids, mask = inputs(2, 8, seed=step)
+        out = first(c(ids, mask))
+        expected = first(ref(ids, mask))
+        torch.testing.assert_close(out, expected)
+        out.float().pow(2).mean().backward()
+        expected.float().pow(2).mean().backward()
+        for (pname, p), q in zip(m.named_parameters(), ref.parameters()):
+            assert (p.grad is None) == (q.grad is None), pname
+            if p.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=pname)
+        m.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+    g = str(graphfuser.last_executed_optimized_graph())
+    assert groups(g) >= 3 and "prim::DifferentiableGraph" in g
