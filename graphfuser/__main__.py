@@ -80,6 +80,7 @@ PASSTHROUGH: dict[str, tuple[str, str]] = {
     "sweep_reductions": ("sweep_reductions", "sweep the CUDA reduction schedule knobs on the bench cases"),
     "zoo": ("zoo", "real models through eager / jit / torch.compile / graphfuser (--train: SGD steps)"),
     "prof": ("prof", "where the time goes: prof infer | train | zoo-train"),
+    "hf_zoo": ("hf_zoo", "Hugging Face models from configs through torch.compile: eager / Inductor / graphfuser"),
     "race": ("race", "whole models: eager / Inductor (both modes) / graphfuser, cold and steady; logs/race-*"),
     "cuda_smoke": ("cuda_smoke", "NVRTC -> CUBIN -> driver launch smoke test and host timings"),
 }

@@ -6,8 +6,8 @@ first fused output (graphfuser profiles two calls first), steady ms per call, th
 difference from eager at two input shapes, fusion groups; and one training step (gradients
 against eager's). Models are built from their configs with random weights: no downloads.
 
-    python scratch/hf_compile_zoo.py --device cuda --out logs/hf_compile_zoo
-    python scratch/hf_compile_zoo.py --device cpu --small --backends eager,graphfuser   # a smoke run
+    python -m graphfuser hf_zoo --device cuda --out logs/hf_compile_zoo
+    python -m graphfuser hf_zoo --device cpu --small --backends eager,graphfuser   # a smoke run
 
 Writes ``<out>.json`` and a Markdown table ``<out>.md``.
 """
@@ -265,8 +265,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _write(out: str, rows: list[dict], device: str) -> None:
+    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+    with open(out + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(f"# torch.compile zoo ({meta['device']}, torch {meta['torch']})\n\n" + table(rows))
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    p = argparse.ArgumentParser(prog="hf_zoo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
     p.add_argument("--models", default="gpt2,bert,llama,mistral,qwen2,t5,vit,whisper")
     p.add_argument("--backends", default="eager,inductor,inductor-ro,graphfuser")
@@ -277,7 +286,7 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--train-iters", type=int, default=5)
     p.add_argument("--out", default="logs/hf_compile_zoo")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     rows: list[dict] = []
 
     def attempt(fn: Callable[[], dict], what: dict) -> None:
@@ -288,6 +297,7 @@ def main() -> None:
             traceback.print_exc()
         rows.append(row)
         print(json.dumps(row), flush=True)
+        _write(a.out, rows, a.device)       # after every row: a run stopped early keeps its rows
 
     for name in a.models.split(","):
         for dtype in a.dtypes.split(","):
@@ -302,13 +312,10 @@ def main() -> None:
                         {"model": name, "backend": backend, "dtype": "fp32-train"})
     if a.trainer:
         attempt(lambda: run_trainer(a), {"model": "gpt2", "backend": "graphfuser", "dtype": "Trainer"})
-    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
-    with open(a.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    with open(a.out + ".md", "w") as f:
-        f.write(f"# torch.compile zoo ({meta['device']}, torch {meta['torch']})\n\n" + table(rows))
+    _write(a.out, rows, a.device)
     print(table(rows))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
