@@ -353,7 +353,7 @@ CPP = Dialect(
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     row_scratch=True,
-    sum_block=64,           # a scalar (gathered) loop adds 64 values per partial, a simd lane 64 / width
+    sum_block=32,           # a scalar (gathered) loop adds 32 values per partial, a simd lane 32 / width
     constants={"GF_UNROLL_ALL": '_Pragma("GCC unroll 16")', "GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )

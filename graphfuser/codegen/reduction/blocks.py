@@ -10,8 +10,9 @@ with Kahan's compensation (one compensation per accumulator and lane, declared w
 accumulators so that it carries across every loop around the chunks); after the pass, the
 accumulators take their last compensation back. A value is then added into at most B partial
 sums (B / lanes where the loop is a simd one) and the chunk totals add almost exactly, so the
-error is that of a B-term sum whatever the extent: a ResNet block's batch-norm gradients on the
-CPU went from 5-18x eager's distance to float64 to within 2x with B = 64 (``logs/``).
+error is that of a B-term sum whatever the extent: a ResNet bottleneck's batch-norm gradients on
+the CPU went from 4-18x eager's distance to float64 to 0.6-1.4x with B = 32, at no measurable
+cost (``logs/reduction-accuracy-cpu.md``).
 
 When no row loop encloses the pass (one row), the chunk loop is the one split across threads:
 the accumulators and their compensations are both in the OpenMP reduction clause, so each
