@@ -178,7 +178,8 @@ def launcher_source(cg: ReductionGroup) -> str:
     if cg.target == "cpu":
         L.append(f"        a = ({', '.join(args)},)")
         if columns:
-            L.append(f"        slots = rows if rows < _threads else max(_threads, (rows + {SLOT_ROWS - 1}) // {SLOT_ROWS})")
+            many = f"max(_threads, (rows + {SLOT_ROWS - 1}) // {SLOT_ROWS})"
+            L.append(f"        slots = rows if rows < _threads else {many}")
             L += ["        " + line for line in _column_lines(cg, columns)]
         L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)(_pk(*a))" if len(cg.variants) > 1
                  else "        _fn(_pk(*a))")

@@ -65,26 +65,27 @@ PARAMS = [pytest.param(n, marks=pytest.mark.xfail(reason=_SE, strict=False)) if 
           for n in CASES]
 
 
-@pytest.mark.parametrize("name", PARAMS)
-def test_batch_norm_training_gradients_are_as_close_to_float64_as_eager(name):
+def check_gradients(name: str, device: str) -> None:
     make, shape, out_shape = CASES[name]
     torch.manual_seed(0)
     model = make().train()
     _spread_bn(model)
+    model = model.to(device)
     fused_params, eager, exact = copy.deepcopy(model), copy.deepcopy(model), copy.deepcopy(model).double()
     for m in (eager, exact):
         philox_dropouts(m)
     sm = graphfuser.script(fused_params)
     g = torch.Generator().manual_seed(2)
     for step in range(STEPS):
-        x = torch.randn(shape, generator=g) * 2 + 1
-        gy = torch.randn(out_shape, generator=g)
+        x = (torch.randn(shape, generator=g) * 2 + 1).to(device)
+        gy = torch.randn(out_shape, generator=g).to(device)
         got = _grads(sm, fused_params, x, gy, step)
         ref = _grads(eager, eager, x, gy, step)
         want = _grads(exact, exact, x.double(), gy.double(), step)
-    assert "CpuFusionGroup" in str(graphfuser.last_executed_optimized_graph())
+    kind = "CudaFusionGroup" if device == "cuda" else "CpuFusionGroup"
+    assert kind in str(graphfuser.last_executed_optimized_graph())
     backwards = [dg.backward._optimized for dg in differentiable_groups(sm)]
-    assert any("CpuFusionGroup" in str(b) for b in backwards if b is not None), "no fused backward"
+    assert any(kind in str(b) for b in backwards if b is not None), "no fused backward"
     bad = []
     for n, w in want.items():
         d_eager = float((ref[n].double() - w).abs().max())
@@ -93,3 +94,20 @@ def test_batch_norm_training_gradients_are_as_close_to_float64_as_eager(name):
         if d_fused > limit:
             bad.append(f"{n}: graphfuser {d_fused:.3e}, eager {d_eager:.3e} from float64")
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", PARAMS)
+def test_batch_norm_training_gradients_are_as_close_to_float64_as_eager(name):
+    check_gradients(name, "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", PARAMS)
+def test_batch_norm_training_gradients_cuda(name):
+    """The same on the GPU, with TF32 off (eager's convolutions then round as float32 does)."""
+    conv, mm = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        check_gradients(name, "cuda")
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, mm

@@ -1,7 +1,8 @@
 """Long reductions with a large mean, judged against float64 beside eager: sum (one row split
 across threads, rows, columns, batch norm's N/H/W sums), mean, var, layer_norm and softmax over
-about a million elements near 1000 (float32, and bfloat16 read into float32 sums), on the CPU and (GPU-marked) on CUDA; every CUDA source these
-groups lower to compiles with NVRTC on any machine, with its chunked, compensated sums.
+about a million elements near 1000 (float32, and bfloat16 read into float32 sums), on the CPU
+and (GPU-marked) on CUDA; every CUDA source these groups lower to compiles with NVRTC on any
+machine, with its chunked, compensated sums.
 
 A result farther from float64 than 2x eager's distance plus a floor (an ulp or so of the result)
 fails. A serial float sum of 250,000 values near 1000 is some 300 ulps off, eager's cascade one,
