@@ -316,7 +316,7 @@ class Dialect:
     # (op, dtype) -> accumulate statement ({a} {v}) that propagates NaN by itself: no NaN flag.
     nan_combine: dict = field(default_factory=dict)
     # Float sums over a run-time extent go through chunk accumulators of this many iterations
-    # (``reduction_blocks.py``); 0: one accumulator per thread / lane for the whole loop.
+    # (``reduction/blocks.py``); 0: one accumulator per thread / lane for the whole loop.
     sum_block: int = 0
 
     def prelude(self) -> str:
@@ -353,7 +353,7 @@ CPP = Dialect(
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     row_scratch=True,
-    sum_block=1024,
+    sum_block=32,           # a scalar (gathered) loop adds 32 values per partial, a simd lane 32 / width
     constants={"GF_UNROLL_ALL": '_Pragma("GCC unroll 16")', "GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )
@@ -381,6 +381,7 @@ CUDA = Dialect(
     row_prefetch=("blockIdx.x", "gridDim.x"),
     async_copy="extern __shared__ __align__(16) unsigned char gf_stage[];",
     runtime_unroll="#pragma unroll 4",
+    sum_block=16,           # a thread's serial loop: 16 iterations (of up to 8 vector elements) per chunk
     grid_reduce={P.BIDy: {
         P.TIDx: {"put": "if (threadIdx.x == 0) *reinterpret_cast<{ct}*>(gf_work + {slot} * gridDim.y + blockIdx.y) = {acc};",
                  "combine": "{acc} = gf_grid_combine<gf_op_{op}, {ct}>(gf_work + {slot} * gridDim.y, gf_smem);"},

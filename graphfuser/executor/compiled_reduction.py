@@ -178,7 +178,8 @@ def launcher_source(cg: ReductionGroup) -> str:
     if cg.target == "cpu":
         L.append(f"        a = ({', '.join(args)},)")
         if columns:
-            L.append("        slots = rows if rows < _threads else _threads")
+            many = f"max(_threads, (rows + {SLOT_ROWS - 1}) // {SLOT_ROWS})"
+            L.append(f"        slots = rows if rows < _threads else {many}")
             L += ["        " + line for line in _column_lines(cg, columns)]
         L.append(f"        (_fn if nr <= {SCRATCH_ROWS} else _fn2)(_pk(*a))" if len(cg.variants) > 1
                  else "        _fn(_pk(*a))")
@@ -214,6 +215,11 @@ def launcher_source(cg: ReductionGroup) -> str:
 
 
 PARTIALS_ALIGN = 64   # elements: each partials block of a shared workspace starts 256-byte aligned
+# CPU column sums: at most this many rows per slot. A slot adds its rows one after the other,
+# so with one slot per thread a [32768, 256] layer norm's bias gradient was a 16,384-term serial
+# float sum per column; with slots of 64 rows the serial part is short and torch's cascade sum
+# over the slots does the rest (the partials are 1/64 of the rows' bytes).
+SLOT_ROWS = 64
 
 
 def _shared_partials(cg: ReductionGroup, columns: dict[int, int]) -> bool:

@@ -257,7 +257,7 @@ def test_online_softmax_pass(monkeypatch):
     rows; a large mean for the variance) to check their arithmetic."""
     from dataclasses import replace
 
-    from graphfuser.codegen import reduction_pairs
+    from graphfuser.codegen.reduction import pairs as reduction_pairs
     from graphfuser.executor import compiled_reduction
 
     monkeypatch.setattr(reduction_pairs, "FUSED_KINDS", ("softmax", "variance"))

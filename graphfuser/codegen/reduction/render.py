@@ -24,8 +24,8 @@ rows, rendered once) and the *inner* leaves, rendered once per pass:
   S shared-memory stages that each thread alone writes and reads back (``dialect.async_copy``),
   so a block keeps up to S rows in flight while it reduces and stores the current one;
 - float sums over a run-time extent accumulate in chunks with compensated totals where the
-  dialect asks for it (``reduction_blocks.py``: the CPU's serial lanes); column partials of a
-  norm backward ride in the row loop (``reduction_columns.py``);
+  dialect asks for it (``blocks.py``: the CPU's lanes, a CUDA thread's serial loop); column
+  partials of a norm backward ride in the row loop (``columns.py``);
 - values that do not vary along the reduced axes (means, rstd ...) are computed once per row
   after the pass that finishes them, and row-sized outputs are stored by the first thread.
 
@@ -306,6 +306,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums):
         # kernel; the L2 is a fraction of the tensor, so a pass in the same order would miss)
         self.backwards = self.grid_sync and p % 2 == 0
         blk, inner = self.block_leaf(reds), outer
+        if blk is not None:
+            self.block_decls(em, reds)
         for i in self.loops:
             chunk = None
             if i == blk:
@@ -325,6 +327,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums):
         while em.depth > outer:
             em.depth -= 1
             em("}")
+        if blk is not None:
+            self.finish_blocks(em, reds)
         if p == 1 and self.prefetch:
             step = self.d.row_prefetch[1]
             em(f"const {self.T} gf_next = i0 + {f'{self.stages} * ' if self.stages > 1 else ''}{step};")
