@@ -1,7 +1,7 @@
 """A/B timing of a CPU layer-norm training step (its backward's column sums) with two slot sizes
 (``compiled_reduction.SLOT_ROWS``), in one process, timed alternately.
 
-    PYTHONPATH=$PWD python scratch/ab_slots.py 1000000000 64
+    PYTHONPATH=$PWD python tools/measure/ab_slots.py 1000000000 64
 """
 import statistics
 import sys

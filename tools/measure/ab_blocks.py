@@ -1,7 +1,7 @@
 """A/B timing of CPU reduction kernels rendered with two chunk sizes (``CPP.sum_block``), in one
 process, timed alternately (min and median of many calls), so the machine's load hits both alike.
 
-    PYTHONPATH=$PWD python scratch/ab_blocks.py 1024 64
+    PYTHONPATH=$PWD python tools/measure/ab_blocks.py 1024 64
 """
 import statistics
 import sys

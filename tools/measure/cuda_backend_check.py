@@ -1,6 +1,6 @@
 """GPU checks of the torch.compile backend (needs a CUDA GPU; every check compares with eager).
 
-    python scratch/cuda_backend_check.py
+    python tools/measure/cuda_backend_check.py
 
 - a model with a tensor slice (a Python call free of effects) fuses and replays as a CUDA graph
   (``cuda_graphs.STATS["replays"]`` grows) under ``mode="reduce-overhead"``;

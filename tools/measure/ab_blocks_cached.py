@@ -1,7 +1,7 @@
 """The compute cost of the chunks alone: ``ab_blocks`` cases on cache-resident sizes, one thread
 (OMP_NUM_THREADS=1), 200 alternating calls each, min and median.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD python scratch/ab_blocks_cached.py 1024 64
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD python tools/measure/ab_blocks_cached.py 1024 64
 """
 import statistics
 import sys

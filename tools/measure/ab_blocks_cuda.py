@@ -2,7 +2,7 @@
 per-thread sums (``CUDA.sum_block``: 0 = one serial accumulator per thread, as before), in one
 process, timed alternately with CUDA events (50 calls queued back to back, 7 rounds, min and median).
 
-    PYTHONPATH=$PWD python scratch/ab_blocks_cuda.py 0 16
+    PYTHONPATH=$PWD python tools/measure/ab_blocks_cuda.py 0 16
 """
 import statistics
 import sys
