@@ -1,7 +1,7 @@
 """The docs cannot drift from the code: every knob is in the knobs reference, the README stays
 short, and its links to ``docs/`` resolve.
 
-Every key of ``configs/default.yaml`` (nested keys as ``cpu.cxx``) and every
+Every key of ``graphfuser/configs/default.yaml`` (nested keys as ``cpu.cxx``) and every
 ``PYTORCH_NVFUSER_DISABLE`` / ``ENABLE`` / ``DUMP`` option of ``graphfuser/config.py`` must appear,
 in backticks, in ``docs/knobs.md`` (the full reference) and in ``README.md`` (one line per knob).
 """
