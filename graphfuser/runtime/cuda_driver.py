@@ -85,6 +85,15 @@ def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def max_shared_optin(device_index: int) -> int:
+    """Bytes of shared memory a block may opt in to (227 KiB on an H100 / H200), cached."""
+    drv = _driver()
+    dev = _check(drv.cuDeviceGet(device_index), "cuDeviceGet", "<none>")
+    attr = drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    return int(_check(drv.cuDeviceGetAttribute(attr, dev), "cuDeviceGetAttribute", "<none>"))
+
+
 def error_string(err) -> str:
     """``"CUDA_ERROR_X: description"`` for a ``CUresult``."""
     drv = _driver()
@@ -286,10 +295,14 @@ class CudaKernel:
 
     # -- attributes -----------------------------------------------------------------------
     def set_max_dynamic_shared(self, nbytes: int) -> None:
-        """Allow more than 48 KiB of dynamic shared memory per block."""
+        """Allow more than 48 KiB of dynamic shared memory per block: ``nbytes``, capped at what
+        the device lets a block opt in to beside the kernel's static shared memory (asking for
+        more fails the call with CUDA_ERROR_INVALID_VALUE; a launch that needs more than the cap
+        fails on its own and its group falls back)."""
         drv = _driver()
+        cap = max_shared_optin(self.device_index) - self.attribute("SHARED_SIZE_BYTES")
         attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _check(drv.cuFuncSetAttribute(self.func, attr, int(nbytes)), "cuFuncSetAttribute", self.name)
+        _check(drv.cuFuncSetAttribute(self.func, attr, int(min(nbytes, cap))), "cuFuncSetAttribute", self.name)
 
     def attribute(self, name: str) -> int:
         """A ``CU_FUNC_ATTRIBUTE_*`` value, e.g. ``attribute("MAX_THREADS_PER_BLOCK")``."""
