@@ -83,6 +83,30 @@ def _num_to_tensor(x: Any) -> torch.Tensor:
     return torch.tensor(x, dtype=dtype)
 
 
+def _implicit(x: Any, kind: str) -> Any:
+    """``aten::IntImplicit`` / ``FloatImplicit`` / ``ScalarImplicit``: TorchScript's conversion of
+    a tensor passed where its schema matching chose a number overload. TorchScript matches
+    ``True / t`` (a bool or int literal and a tensor) to ``div(int, int)`` through
+    ``IntImplicit(t)``, and its conversion raises for any tensor but a 0-dim one of a fitting type
+    that does not require grad; Python keeps the tensor, and the arithmetic that follows is the
+    tensor's (eager returns ``t.__rtruediv__(True)``). Where TorchScript's conversion would fail,
+    the tensor is handed on as it is, so the host program's Python arithmetic gives eager's
+    answer; otherwise it converts as TorchScript does. (TorchScript typed a bool literal or
+    argument meeting the tensor as an int: ``True + b`` of a bool ``b`` arrives as ``1 + b``, whose
+    answer is int64 where eager's ``True + b`` is bool; the fuzzer's ``torchscript_bool_scalar``.)"""
+    if not isinstance(x, torch.Tensor):
+        return x
+    fits = x.dim() == 0 and not x.requires_grad and not (
+        kind == "int" and (x.is_floating_point() or x.is_complex()))
+    if not fits:
+        return x
+    if kind == "int":
+        return int(x)
+    if kind == "float":
+        return float(x)
+    return x.item()
+
+
 _NUMBERS = (bool, int, float, complex)
 
 
@@ -129,6 +153,7 @@ RUNTIME: dict[str, Any] = {
     "_fmt": _fmt, "_range_length": _range_length, "_dict_of": _dict_of, "_warn": _warn,
     "_setitem": _setitem, "_dtype": _dtype, "_num_to_tensor": _num_to_tensor, "_scalar_tensor": _scalar_tensor,
     "_pow": _pow, "_list_sort": _list_sort, "_pop": _pop, "_dict_get": _dict_get,
+    "_implicit": _implicit,
 }
 
 # Scalar / string / list / dict ops with their Python spelling, keyed by "name.overload" or
@@ -139,8 +164,8 @@ PY_TEMPLATES: dict[str, str] = {
     "dim": "{0}.dim()", "numel": "{0}.numel()", "is_contiguous": "{0}.is_contiguous()",
     "is_floating_point": "{0}.is_floating_point()",
     # conversions
-    "Int": "int({0})", "Float": "float({0})", "Bool": "bool({0})", "IntImplicit": "int({0})",
-    "FloatImplicit": "float({0})", "ScalarImplicit": "{0}.item()", "item": "{0}.item()",
+    "Int": "int({0})", "Float": "float({0})", "Bool": "bool({0})", "IntImplicit": "_implicit({0}, 'int')",
+    "FloatImplicit": "_implicit({0}, 'float')", "ScalarImplicit": "_implicit({0}, 'scalar')", "item": "{0}.item()",
     "tensor": "_scalar_tensor({0}, {1}, {2}, {3})",
     "as_tensor.list": "_torch.as_tensor({0}, dtype=_dtype({1}), device={2})",
     "device": "_torch.device({args})",

@@ -459,6 +459,8 @@ def _log_softmax(d, a, g, out):
 # graph regenerates the keep mask inside its own kernel; no mask is stored.
 @derivative("philox_dropout")
 def _philox_dropout(d, a, g, out):
+    if a.get("train", True) is False:
+        return {"input": g}
     return {"input": d.op("graphfuser::dropout", g, a["p"], a["seed"], a["offset"])}
 
 
