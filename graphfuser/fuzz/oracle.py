@@ -22,6 +22,8 @@ from typing import Any, Optional
 
 import torch
 
+from . import inherited as _ts
+from . import judge64
 from .grads import check_grads
 from .known import DEVIATIONS, eager_launch_failure_on_empty, welford_inf
 from .reference import ExactMoments, PerturbedIntermediates, RoundedIntermediates, spread_patched
@@ -34,6 +36,7 @@ EPS = {torch.float64: 2.2e-16, torch.float32: 1.2e-7, torch.float16: 9.8e-4, tor
 TIGHT_ULPS = 64
 LOOSE_ULPS = 256
 LAUNCHES = [0]
+EDGE_VALUES = (0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 0.5, 1e4, -1e4, 1e-30, 65504.0, 3e38)
 
 
 def _count_launches() -> None:
@@ -82,6 +85,11 @@ def _values(shape: list, fill: str, g: torch.Generator) -> torch.Tensor:
     if fill == "zeros":
         return torch.zeros(shape, dtype=torch.float64)
     t = torch.randn(shape, generator=g, dtype=torch.float64)
+    if fill == "edge" and t.numel():
+        # signed zeros, infinities, NaN, huge and tiny values among ordinary ones
+        edges = torch.tensor(EDGE_VALUES, dtype=torch.float64)
+        pick = torch.randint(0, 2 * len(EDGE_VALUES), shape, generator=g)
+        t = torch.where(pick < len(EDGE_VALUES), edges[pick.clamp(max=len(EDGE_VALUES) - 1)], t)
     if fill == "nan_inf" and t.numel():
         u = torch.rand(shape, generator=g, dtype=torch.float64)
         t = torch.where(u < 0.1, float("nan"), torch.where(u > 0.95, float("inf") * t.sign(), t))
@@ -330,7 +338,7 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
     findings: list[dict] = []
     deviations: list[dict] = []
     result = {"findings": findings, "deviations": deviations, "kernel_ran": False, "fused_ops": [],
-              "eager_errors": 0, "calls": len(case["calls"]), "grad_calls": 0}
+              "eager_errors": 0, "calls": len(case["calls"]), "grad_calls": 0, "distances": []}
     try:
         fn = load(case["source"], os.path.join(workdir, f"case_{tag}.py"))
         sf = graphfuser.script(fn)
@@ -388,6 +396,11 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                                  "detail": f"eager raised {type(err_e).__name__}: {str(err_e).splitlines()[0][:300]}"})
                 continue
             if err_g is not None:
+                if err_e is None and _ts.has_bool_scalars(case) and \
+                        isinstance(_ints_run(case, call, device, workdir, tag), Exception):
+                    deviations.append({"deviation": "torchscript_bool_scalar", "call": call,
+                                       "detail": f"raised {type(err_g).__name__}, as eager does with the bools as ints"})
+                    continue
                 if err_e is None:
                     msg = f"{type(err_g).__name__}: {str(err_g).splitlines()[0][:400] if str(err_g) else ''}"
                     cat = "compile_fallback" if "could not be compiled" in msg else "crash"
@@ -437,6 +450,9 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     gd, ed = g.detach().cpu(), e.detach().cpu()
                     if not bool(((gd == ed) | (gd.isnan() & ed.isnan())).all()):
                         diff = ("wrong_value", "not bit-exact with emulate_precision_casts on")
+                if diff is None and what.startswith("output"):
+                    diff = _far_from_float64(fn, case, call, device, where, g, e, r, max(EPS.get(e.dtype, 0.0), low_eps),
+                                             floor, result, deviations)
                 if diff is None:
                     continue
                 cat, detail = diff
@@ -446,6 +462,10 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     cat = "welford_inf"
                 if cat in DEVIATIONS:
                     deviations.append({"deviation": cat, "call": call, "detail": f"{what}: {detail}"})
+                    continue
+                inherited = _inherited(fn, case, call, device, where, g, low_eps, workdir, tag)
+                if inherited:
+                    deviations.append({"deviation": inherited, "call": call, "detail": f"{what}: {detail}"})
                     continue
                 if cat == "wrong_value" and half and _closer_to_ref(g, e, r):
                     deviations.append({"deviation": "fp32_intermediates", "call": call, "detail": f"{what}: {detail}"})
@@ -574,6 +594,74 @@ def _rounding_spread_covers(fn, case: dict, call: int, device: str, where: int, 
     g2 = spread_patched(g, e, runs)
     return g2 is not None and compare_tensor(g2, e, r if isinstance(r, torch.Tensor) else None, low_eps,
                                              check_strides=False, ref_floor=floor) is None
+
+
+def _far_from_float64(fn, case: dict, call: int, device: str, where: int, g: torch.Tensor, e: torch.Tensor,
+                      r: Any, eps: float, ref_floor: float, result: dict, deviations: list
+                      ) -> Optional[tuple[str, str]]:
+    """Record output ``where``'s distances from the float64 reference (``judge64``); the
+    ``far_from_float64`` finding where graphfuser's is past the limit and eager's own, nudged by
+    two ulps per intermediate, does not reach that far (else ``ill_conditioned``)."""
+    d = judge64.distances(g, e, r)
+    if d is None:
+        return None
+    dg, de, _ = d
+    fl = judge64.floor(r, eps, ref_floor)
+    result["distances"].append({"call": call, "output": where, "graphfuser": dg, "eager": de, "floor": fl})
+    if not judge64.far(dg, de, fl):
+        return None
+    spread = de
+    for seed in range(PERTURBED_RUNS):
+        run = perturbed_run(fn, case, call, device, seed)
+        p = _ts.pick(*run, where) if run is not None else None
+        dp = judge64.distances(p, e, r) if isinstance(p, torch.Tensor) else None
+        if dp is not None:
+            spread = max(spread, dp[0])
+    detail = (f"output {where}: graphfuser {dg:.4g} from float64, eager {de:.4g} "
+              f"(limit {judge64.RATIO:g}x eager + floor {fl:.3g})")
+    if not judge64.far(dg, spread, fl):
+        deviations.append({"deviation": "ill_conditioned", "call": call,
+                           "detail": f"{detail}; eager nudged by two ulps moves {spread:.4g} away"})
+        return None
+    return "far_from_float64", detail
+
+
+def _ints_run(case: dict, call: int, device: str, workdir: str, tag: str) -> Any:
+    """Eager's (outputs, inputs after the call) of the case with its bool scalars written as
+    ints (what TorchScript's graph computes), or the exception eager raises on it."""
+    ints = _ts.bools_as_ints(case)
+    try:
+        fn2 = load(ints["source"], os.path.join(workdir, f"case_{tag}_ints.py"))
+        args = make_args(ints, call, device)
+        with autocast_of(case, device):
+            return _flat(fn2(*args)), args
+    except Exception as e:  # noqa: BLE001
+        return e
+
+
+def _inherited(fn, case: dict, call: int, device: str, where: int, g: Any, low_eps: float, workdir: str,
+               tag: str) -> Optional[str]:
+    """The TorchScript-frontend deviation (``inherited.py``) that explains graphfuser's value of
+    output / input ``where``, or None."""
+    if not isinstance(g, torch.Tensor):
+        return None
+    if _ts.has_bool_scalars(case):
+        run = _ints_run(case, call, device, workdir, tag)
+        e2 = None if isinstance(run, Exception) else _ts.pick(*run, where)
+        if isinstance(e2, torch.Tensor) and compare_tensor(g, e2, None, low_eps, check_strides=False) is None:
+            return "torchscript_bool_scalar"
+    if "-0.0" in case["source"]:
+        args = make_args(case, call, device)
+        outs = _ts.scripted_answer(fn, args, autocast_of(case, device))
+        t = _ts.pick(outs, args, where) if outs is not None else None
+        if isinstance(t, torch.Tensor) and t.dtype == g.dtype and t.shape == g.shape:
+            x, y = g.detach().cpu(), t.detach().cpu()
+            same = (x == y) | (x != x) & (y != y)
+            if x.is_floating_point():
+                same &= (torch.signbit(x) == torch.signbit(y)) | (x != x)
+            if bool(same.all()):
+                return "torchscript_semantics"
+    return None
 
 
 def _closer_to_ref(g: Any, e: Any, r: Any) -> bool:

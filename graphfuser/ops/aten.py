@@ -87,24 +87,15 @@ def _implicit(x: Any, kind: str) -> Any:
     """``aten::IntImplicit`` / ``FloatImplicit`` / ``ScalarImplicit``: TorchScript's conversion of
     a tensor passed where its schema matching chose a number overload. TorchScript matches
     ``True / t`` (a bool or int literal and a tensor) to ``div(int, int)`` through
-    ``IntImplicit(t)``, and its conversion raises for any tensor but a 0-dim one of a fitting type
-    that does not require grad; Python keeps the tensor, and the arithmetic that follows is the
-    tensor's (eager returns ``t.__rtruediv__(True)``). Where TorchScript's conversion would fail,
-    the tensor is handed on as it is, so the host program's Python arithmetic gives eager's
-    answer; otherwise it converts as TorchScript does. (TorchScript typed a bool literal or
-    argument meeting the tensor as an int: ``True + b`` of a bool ``b`` arrives as ``1 + b``, whose
-    answer is int64 where eager's ``True + b`` is bool; the fuzzer's ``torchscript_bool_scalar``.)"""
-    if not isinstance(x, torch.Tensor):
-        return x
-    fits = x.dim() == 0 and not x.requires_grad and not (
-        kind == "int" and (x.is_floating_point() or x.is_complex()))
-    if not fits:
-        return x
-    if kind == "int":
-        return int(x)
-    if kind == "float":
-        return float(x)
-    return x.item()
+    ``IntImplicit(t)``; its conversion raises for any tensor but a 0-dim one of a fitting type, and
+    makes that one a Python number (``1 / t0`` a float). Python keeps the tensor, and the arithmetic
+    that follows is the tensor's: eager returns ``t.__rtruediv__(True)``, a tensor, for either. So
+    the tensor is handed on as it is, and the host program's Python arithmetic gives eager's
+    answer (torch takes a 0-dim integer tensor wherever an int goes). A profiled scalar slot
+    holding a tensor is never a constant (``executor/profile.py``). (TorchScript typed a bool
+    literal or argument meeting the tensor as an int: ``True + b`` of a bool ``b`` arrives as
+    ``1 + b``, int64 where eager's is bool; the fuzzer's ``torchscript_bool_scalar``.)"""
+    return x
 
 
 _NUMBERS = (bool, int, float, complex)

@@ -1,0 +1,61 @@
+"""Deviations graphfuser inherits from TorchScript's frontend, each checked per case.
+
+graphfuser answers for the graph ``torch.jit.script`` hands it. Two frontend rewrites change what
+a program computes before graphfuser sees it:
+
+- ``torchscript_bool_scalar``: a bool Python scalar meeting a tensor is typed ``int`` (``x + True``
+  becomes ``add(x, 1)``; a ``flag: bool`` argument ``add(x, Int(flag))``; ``True / t`` becomes
+  ``div(1, t)``). On a bool tensor eager's ``x + True`` is bool (logical or), the graph's int64.
+  Checked by running eager on the case with its bool scalars written as ints (the generator spells
+  bool literals ``bool(1)`` / ``bool(0)`` so that they can be told from ``keepdim=True``).
+- ``torchscript_semantics`` (values): TorchScript's constant pooling merges equal constants of a
+  function, and ``-0.0 == 0.0``: a graph spelling both (or a library wrapper's ``0.0`` next to a
+  user's ``-0.0``) computes with one of them. Checked by running ``torch.jit.script``'s own
+  function on the call's inputs: graphfuser must give exactly its answer.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+
+_BOOL_ARG = re.compile(r"(\w+): bool\b")
+
+
+def has_bool_scalars(case: dict) -> bool:
+    return "bool(1)" in case["source"] or "bool(0)" in case["source"] or \
+        any(i["kind"] == "bool" for i in case["inputs"])
+
+
+def bools_as_ints(case: dict) -> dict:
+    """The case with its bool Python scalars (literals and run-time arguments) written as ints."""
+    src = case["source"].replace("bool(1)", "int(1)").replace("bool(0)", "int(0)")
+    src = _BOOL_ARG.sub(lambda m: f"{m.group(1)}: int", src)
+    inputs = [dict(i, kind="int", values=[int(v) for v in i["values"]]) if i["kind"] == "bool" else i
+              for i in case["inputs"]]
+    return dict(case, source=src, inputs=inputs)
+
+
+def pick(outs: list, args: list, where: int) -> Any:
+    """Output ``where`` (>= 0) or input ``-1 - where`` after the call."""
+    if 0 <= where < len(outs):
+        return outs[where]
+    if where < 0 and -1 - where < len(args):
+        return args[-1 - where]
+    return None
+
+
+def scripted_answer(fn: Callable, args: list, context: Any) -> Optional[list]:
+    """``torch.jit.script(fn)``'s outputs on ``args`` (unoptimized: the language's own answer), or
+    None where it raises."""
+    try:
+        with warnings.catch_warnings(), torch.jit.optimized_execution(False):
+            warnings.simplefilter("ignore")
+            scripted = torch.jit.script(fn)
+            with context:
+                out = scripted(*args)
+    except Exception:  # noqa: BLE001 - no TorchScript answer: the finding stands
+        return None
+    return list(out) if isinstance(out, (tuple, list)) else [out]
