@@ -15,11 +15,14 @@ a program computes before graphfuser sees it:
 """
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from typing import Any, Callable, Optional
 
 import torch
+
+from .inputs import _flat, autocast_of, load, make_args
 
 _BOOL_ARG = re.compile(r"(\w+): bool\b")
 
@@ -59,3 +62,41 @@ def scripted_answer(fn: Callable, args: list, context: Any) -> Optional[list]:
     except Exception:  # noqa: BLE001 - no TorchScript answer: the finding stands
         return None
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def ints_run(case: dict, call: int, device: str, workdir: str, tag: str) -> Any:
+    """Eager's (outputs, inputs after the call) of the case with its bool scalars written as
+    ints (what TorchScript's graph computes), or the exception eager raises on it."""
+    ints = bools_as_ints(case)
+    try:
+        fn = load(ints["source"], os.path.join(workdir, f"case_{tag}_ints.py"))
+        args = make_args(ints, call, device)
+        with autocast_of(case, device):
+            return _flat(fn(*args)), args
+    except Exception as e:  # noqa: BLE001
+        return e
+
+
+def explains(fn: Callable, case: dict, call: int, device: str, where: int, g: Any, workdir: str, tag: str,
+             agrees: Callable[[torch.Tensor, torch.Tensor], bool]) -> Optional[str]:
+    """The deviation of this module that explains graphfuser's value ``g`` of output / input
+    ``where`` (``agrees(g, answer)``: the oracle's comparison), or None."""
+    if not isinstance(g, torch.Tensor):
+        return None
+    if has_bool_scalars(case):
+        run = ints_run(case, call, device, workdir, tag)
+        e = None if isinstance(run, Exception) else pick(*run, where)
+        if isinstance(e, torch.Tensor) and agrees(g, e):
+            return "torchscript_bool_scalar"
+    if "-0.0" in case["source"]:
+        args = make_args(case, call, device)
+        outs = scripted_answer(fn, args, autocast_of(case, device))
+        t = pick(outs, args, where) if outs is not None else None
+        if isinstance(t, torch.Tensor) and t.dtype == g.dtype and t.shape == g.shape:
+            x, y = g.detach().cpu(), t.detach().cpu()
+            same = (x == y) | (x != x) & (y != y)
+            if x.is_floating_point():
+                same &= (torch.signbit(x) == torch.signbit(y)) | (x != x)
+            if bool(same.all()):
+                return "torchscript_semantics"
+    return None

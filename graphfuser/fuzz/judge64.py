@@ -15,12 +15,13 @@ implementation: the ``ill_conditioned`` deviation.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 
 RATIO = 2.0
 FLOOR_ULPS = 16
+NUDGED_RUNS = 6
 
 
 def distance(x: torch.Tensor, z: torch.Tensor, ok: torch.Tensor) -> float:
@@ -50,3 +51,34 @@ def floor(r: torch.Tensor, eps: float, ref_floor: float) -> float:
 
 def far(dg: float, de: float, fl: float) -> bool:
     return dg > RATIO * de + fl
+
+
+def judge(g: torch.Tensor, e: torch.Tensor, r: Any, eps: float, ref_floor: float, call: int, where: int,
+          record: list, deviations: list, nudged: Callable[[int], Optional[tuple[list, list]]]
+          ) -> Optional[tuple[str, str]]:
+    """Record output ``where``'s distances from the float64 reference ``r`` in ``record``; the
+    ``far_from_float64`` finding where graphfuser's is past the limit and eager's own, its
+    intermediates nudged by two ulps (``nudged(seed)``: eager's (outputs, inputs), or None), does
+    not reach that far (else the ``ill_conditioned`` deviation)."""
+    d = distances(g, e, r)
+    if d is None:
+        return None
+    dg, de, _ = d
+    fl = floor(r, eps, ref_floor)
+    record.append({"call": call, "output": where, "graphfuser": dg, "eager": de, "floor": fl})
+    if not far(dg, de, fl):
+        return None
+    spread = de
+    for seed in range(NUDGED_RUNS):
+        run = nudged(seed)
+        p = run[0][where] if run is not None and 0 <= where < len(run[0]) else None
+        dp = distances(p, e, r) if isinstance(p, torch.Tensor) else None
+        if dp is not None:
+            spread = max(spread, dp[0])
+    detail = (f"output {where}: graphfuser {dg:.4g} from float64, eager {de:.4g} "
+              f"(limit {RATIO:g}x eager + floor {fl:.3g})")
+    if not far(dg, spread, fl):
+        deviations.append({"deviation": "ill_conditioned", "call": call,
+                           "detail": f"{detail}; eager nudged by two ulps moves {spread:.4g} away"})
+        return None
+    return "far_from_float64", detail

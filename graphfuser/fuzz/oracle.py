@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import importlib.util
 import os
-import sys
 import time
 import warnings
 from typing import Any, Optional
@@ -23,20 +21,17 @@ from typing import Any, Optional
 import torch
 
 from . import inherited as _ts
+from .inputs import DTYPE, _flat, autocast_of, load, make_args, make_tensor  # noqa: F401 - also read from here
 from . import judge64
 from .grads import check_grads
 from .known import DEVIATIONS, eager_launch_failure_on_empty, welford_inf
 from .reference import ExactMoments, PerturbedIntermediates, RoundedIntermediates, spread_patched
 
-DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-         "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8,
-         "uint8": torch.uint8, "bool": torch.bool}
 # Tight margin of graphfuser against eager, in units of the output dtype's epsilon.
 EPS = {torch.float64: 2.2e-16, torch.float32: 1.2e-7, torch.float16: 9.8e-4, torch.bfloat16: 7.8e-3}
 TIGHT_ULPS = 64
 LOOSE_ULPS = 256
 LAUNCHES = [0]
-EDGE_VALUES = (0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 0.5, 1e4, -1e4, 1e-30, 65504.0, 3e38)
 
 
 def _count_launches() -> None:
@@ -58,106 +53,6 @@ def _count_launches() -> None:
         return run
     counting._fuzz_counting = True
     compiled._guard_launch = counting
-
-
-def load(source: str, path: str) -> Any:
-    """Write ``source`` to ``path`` and import its ``fn`` (TorchScript needs a real file)."""
-    with open(path, "w") as f:
-        f.write(source)
-    name = "gfcase_" + os.path.basename(path)[:-3].replace("-", "_")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod.fn
-
-
-def _values(shape: list, fill: str, g: torch.Generator) -> torch.Tensor:
-    if fill == "positive":
-        return torch.rand(shape, generator=g, dtype=torch.float64) + 0.1
-    if fill == "constant_rows":
-        base = torch.randint(1, 4, shape[:-1] + [1] if shape else [], generator=g).double() / 3.0
-        return base.expand(shape).clone()
-    if fill == "huge_mean":
-        return 1e4 + torch.randn(shape, generator=g, dtype=torch.float64) * 1e-2
-    if fill == "ints":
-        return torch.randint(-5, 6, shape, generator=g).double()
-    if fill == "zeros":
-        return torch.zeros(shape, dtype=torch.float64)
-    t = torch.randn(shape, generator=g, dtype=torch.float64)
-    if fill == "edge" and t.numel():
-        # signed zeros, infinities, NaN, huge and tiny values among ordinary ones
-        edges = torch.tensor(EDGE_VALUES, dtype=torch.float64)
-        pick = torch.randint(0, 2 * len(EDGE_VALUES), shape, generator=g)
-        t = torch.where(pick < len(EDGE_VALUES), edges[pick.clamp(max=len(EDGE_VALUES) - 1)], t)
-    if fill == "nan_inf" and t.numel():
-        u = torch.rand(shape, generator=g, dtype=torch.float64)
-        t = torch.where(u < 0.1, float("nan"), torch.where(u > 0.95, float("inf") * t.sign(), t))
-    return t
-
-
-def _convert(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    if dtype.is_floating_point:
-        return t.to(dtype)
-    if dtype == torch.bool:
-        return t > 0
-    t = torch.nan_to_num(t * 3, nan=0.0, posinf=100.0, neginf=-100.0).round()
-    if dtype == torch.uint8:
-        t = t.abs()
-    lim = {torch.int8: 127, torch.uint8: 255}.get(dtype, 10 ** 6)
-    return t.clamp(-lim, lim).to(dtype)
-
-
-def make_tensor(spec: dict, batch: int, flip: bool, seed: int, device: str, ref: bool = False) -> torch.Tensor:
-    """The input tensor of ``spec`` for one call (deterministic in ``seed``)."""
-    shape = [batch if s == "B" else s for s in spec["shape"]]
-    layout = spec["layout"]
-    if flip:
-        layout = "transposed" if layout == "dense" else "dense"
-    r = len(shape)
-    g = torch.Generator().manual_seed(seed)
-    dtype = DTYPE[spec["dtype"]]
-    def base(shape: list) -> torch.Tensor:   # values drawn on the CPU, laid out on the device
-        return _convert(_values(shape, spec["fill"], g), dtype).to(device)
-
-    if layout == "transposed" and r >= 2:
-        t = base(shape[:-2] + [shape[-1], shape[-2]]).transpose(-1, -2)
-    elif layout == "sliced" and r >= 1:
-        t = base(shape[:-1] + [2 * shape[-1]])[..., ::2]
-    elif layout == "expanded" and r >= 1:
-        t = base([1] + shape[1:]).expand(shape)
-    elif layout == "channels_last" and r == 4:
-        t = base(shape).contiguous(memory_format=torch.channels_last)
-    else:
-        t = base(shape)
-    if ref and t.is_floating_point():
-        t = t.to(torch.float64)
-    elif spec.get("requires_grad") and not ref:
-        t.requires_grad_(True)
-    return t
-
-
-def make_args(case: dict, call: int, device: str, ref: bool = False) -> list:
-    batch, flip = case["calls"][call]
-    args = []
-    for k, spec in enumerate(case["inputs"]):
-        if spec["kind"] == "tensor":
-            args.append(make_tensor(spec, batch, flip, case["seed"] * 1000 + call * 37 + k, device, ref))
-        else:
-            args.append(spec["values"][0 if call < 4 else 1])
-    return args
-
-
-def _flat(out: Any) -> list:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-def autocast_of(case: dict, device: str) -> Any:
-    """The ``torch.autocast`` context a case's calls run in (its ``autocast`` dtype), or a no-op."""
-    dt = case.get("autocast")
-    if not dt:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=DTYPE[dt])
 
 
 def _lowest_eps(case: dict) -> float:
@@ -397,7 +292,7 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                 continue
             if err_g is not None:
                 if err_e is None and _ts.has_bool_scalars(case) and \
-                        isinstance(_ints_run(case, call, device, workdir, tag), Exception):
+                        isinstance(_ts.ints_run(case, call, device, workdir, tag), Exception):
                     deviations.append({"deviation": "torchscript_bool_scalar", "call": call,
                                        "detail": f"raised {type(err_g).__name__}, as eager does with the bools as ints"})
                     continue
@@ -451,8 +346,9 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     if not bool(((gd == ed) | (gd.isnan() & ed.isnan())).all()):
                         diff = ("wrong_value", "not bit-exact with emulate_precision_casts on")
                 if diff is None and what.startswith("output"):
-                    diff = _far_from_float64(fn, case, call, device, where, g, e, r, max(EPS.get(e.dtype, 0.0), low_eps),
-                                             floor, result, deviations)
+                    diff = judge64.judge(g, e, r, max(EPS.get(e.dtype, 0.0), low_eps), floor, call, where,
+                                         result["distances"], deviations,
+                                         lambda seed: perturbed_run(fn, case, call, device, seed))
                 if diff is None:
                     continue
                 cat, detail = diff
@@ -463,7 +359,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                 if cat in DEVIATIONS:
                     deviations.append({"deviation": cat, "call": call, "detail": f"{what}: {detail}"})
                     continue
-                inherited = _inherited(fn, case, call, device, where, g, low_eps, workdir, tag)
+                inherited = _ts.explains(fn, case, call, device, where, g, workdir, tag,
+                                         lambda a, b: compare_tensor(a, b, None, low_eps, check_strides=False) is None)
                 if inherited:
                     deviations.append({"deviation": inherited, "call": call, "detail": f"{what}: {detail}"})
                     continue
@@ -594,74 +491,6 @@ def _rounding_spread_covers(fn, case: dict, call: int, device: str, where: int, 
     g2 = spread_patched(g, e, runs)
     return g2 is not None and compare_tensor(g2, e, r if isinstance(r, torch.Tensor) else None, low_eps,
                                              check_strides=False, ref_floor=floor) is None
-
-
-def _far_from_float64(fn, case: dict, call: int, device: str, where: int, g: torch.Tensor, e: torch.Tensor,
-                      r: Any, eps: float, ref_floor: float, result: dict, deviations: list
-                      ) -> Optional[tuple[str, str]]:
-    """Record output ``where``'s distances from the float64 reference (``judge64``); the
-    ``far_from_float64`` finding where graphfuser's is past the limit and eager's own, nudged by
-    two ulps per intermediate, does not reach that far (else ``ill_conditioned``)."""
-    d = judge64.distances(g, e, r)
-    if d is None:
-        return None
-    dg, de, _ = d
-    fl = judge64.floor(r, eps, ref_floor)
-    result["distances"].append({"call": call, "output": where, "graphfuser": dg, "eager": de, "floor": fl})
-    if not judge64.far(dg, de, fl):
-        return None
-    spread = de
-    for seed in range(PERTURBED_RUNS):
-        run = perturbed_run(fn, case, call, device, seed)
-        p = _ts.pick(*run, where) if run is not None else None
-        dp = judge64.distances(p, e, r) if isinstance(p, torch.Tensor) else None
-        if dp is not None:
-            spread = max(spread, dp[0])
-    detail = (f"output {where}: graphfuser {dg:.4g} from float64, eager {de:.4g} "
-              f"(limit {judge64.RATIO:g}x eager + floor {fl:.3g})")
-    if not judge64.far(dg, spread, fl):
-        deviations.append({"deviation": "ill_conditioned", "call": call,
-                           "detail": f"{detail}; eager nudged by two ulps moves {spread:.4g} away"})
-        return None
-    return "far_from_float64", detail
-
-
-def _ints_run(case: dict, call: int, device: str, workdir: str, tag: str) -> Any:
-    """Eager's (outputs, inputs after the call) of the case with its bool scalars written as
-    ints (what TorchScript's graph computes), or the exception eager raises on it."""
-    ints = _ts.bools_as_ints(case)
-    try:
-        fn2 = load(ints["source"], os.path.join(workdir, f"case_{tag}_ints.py"))
-        args = make_args(ints, call, device)
-        with autocast_of(case, device):
-            return _flat(fn2(*args)), args
-    except Exception as e:  # noqa: BLE001
-        return e
-
-
-def _inherited(fn, case: dict, call: int, device: str, where: int, g: Any, low_eps: float, workdir: str,
-               tag: str) -> Optional[str]:
-    """The TorchScript-frontend deviation (``inherited.py``) that explains graphfuser's value of
-    output / input ``where``, or None."""
-    if not isinstance(g, torch.Tensor):
-        return None
-    if _ts.has_bool_scalars(case):
-        run = _ints_run(case, call, device, workdir, tag)
-        e2 = None if isinstance(run, Exception) else _ts.pick(*run, where)
-        if isinstance(e2, torch.Tensor) and compare_tensor(g, e2, None, low_eps, check_strides=False) is None:
-            return "torchscript_bool_scalar"
-    if "-0.0" in case["source"]:
-        args = make_args(case, call, device)
-        outs = _ts.scripted_answer(fn, args, autocast_of(case, device))
-        t = _ts.pick(outs, args, where) if outs is not None else None
-        if isinstance(t, torch.Tensor) and t.dtype == g.dtype and t.shape == g.shape:
-            x, y = g.detach().cpu(), t.detach().cpu()
-            same = (x == y) | (x != x) & (y != y)
-            if x.is_floating_point():
-                same &= (torch.signbit(x) == torch.signbit(y)) | (x != x)
-            if bool(same.all()):
-                return "torchscript_semantics"
-    return None
 
 
 def _closer_to_ref(g: Any, e: Any, r: Any) -> bool:

@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("hypothesis")
 
 from graphfuser.fuzz import campaign, judge64  # noqa: E402
-from graphfuser.fuzz.oracle import _far_from_float64, run_case  # noqa: E402
+from graphfuser.fuzz.oracle import perturbed_run, run_case  # noqa: E402
 
 
 def _case(params: str, body: str, inputs: list, calls=None) -> dict:
@@ -108,8 +108,9 @@ def test_close_to_eager_but_far_from_float64_fails(tmp_path):
     x = oracle.make_args(case, 0, "cpu")[0]
     e = fn(x)
     r = fn(x.double())
-    result, deviations = {"distances": []}, []
-    found = _far_from_float64(fn, case, 0, "cpu", 0, e + 1e-3, e, r, 1.2e-7, 0.0, result, deviations)
+    record, deviations = [], []
+    nudged = lambda seed: perturbed_run(fn, case, 0, "cpu", seed)  # noqa: E731
+    found = judge64.judge(e + 1e-3, e, r, 1.2e-7, 0.0, 0, 0, record, deviations, nudged)
     assert found is not None and found[0] == "far_from_float64", (found, deviations)
-    assert result["distances"][0]["graphfuser"] > 100 * result["distances"][0]["eager"]
-    assert _far_from_float64(fn, case, 0, "cpu", 0, e, e, r, 1.2e-7, 0.0, result, deviations) is None
+    assert record[0]["graphfuser"] > 100 * record[0]["eager"]
+    assert judge64.judge(e, e, r, 1.2e-7, 0.0, 0, 0, record, deviations, nudged) is None
