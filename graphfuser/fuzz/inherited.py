@@ -77,6 +77,24 @@ def ints_run(case: dict, call: int, device: str, workdir: str, tag: str) -> Any:
         return e
 
 
+def agrees_with_ints(case: dict, call: int, device: str, workdir: str, tag: str, outs: list, args: list,
+                     agrees: Callable[[torch.Tensor, torch.Tensor], bool]) -> bool:
+    """Eager answers the case with its bools as ints, and graphfuser's outputs and inputs after the
+    call (``outs``, ``args``) are that answer (eager raised on the bools: ``False - t`` of a uint8
+    ``t``, which TorchScript's graph computes as ``0 - t``)."""
+    run = ints_run(case, call, device, workdir, tag)
+    if isinstance(run, Exception) or len(run[0]) != len(outs):
+        return False
+    for g, e in list(zip(outs, run[0])) + list(zip(args, run[1])):
+        if isinstance(e, torch.Tensor) != isinstance(g, torch.Tensor):
+            return False
+        if isinstance(e, torch.Tensor) and not agrees(g, e):
+            return False
+        if not isinstance(e, torch.Tensor) and g != e:
+            return False
+    return True
+
+
 def explains(fn: Callable, case: dict, call: int, device: str, where: int, g: Any, workdir: str, tag: str,
              agrees: Callable[[torch.Tensor, torch.Tensor], bool]) -> Optional[str]:
     """The deviation of this module that explains graphfuser's value ``g`` of output / input

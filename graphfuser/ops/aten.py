@@ -98,6 +98,26 @@ def _implicit(x: Any, kind: str) -> Any:
     return x
 
 
+def _number(x: Any, kind: type) -> Any:
+    """``aten::Int`` / ``Float`` / ``Bool`` of a number-typed value: a tensor that an implicit
+    conversion handed on (``_implicit``) stays the tensor, as in the Python program, where
+    TorchScript's ``int(True > t)`` was only its typing of ``True > t``."""
+    return x if isinstance(x, torch.Tensor) else kind(x)
+
+
+def _math(name: str, x: Any) -> Any:
+    """A scalar ``aten::sqrt`` / ``log`` / ``floor`` ... : ``math``'s for numbers, torch's for a
+    tensor an implicit conversion handed on."""
+    if isinstance(x, torch.Tensor):
+        return getattr(torch, name)(x)
+    return getattr(math, name)(x)
+
+
+def _rounded(x: Any) -> Any:
+    """Scalar ``aten::round`` (half to even, as a float); torch's for a tensor kept by ``_implicit``."""
+    return torch.round(x) if isinstance(x, torch.Tensor) else float(round(x))
+
+
 _NUMBERS = (bool, int, float, complex)
 
 
@@ -144,7 +164,7 @@ RUNTIME: dict[str, Any] = {
     "_fmt": _fmt, "_range_length": _range_length, "_dict_of": _dict_of, "_warn": _warn,
     "_setitem": _setitem, "_dtype": _dtype, "_num_to_tensor": _num_to_tensor, "_scalar_tensor": _scalar_tensor,
     "_pow": _pow, "_list_sort": _list_sort, "_pop": _pop, "_dict_get": _dict_get,
-    "_implicit": _implicit,
+    "_implicit": _implicit, "_number": _number, "_math_of": _math, "_rounded": _rounded,
 }
 
 # Scalar / string / list / dict ops with their Python spelling, keyed by "name.overload" or
@@ -163,10 +183,15 @@ PY_TEMPLATES: dict[str, str] = {
     # scalar arithmetic (TorchScript's int / float semantics are Python's, except where noted)
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "floordiv": "({0} // {1})", "remainder": "({0} % {1})", "__mod__": "({0} % {1})",
-    "pow": "_pow({0}, {1})", "pow.int": "float(_pow({0}, {1}))", "neg": "(-{0})", "abs": "abs({0})",
-    "max": "max({args})", "min": "min({args})", "floor": "_math.floor({0})", "ceil": "_math.ceil({0})",
-    "sqrt": "_math.sqrt({0})", "log": "_math.log({0})", "exp": "_math.exp({0})", "round": "float(round({0}))",
-    "round.int": "float({0})", "isnan": "_math.isnan({0})", "isinf": "_math.isinf({0})",
+    "pow": "_pow({0}, {1})", "pow.int": "_number(_pow({0}, {1}), float)", "neg": "(-{0})", "abs": "abs({0})",
+    "max": "max({args})", "min": "min({args})", "floor": "_math_of('floor', {0})", "ceil": "_math_of('ceil', {0})",
+    "sqrt": "_math_of('sqrt', {0})", "log": "_math_of('log', {0})", "exp": "_math_of('exp', {0})",
+    "round": "_rounded({0})",
+    "round.int": "_number({0}, float)", "isnan": "_math_of('isnan', {0})", "isinf": "_math_of('isinf', {0})",
+    # number conversions of number-typed values (a tensor an implicit conversion kept stays one)
+    "Int.bool": "_number({0}, int)", "Int.float": "_number({0}, int)", "Int.Scalar": "_number({0}, int)",
+    "Float.int": "_number({0}, float)", "Float.bool": "_number({0}, float)", "Float.Scalar": "_number({0}, float)",
+    "Bool.int": "_number({0}, bool)", "Bool.float": "_number({0}, bool)",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
     "gt": "({0} > {1})", "ge": "({0} >= {1})", "__is__": "({0} is {1})", "__isnot__": "({0} is not {1})",
     "__not__": "(not {0})", "__and__": "({0} & {1})", "__or__": "({0} | {1})", "__xor__": "({0} ^ {1})",
