@@ -320,7 +320,8 @@ def lower_node(node, env: dict, b: ExprBuilder, emulate: Optional[bool] = None) 
     if emulate and out_dtype in (torch.float16, torch.bfloat16) and _rounds_scalars(node):
         _round_scalar_operands(row.name, args, parts, out_dtype, b)
     dev = next((v.type.device for v in node.inputs if getattr(v.type, "device", None) is not None), None)
-    result = row.lower(OpCall(args, parts, out_dtype, compute, b, dev.type if dev is not None else ""))
+    types = {k: v.type for k, v in args_v.items() if isinstance(v, Value) and isinstance(v.type, TensorType)}
+    result = row.lower(OpCall(args, parts, out_dtype, compute, b, dev.type if dev is not None else "", types))
     results = result if isinstance(result, tuple) else (result,)
     src_t = node.inputs[0].type if node.inputs else None
     for o, e in zip(node.outputs, results):

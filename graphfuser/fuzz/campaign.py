@@ -17,8 +17,8 @@ from typing import Any, Callable, Optional
 from .known import known_defect
 from .worker import Worker
 
-CATEGORIES = ("wrong_value", "wrong_dtype", "wrong_shape", "wrong_strides", "wrong_requires_grad", "wrong_grad",
-              "missing_error",
+CATEGORIES = ("wrong_value", "far_from_float64", "wrong_dtype", "wrong_shape", "wrong_strides",
+              "wrong_requires_grad", "wrong_grad", "missing_error",
               "crash", "hang", "compile_fallback")
 
 
@@ -217,13 +217,37 @@ def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: flo
         for w in workers:
             w.close()
     runnable = len(cases) - eager_only - invalid
+    float64 = float64_summary(results)
     return {"device": device, "graphs": len(cases), "seed": seed, "knobs": knobs or {}, "seconds": round(run_s, 1),
             "counts": {c: counts.get(c, 0) for c in CATEGORIES},
             "failed_graphs": sum(1 for r in results if r["findings"]),
             "deviations": dict(deviations), "kernel_ran": kernel, "invalid": invalid, "runnable": runnable,
             "fusion_rate": kernel / runnable if runnable else 0.0, "grad_graphs": grads,
-            "per_op": per_op, "known": dict(known), "unknown": unknown, "classes": classes,
+            "per_op": per_op, "known": dict(known), "unknown": unknown, "classes": classes, "float64": float64,
             "cases": cases, "results": results}
+
+
+def _ratio(d: dict) -> float:
+    """graphfuser's distance from float64 over the limit's eager part (eager's distance plus the
+    floor): past 2 is a failure."""
+    return d["graphfuser"] / (d["eager"] + d["floor"]) if d["graphfuser"] else 0.0
+
+
+def float64_summary(results: list) -> dict:
+    """Per floating output of every call, graphfuser's distance from the float64 reference beside
+    eager's (``judge64``): how many were judged, how many were no farther than eager's, and per
+    graph its worst output (by ``_ratio``), the worst first."""
+    judged = closer = 0
+    worst = []
+    for i, res in enumerate(results):
+        ds = res.get("distances") or []
+        judged += len(ds)
+        closer += sum(1 for d in ds if d["graphfuser"] <= d["eager"])
+        if ds:
+            w = max(ds, key=_ratio)
+            worst.append({"graph": i, **w, "ratio": round(_ratio(w), 4)})
+    worst.sort(key=lambda w: -w["ratio"])
+    return {"outputs_judged": judged, "no_farther_than_eager": closer, "worst_per_graph": worst}
 
 
 def _family(ops: list) -> str:

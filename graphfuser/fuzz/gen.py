@@ -19,7 +19,8 @@ from typing import Any, Callable, Optional
 
 from .vocab import (  # noqa: F401 - also the vocabulary other modules read from here
     FLOAT_DTYPES, DTYPES, SIZES, LAYOUTS, FILLS, FLOAT_LITERALS, INT_LITERALS, UNARY_FLOAT, UNARY_ANY,
-    BINARY, TORCH_NAMES, OPERATORS, BOOL_RESULT, SPECIAL, REDUCTIONS, NORMS, OPS, INPLACE, ALIASES, TENSOR_ONLY
+    BINARY, TORCH_NAMES, OPERATORS, BOOL_RESULT, SPECIAL, REDUCTIONS, NORMS, OPS, INPLACE, ALIASES, TENSOR_ONLY,
+    BOOL_LITERALS, SCALAR_VALUES
 )
 
 Shape = Optional[tuple]   # ints and "B" (the batch dim); None when unknown (after a view)
@@ -113,10 +114,10 @@ def _add_input(s: _State, shape: tuple, dtype: str, fill: Optional[str] = None, 
 
 
 def _scalar_arg(s: _State, kind: str) -> str:
-    """A run-time scalar argument (float or int), profiled by the executor; sometimes varied."""
+    """A run-time scalar argument (float, int or bool), profiled by the executor; sometimes varied."""
     st = _st()
     name = f"s{len([i for i in s.inputs if i['kind'] != 'tensor'])}"
-    vals = (0.5, 2.0, -1.25, 0.0, 3.0) if kind == "float" else (2, 1, -1, 0, 3)
+    vals = SCALAR_VALUES[kind]
     first = s.d(st.sampled_from(vals))
     later = s.d(st.sampled_from(vals)) if s.d(st.booleans()) else first
     s.inputs.append({"name": name, "kind": kind, "values": [first, later]})
@@ -126,7 +127,8 @@ def _scalar_arg(s: _State, kind: str) -> str:
 def _other(s: _State, a: Var, float_ok: bool = True, tensor: bool = False) -> tuple[str, Shape, str]:
     """The second operand of a binary op: another tensor, a literal or a run-time scalar."""
     st = _st()
-    how = "tensor" if tensor else s.d(st.sampled_from(("tensor", "literal", "int_literal", "arg", "int_arg")))
+    how = "tensor" if tensor else s.d(st.sampled_from(("tensor", "literal", "int_literal", "arg", "int_arg",
+                                                        "bool_literal", "bool_arg")))
     if how == "tensor":
         b = _pick(s)
         return b.name, b.shape, b.kind
@@ -136,6 +138,10 @@ def _other(s: _State, a: Var, float_ok: bool = True, tensor: bool = False) -> tu
         return _scalar_arg(s, "float"), (), "f*"
     if how == "int_arg":
         return _scalar_arg(s, "int"), (), "i*"
+    if how == "bool_literal":
+        return s.d(st.sampled_from(BOOL_LITERALS)), (), "b*"
+    if how == "bool_arg":
+        return _scalar_arg(s, "bool"), (), "b*"
     return s.d(st.sampled_from(INT_LITERALS)), (), "i*"
 
 
@@ -198,7 +204,8 @@ def _emit_op(s: _State, op: str) -> bool:
         form = d(st.sampled_from(("op", "fn", "swap"))) if sym else "fn"
         if form == "op":
             line = f"{a.name} {sym} {bname}"
-        elif form == "swap" and op in ("add", "mul", "sub"):
+        elif form == "swap" and (op in ("add", "mul", "sub") or (bkind.endswith("*") and sym is not None)):
+            # a Python scalar on the left of any operator (``True / t``, ``2 ** t``, ``-0.0 - t``)
             line = f"{bname} {sym} {a.name}"
         elif op in ("add", "sub", "rsub") and d(st.booleans()):
             line = f"torch.{op}({a.name}, {bname}, alpha={d(st.sampled_from(('2', '0.5', '-1')))})"
@@ -250,10 +257,13 @@ def _emit_special(s: _State, op: str) -> tuple[Optional[str], Optional[tuple]]:
         if d(st.booleans()):
             b = _pick(s, "f")
             return f"torch.clamp({a.name}, max={b.name})", (_bcast(a.shape, b.shape), a.kind)
-        lo, hi = d(st.sampled_from(("None", "-0.5", "0.0"))), d(st.sampled_from(("1.0", "None", 'float("nan")')))
+        if d(st.integers(0, 3)) == 3:
+            a = _pick(s, "b")       # a bool tensor clamped by a float bound computes in float
+        lo = d(st.sampled_from(("None", "-0.5", "0.0", "-0.0", "-1.5")))
+        hi = d(st.sampled_from(("1.0", "None", 'float("nan")', "-0.0")))
         if lo == "None" and hi == "None":
             hi = "1.0"
-        return f"{a.name}.clamp({lo}, {hi})", (a.shape, a.kind)
+        return f"{a.name}.clamp({lo}, {hi})", (a.shape, "f" if a.kind == "b" else a.kind)
     if op in ("clamp_min", "clamp_max"):
         if d(st.booleans()):
             b = _pick(s, "f")
@@ -355,8 +365,15 @@ def _emit_reduction(s: _State, op: str) -> bool:
 
 
 def _param(s: _State, shape: tuple, like: Var, positive: bool = False) -> str:
+    """A normalization's weight, bias or running statistic: mostly dense and ordinary; now and
+    then a stepped slice or an edge-value fill (a zero variance, an infinite weight)."""
+    st = _st()
     dt = like.dtype if like.dtype in FLOAT_DTYPES else "float32"
-    v = _add_input(s, shape, dt, fill="positive" if positive else "normal")
+    fill = "positive" if positive else "normal"
+    if s.d(st.integers(0, 5)) == 5:
+        fill = s.d(st.sampled_from(("zeros", "edge") if positive else ("edge", "zeros", "huge_mean")))
+    layout = "sliced" if s.d(st.integers(0, 3)) == 3 else "dense"
+    v = _add_input(s, shape, dt, fill=fill, layout=layout)
     s.pool.remove(v)          # parameters are not operands of later ops
     return v.name
 

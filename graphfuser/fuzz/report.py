@@ -113,6 +113,7 @@ def render_markdown(res: dict) -> str:
               "## Deliberate deviations (not failures)", "", "| deviation | graphs | knob |", "|---|---:|---|"]
     for name, d in DEVIATIONS.items():
         lines.append(f"| {name}: {d['what']} | {res['deviations'].get(name, 0)} | {d['knob']} |")
+    lines += _float64_section(res)
     lines += ["", "## Known defect classes (graphfuser/fuzz/known.py)", "", "| class | graph-failures |", "|---|---:|"]
     for name, k in sorted(res["known"].items()):
         lines.append(f"| {name} | {k} |")
@@ -135,3 +136,24 @@ def render_markdown(res: dict) -> str:
     for op, c in res["per_op"].items():
         lines.append(f"| {op} | {c['graphs']} | {c['fused']} | {c['failed']} |")
     return "\n".join(lines) + "\n"
+
+
+def _float64_section(res: dict) -> list[str]:
+    """The distances from the float64 reference (``judge64``): graphfuser's beside eager's."""
+    f = res.get("float64")
+    if not f:
+        return []
+    n = f["outputs_judged"]
+    lines = ["", "## Distance from float64", "",
+             f"Every floating output of every call: graphfuser's largest distance from the float64 reference "
+             f"beside eager's (elements where all three are finite); farther than 2x eager's plus a floor "
+             f"(16 ulps of the lowest precision the graph touches at the output's magnitude, and float64's own "
+             f"rounding) is the failure `far_from_float64`. Outputs judged: {n}; graphfuser no farther than "
+             f"eager: {f['no_farther_than_eager']} ({100 * f['no_farther_than_eager'] / max(n, 1):.1f}%).", "",
+             "Worst output of each graph, the 15 worst (ratio: graphfuser's distance / (eager's + floor); "
+             "the limit is 2):", "",
+             "| graph | call | output | graphfuser | eager | floor | ratio |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for w in f["worst_per_graph"][:15]:
+        lines.append(f"| {w['graph']} | {w['call']} | {w['output']} | {w['graphfuser']:.3g} | {w['eager']:.3g} | "
+                     f"{w['floor']:.3g} | {w['ratio']:.3g} |")
+    return lines

@@ -8,9 +8,19 @@ DTYPES = ("float32", "float32", "float16", "bfloat16", "float64", "float32", "in
           "uint8", "bool")
 SIZES = (3, 1, 2, 5, 0, 7, 4, 16, 33)
 LAYOUTS = ("dense", "transposed", "sliced", "expanded", "channels_last")
-FILLS = ("normal", "positive", "constant_rows", "nan_inf", "huge_mean", "ints", "zeros")
-FLOAT_LITERALS = ("2.0", "0.5", "-1.5", "0.0", "3.0", "1e-06", "1e+30", 'float("nan")', 'float("inf")')
+# ill-conditioned fills: "edge" mixes signed zeros, infinities, NaN, huge and tiny values with
+# ordinary ones; "nan_inf" sprinkles NaN and infinities; "huge_mean" rows of mean 1e4 and spread
+# 1e-2; "constant_rows" rows of one value
+FILLS = ("normal", "positive", "constant_rows", "nan_inf", "huge_mean", "ints", "zeros", "edge")
+# (TorchScript pools equal constants of a function and -0.0 == 0.0: a graph spelling both gets
+# TorchScript's answer, the ``torchscript_semantics`` deviation, checked per case)
+FLOAT_LITERALS = ("2.0", "0.5", "-1.5", "0.0", "3.0", "1e-06", "1e+30", 'float("nan")', 'float("inf")', "-0.0")
 INT_LITERALS = ("2", "1", "-3", "0", "7")
+# bool Python scalars, spelled so that the oracle can tell them from a keepdim=True: TorchScript
+# folds them to the ints 1 and 0 (``torchscript_bool_scalar``)
+BOOL_LITERALS = ("bool(1)", "bool(0)")
+# run-time Python scalars a case passes (first value, then maybe another on later calls)
+SCALAR_VALUES = {"float": (0.5, 2.0, -1.25, 0.0, 3.0, -0.0), "int": (2, 1, -1, 0, 3), "bool": (True, False)}
 
 UNARY_FLOAT = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
                "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "lgamma", "reciprocal",

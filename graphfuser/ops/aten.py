@@ -83,6 +83,41 @@ def _num_to_tensor(x: Any) -> torch.Tensor:
     return torch.tensor(x, dtype=dtype)
 
 
+def _implicit(x: Any, kind: str) -> Any:
+    """``aten::IntImplicit`` / ``FloatImplicit`` / ``ScalarImplicit``: TorchScript's conversion of
+    a tensor passed where its schema matching chose a number overload. TorchScript matches
+    ``True / t`` (a bool or int literal and a tensor) to ``div(int, int)`` through
+    ``IntImplicit(t)``; its conversion raises for any tensor but a 0-dim one of a fitting type, and
+    makes that one a Python number (``1 / t0`` a float). Python keeps the tensor, and the arithmetic
+    that follows is the tensor's: eager returns ``t.__rtruediv__(True)``, a tensor, for either. So
+    the tensor is handed on as it is, and the host program's Python arithmetic gives eager's
+    answer (torch takes a 0-dim integer tensor wherever an int goes). A profiled scalar slot
+    holding a tensor is never a constant (``executor/profile.py``). (TorchScript typed a bool
+    literal or argument meeting the tensor as an int: ``True + b`` of a bool ``b`` arrives as
+    ``1 + b``, int64 where eager's is bool; the fuzzer's ``torchscript_bool_scalar``.)"""
+    return x
+
+
+def _number(x: Any, kind: type) -> Any:
+    """``aten::Int`` / ``Float`` / ``Bool`` of a number-typed value: a tensor that an implicit
+    conversion handed on (``_implicit``) stays the tensor, as in the Python program, where
+    TorchScript's ``int(True > t)`` was only its typing of ``True > t``."""
+    return x if isinstance(x, torch.Tensor) else kind(x)
+
+
+def _math(name: str, x: Any) -> Any:
+    """A scalar ``aten::sqrt`` / ``log`` / ``floor`` ... : ``math``'s for numbers, torch's for a
+    tensor an implicit conversion handed on."""
+    if isinstance(x, torch.Tensor):
+        return getattr(torch, name)(x)
+    return getattr(math, name)(x)
+
+
+def _rounded(x: Any) -> Any:
+    """Scalar ``aten::round`` (half to even, as a float); torch's for a tensor kept by ``_implicit``."""
+    return torch.round(x) if isinstance(x, torch.Tensor) else float(round(x))
+
+
 _NUMBERS = (bool, int, float, complex)
 
 
@@ -129,6 +164,7 @@ RUNTIME: dict[str, Any] = {
     "_fmt": _fmt, "_range_length": _range_length, "_dict_of": _dict_of, "_warn": _warn,
     "_setitem": _setitem, "_dtype": _dtype, "_num_to_tensor": _num_to_tensor, "_scalar_tensor": _scalar_tensor,
     "_pow": _pow, "_list_sort": _list_sort, "_pop": _pop, "_dict_get": _dict_get,
+    "_implicit": _implicit, "_number": _number, "_math_of": _math, "_rounded": _rounded,
 }
 
 # Scalar / string / list / dict ops with their Python spelling, keyed by "name.overload" or
@@ -139,18 +175,23 @@ PY_TEMPLATES: dict[str, str] = {
     "dim": "{0}.dim()", "numel": "{0}.numel()", "is_contiguous": "{0}.is_contiguous()",
     "is_floating_point": "{0}.is_floating_point()",
     # conversions
-    "Int": "int({0})", "Float": "float({0})", "Bool": "bool({0})", "IntImplicit": "int({0})",
-    "FloatImplicit": "float({0})", "ScalarImplicit": "{0}.item()", "item": "{0}.item()",
+    "Int": "int({0})", "Float": "float({0})", "Bool": "bool({0})", "IntImplicit": "_implicit({0}, 'int')",
+    "FloatImplicit": "_implicit({0}, 'float')", "ScalarImplicit": "_implicit({0}, 'scalar')", "item": "{0}.item()",
     "tensor": "_scalar_tensor({0}, {1}, {2}, {3})",
     "as_tensor.list": "_torch.as_tensor({0}, dtype=_dtype({1}), device={2})",
     "device": "_torch.device({args})",
     # scalar arithmetic (TorchScript's int / float semantics are Python's, except where noted)
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "floordiv": "({0} // {1})", "remainder": "({0} % {1})", "__mod__": "({0} % {1})",
-    "pow": "_pow({0}, {1})", "pow.int": "float(_pow({0}, {1}))", "neg": "(-{0})", "abs": "abs({0})",
-    "max": "max({args})", "min": "min({args})", "floor": "_math.floor({0})", "ceil": "_math.ceil({0})",
-    "sqrt": "_math.sqrt({0})", "log": "_math.log({0})", "exp": "_math.exp({0})", "round": "float(round({0}))",
-    "round.int": "float({0})", "isnan": "_math.isnan({0})", "isinf": "_math.isinf({0})",
+    "pow": "_pow({0}, {1})", "pow.int": "_number(_pow({0}, {1}), float)", "neg": "(-{0})", "abs": "abs({0})",
+    "max": "max({args})", "min": "min({args})", "floor": "_math_of('floor', {0})", "ceil": "_math_of('ceil', {0})",
+    "sqrt": "_math_of('sqrt', {0})", "log": "_math_of('log', {0})", "exp": "_math_of('exp', {0})",
+    "round": "_rounded({0})",
+    "round.int": "_number({0}, float)", "isnan": "_math_of('isnan', {0})", "isinf": "_math_of('isinf', {0})",
+    # number conversions of number-typed values (a tensor an implicit conversion kept stays one)
+    "Int.bool": "_number({0}, int)", "Int.float": "_number({0}, int)", "Int.Scalar": "_number({0}, int)",
+    "Float.int": "_number({0}, float)", "Float.bool": "_number({0}, float)", "Float.Scalar": "_number({0}, float)",
+    "Bool.int": "_number({0}, bool)", "Bool.float": "_number({0}, bool)",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
     "gt": "({0} > {1})", "ge": "({0} >= {1})", "__is__": "({0} is {1})", "__isnot__": "({0} is not {1})",
     "__not__": "(not {0})", "__and__": "({0} & {1})", "__or__": "({0} | {1})", "__xor__": "({0} ^ {1})",

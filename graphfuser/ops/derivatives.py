@@ -286,13 +286,17 @@ def _pow(d, a, g, out):
         else:
             grads["self"] = d.mul(d.mul(g, e), d.op("aten::pow", x, e - 1))
     if tensor_e:
-        ge = d.mul(d.mul(g, out), d.op("aten::log", x) if d.is_value(x) else math.log(x) if x > 0 else float("nan"))
+        # eager: grad * where(x == 0 and e >= 0, 0, out * log(x)): the gradient multiplies after
+        # the mask (an infinite or NaN grad stays NaN there), and log(0) is -inf
+        log_x = d.op("aten::log", x) if d.is_value(x) else \
+            math.log(x) if x > 0 else (-math.inf if x == 0 else float("nan"))
+        ge = d.mul(out, log_x)
         if d.is_value(x):
             cond = d.op("aten::logical_and", d.op("aten::eq", x, 0.0), d.op("aten::ge", e, 0.0))
             ge = d.where(cond, 0.0, ge)
         elif x == 0:
             ge = d.where(d.op("aten::ge", e, 0.0), 0.0, ge)
-        grads["exponent"] = ge
+        grads["exponent"] = d.mul(g, ge)
     return grads
 
 
@@ -459,6 +463,8 @@ def _log_softmax(d, a, g, out):
 # graph regenerates the keep mask inside its own kernel; no mask is stored.
 @derivative("philox_dropout")
 def _philox_dropout(d, a, g, out):
+    if a.get("train", True) is False:
+        return {"input": g}
     return {"input": d.op("graphfuser::dropout", g, a["p"], a["seed"], a["offset"])}
 
 

@@ -187,8 +187,60 @@ def _batch_norm(call: OpCall) -> Expr:
     if call.args.get("training"):
         return _normalize(call)[0]
     b, x = call.b, arg_expr(call, "input")
-    invstd = b.call("rsqrt", b.add(call.x("running_var"), call.const(call["eps"])))
+    if call.device_type == "cpu" and _cpu_fast_path(call):
+        return _batch_norm_folded(call, x)
+    rv = call.x("running_var")
+    rounding = _param_rounding(call)
+    if call.device_type != "cpu" or rounding is None:
+        invstd = b.call("rsqrt", b.add(rv, call.const(call["eps"])))
+    else:
+        # eager's CPU kernel for a non-contiguous operand computes invstd as tensor ops in the
+        # running variance's dtype: fp16 / bf16 round 1 / sqrt(var + eps) at every step (an eps
+        # of 1e-12 added to a zero fp16 variance is 0: invstd inf)
+        r = lambda e: b.call(rounding, e)  # noqa: E731
+        invstd = r(b.call("reciprocal", r(b.call("sqrt", r(b.add(rv, call.const(call["eps"])))))))
+    # (eager's CUDA kernel and its CPU kernel for non-contiguous operands)
     return _affine(call, b.mul(b.sub(x, call.x("running_mean")), invstd))
+
+
+_BN_OPERANDS = ("weight", "bias", "running_mean", "running_var")
+
+
+def _contiguous(t: TensorType, channels_last: bool = False) -> bool:
+    """Whether a profiled layout is torch-contiguous (or channels-last): size-1 dims aside, the
+    dims run outer to inner in order and each is dense."""
+    if t.stride_order is None or t.contiguity is None or t.sizes is None:
+        return True
+    dims = [d for d in range(len(t.sizes)) if t.sizes[d] != 1]
+    order = [d for d in ((0,) + tuple(range(2, len(t.sizes))) + (1,)) if d in dims] if channels_last else dims
+    return list(t.stride_order) == order and all(t.contiguity)
+
+
+def _cpu_fast_path(call: OpCall) -> bool:
+    """Whether eager's CPU batch norm takes its fast path here: the input contiguous or
+    channels-last and every per-channel operand contiguous (a stride-0 input or a stepped-slice
+    weight sends it down the general path, which computes differently)."""
+    x = call.types.get("input")
+    if x is not None and not (_contiguous(x) or (x.rank == 4 and _contiguous(x, channels_last=True))):
+        return False
+    return all(_contiguous(call.types[n]) for n in _BN_OPERANDS if n in call.types)
+
+
+def _param_rounding(call: OpCall) -> Optional[str]:
+    t = call.types.get("running_var")
+    return {torch.float16: "round_half", torch.bfloat16: "round_bf16"}.get(t.dtype) if t is not None else None
+
+
+def _batch_norm_folded(call: OpCall, x: Expr) -> Expr:
+    """eager's CPU fast path: the channel's terms folded first, x * alpha + beta with alpha =
+    invstd * weight and beta = bias - mean * alpha (in float for fp16 / bf16). Where the terms
+    overflow or meet an infinity this differs from (x - mean) * invstd * weight + bias (an
+    infinite weight: x * inf - mean * inf is NaN where x and mean share a sign)."""
+    b = call.b
+    invstd = b.call("rsqrt", b.add(call.x("running_var"), call.const(call["eps"])))
+    alpha = b.mul(invstd, call.x("weight")) if isinstance(call.args.get("weight"), Expr) else invstd
+    bias = call.x("bias") if isinstance(call.args.get("bias"), Expr) else call.const(0)
+    return b.add(b.mul(x, alpha), b.sub(bias, b.mul(call.x("running_mean"), alpha)))
 
 
 def _batch_norm_train(call: OpCall) -> tuple[Expr, Expr, Expr, Expr]:

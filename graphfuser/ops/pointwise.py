@@ -177,12 +177,19 @@ def _pow(call: OpCall) -> Expr:
     x = call.x("self")
     if not isinstance(e, Expr) and not isinstance(call["self"], Expr):
         return b.call("pow", x, call.x("exponent"))
+    base = call.participants.get("self")
+    cpu_half = call.device_type == "cpu" and base is not None and base.dtype == torch.float16
     if not isinstance(e, Expr):
         if call.compute in FLOAT_TYPES:
             special = {1: lambda: x, 2: lambda: b.mul(x, x), 3: lambda: b.mul(b.mul(x, x), x),
                        0.5: lambda: b.call("sqrt", x), -0.5: lambda: b.call("rsqrt", x),
                        -1: lambda: b.call("reciprocal", x), -2: lambda: b.call("reciprocal", b.mul(x, x)),
                        0: lambda: call.const(1)}
+            if cpu_half:
+                # eager's CPU kernel for float16 takes std::pow for every exponent: pow(-0, 0.5)
+                # is 0, sqrt(-0) -0; pow(-inf, -0.5) is 0, rsqrt(-inf) NaN (the other special
+                # cases agree with pow on every value)
+                del special[0.5], special[-0.5]
             if e in special:
                 return special[e]()
         elif e in (0, 1, 2, 3):
@@ -190,10 +197,9 @@ def _pow(call: OpCall) -> Expr:
             for _ in range(int(e)):
                 out = b.mul(out, x)
             return out
-    part, base = call.participants.get("exponent"), call.participants.get("self")
+    part = call.participants.get("exponent")
     if isinstance(e, Expr) and isinstance(call["self"], Expr) and call.compute in FLOAT_TYPES \
-            and part is not None and part.priority == "wrapped" \
-            and not (call.device_type == "cpu" and base is not None and base.dtype == torch.float16):
+            and part is not None and part.priority == "wrapped" and not cpu_half:
         # a run-time Python-number exponent: eager's pow(Tensor, Scalar) takes sqrt for 0.5 and
         # rsqrt for -0.5 (they differ from pow at -inf and -0: sqrt(-inf) is NaN, pow(-inf, 0.5)
         # inf); the other special cases (2, 3, -1, -2) agree with pow on every value. Eager's

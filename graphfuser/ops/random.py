@@ -37,8 +37,11 @@ def _dropout_mask(call: OpCall):
 
 
 def _dropout(call: OpCall):
-    """input * (keep ? 1 / (1 - p) : 0)"""
+    """input * (keep ? 1 / (1 - p) : 0); the input itself where ``train`` (a run-time flag
+    profiled as a constant, which the group's guard checks) is False"""
     b = call.b
+    if call.args.get("train") is False:
+        return b.cast(call["input"], call.out_dtype)
     factor = b.where(_dropout_mask(call), call.const(_keep_scale(call["p"])), call.const(0.0))
     return b.mul(call.x("input"), factor)
 
@@ -79,7 +82,9 @@ def dropout_mask(x: torch.Tensor, p: float, seed: int, offset: int) -> torch.Ten
     return _u(x, seed, offset) >= torch.tensor(p, dtype=torch.float32)
 
 
-def _eager_dropout(input, p, seed, offset):
+def _eager_dropout(input, p, seed, offset, train=True):
+    if not train:
+        return input        # eager's dropout outside training returns its input itself
     ct = torch.float64 if input.dtype == torch.float64 else torch.float32
     keep = dropout_mask(input, p, seed, offset)
     # (torch.full, not torch.tensor: a host-to-device copy synchronizes, which a CUDA graph
@@ -116,8 +121,11 @@ def _p_check(consts, parts) -> Optional[str]:
     return None
 
 
-register(OpRow("philox_dropout", ("graphfuser::dropout",), "pointwise", ("input", "p", "seed", "offset"),
-               "none", ("input",), consts=("p",), decomp=_dropout, eager=_eager_dropout, check=_p_check,
+# ``train``: a dropout whose flag is a run-time bool (``F.dropout(x, p, training)`` in a function
+# taking ``training``) keeps it as a fifth argument (passes/random.py); profiled as a constant it
+# specializes the group, whose guard sends a call with the other value to the fallback
+register(OpRow("philox_dropout", ("graphfuser::dropout",), "pointwise", ("input", "p", "seed", "offset", "train=True"),
+               "none", ("input",), consts=("p", "train"), decomp=_dropout, eager=_eager_dropout, check=_p_check,
                float_only=True, doc="dropout in training: input * keep / (1 - p), keep = philox uniform >= p"))
 register(OpRow("philox_native_dropout", ("graphfuser::native_dropout",), "pointwise",
                ("input", "p", "seed", "offset"), "none", ("input",), consts=("p",), decomp=_native_dropout,

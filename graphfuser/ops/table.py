@@ -9,12 +9,13 @@ pass asks ``fusible(node)`` and gets back ``None`` (ok) or a reason; lowering ca
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
 
 from ..ir.kir import FLOAT_TYPES, INT_TYPES, Expr, ExprBuilder, compute_dtype
+from ..ir.types import TensorType
 from .promotion import Participant, result_type
 
 KINDS = ("pointwise", "cast", "reduction", "normalization")
@@ -31,6 +32,10 @@ class OpCall:
     compute: torch.dtype            # dtype the row computes in (after promotion)
     b: ExprBuilder
     device_type: str = ""           # the node's device ("cpu", "cuda"; "" when not known)
+    # profiled types of the tensor arguments, by name: eager's kernels choose their arithmetic by
+    # layout in places (batch norm's CPU fast path needs contiguous operands), and a group's
+    # guard pins the layout it was lowered for
+    types: dict[str, TensorType] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         return self.args[name]

@@ -14,8 +14,15 @@ offset are run-time int arguments of the kernel, and the backward of a different
     aten::bernoulli(x, p: float)        -> graphfuser::bernoulli_p(x, p, seed, offset)
 
 Only forms with constant ``p`` and ``train`` and no explicit generator, dtype, layout or memory
-format are rewritten; anything else stays the aten op (eager's RNG, unfused). ``train`` read at
-run time (``F.dropout(x, p, self.training)``) stays too until it is a guarded constant.
+format are rewritten; anything else stays the aten op (eager's RNG, unfused). A dropout whose
+``train`` is a run-time bool (a function's ``training`` argument) becomes
+
+    aten::dropout(x, p, train)          -> graphfuser::dropout(x, p, seed, offset, train)
+
+whose row takes ``p`` and ``train`` as constants where every profiling run saw one value: the
+group is specialized for the flag it saw (the identity, or Philox's dropout), and its guard sends a
+call with the other value to the fallback, which runs the row's eager form with that value.
+(A module's ``self.training`` is specialized before this, by ``module_flags.py``.)
 """
 from __future__ import annotations
 
@@ -44,22 +51,35 @@ def _p(v: Value) -> Optional[float]:
     return float(p)
 
 
-def _target(node: Node) -> Optional[tuple[str, list[Value]]]:
-    """The random kind ``node`` becomes and its inputs before (seed, offset); None to keep it."""
+def _runtime_flag(v: Value) -> bool:
+    return not v.is_constant and v.type.name == "bool"
+
+
+def _runtime_p(v: Value) -> bool:
+    return _p(v) is not None or (not v.is_constant and v.type.name == "float")
+
+
+def _target(node: Node) -> Optional[tuple[str, list[Value], list[Value]]]:
+    """The random kind ``node`` becomes, its inputs before (seed, offset) and after them; None
+    to keep it."""
     ins = node.inputs
     if node.kind in ("aten::dropout", "aten::native_dropout") and len(ins) == 3:
         # (dropout with p = 0 returns its input itself: removed by _identity before this)
         if _const(ins[2]) is True and _p(ins[1]) is not None and \
                 not (node.kind == "aten::dropout" and _p(ins[1]) == 0.0):
-            return node.kind.replace("aten::", "graphfuser::"), [ins[0], ins[1]]
+            return node.kind.replace("aten::", "graphfuser::"), [ins[0], ins[1]], []
+        if node.kind == "aten::dropout" and _runtime_flag(ins[2]) and _runtime_p(ins[1]) and _p(ins[1]) != 0.0:
+            # a run-time flag (and maybe p): both become the row's constants where profiling
+            # saw one value, guarded; the row is the identity where the flag is False
+            return "graphfuser::dropout", [ins[0], ins[1]], [ins[2]]
         return None
     if node.kind == "aten::rand_like" and _all_none(ins[1:]):
-        return "graphfuser::rand_like", [ins[0]]
+        return "graphfuser::rand_like", [ins[0]], []
     if node.kind == "aten::bernoulli":
         if len(ins) == 2 and _all_none(ins[1:]):
-            return "graphfuser::bernoulli", [ins[0]]
+            return "graphfuser::bernoulli", [ins[0]], []
         if len(ins) == 3 and ins[1].type.name == "float" and _p(ins[1]) is not None and _all_none(ins[2:]):
-            return "graphfuser::bernoulli_p", [ins[0], ins[1]]
+            return "graphfuser::bernoulli_p", [ins[0], ins[1]], []
     return None
 
 
@@ -89,11 +109,12 @@ def _rewrite_block(block: Block) -> int:
         target = _target(node)
         if target is None:
             continue
-        kind, ins = target
+        kind, ins, after = target
         state = graph.create("graphfuser::philox_state", [node.inputs[0]], [Type("int"), Type("int")],
                              source=node.source)
         block.insert_before(node, state)
-        new = graph.create(kind, ins + list(state.outputs), [o.type for o in node.outputs], source=node.source)
+        new = graph.create(kind, ins + list(state.outputs) + after, [o.type for o in node.outputs],
+                           source=node.source)
         block.insert_before(node, new)
         for old, out in zip(node.outputs, new.outputs):
             for user, i in list(old.uses):
