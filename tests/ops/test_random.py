@@ -501,7 +501,7 @@ def _train_softmax_dropout(fn, x, m, seed: int, device: str):
 
 
 @pytest.mark.parametrize("fn", [_softmax_mask_dropout, _softmax_mid_dropout], ids=["last", "middle"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)   # (float64: the other random tests)
 @pytest.mark.parametrize("layout", ["dense", "transposed"])
 def test_softmax_mask_dropout_one_kernel_each_way(fn, dtype, layout, monkeypatch):
     """The training benchmark's softmax + mask + dropout: the dropout fuses into the softmax
