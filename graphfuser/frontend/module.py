@@ -69,7 +69,9 @@ class ScriptedModule(torch.nn.Module):
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ScriptedModule expects an nn.Module, got {type(module).__name__}")
         self.__dict__["_orig"] = module          # before nn.Module.__init__ sets ``training``
+        mode = module.training
         super().__init__()
+        module.training = mode                   # (which it set to True on the original)
         for name in _SHARED:
             shared = module.__dict__.get(name, getattr(module, name, None))
             if shared is not None:      # a ScriptModule keeps some of them elsewhere

@@ -213,3 +213,15 @@ def test_optimizer_and_checkpoint_round_trip():
         torch.testing.assert_close(a, b, **TOL)
     for a, b in zip(rescripted.parameters(), eager.parameters()):
         torch.testing.assert_close(a, b, **TOL)
+
+
+def test_scripting_keeps_the_modules_mode():
+    """Wrapping a module in eval mode leaves it in eval mode (its forward's eval branch runs)."""
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).eval()
+    sm = graphfuser.script(m)
+    assert not m.training and not sm.training
+    x = torch.randn(3, 4)
+    for _ in range(3):
+        torch.testing.assert_close(sm(x), m(x))
+    m2 = torch.nn.Linear(4, 4).train()
+    assert graphfuser.script(m2).training and m2.training
