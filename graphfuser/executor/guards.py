@@ -62,7 +62,15 @@ def _layout_checks(i: int, t: TensorType) -> list[str]:
 def _value_check(k: int, value: Any, ns: dict) -> str:
     if value is None:
         return f"y{k} is None"
-    if isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+    if isinstance(value, bool):
+        return f"y{k} is {value!r}"          # (1 == True: an int must not pass for a bool)
+    if isinstance(value, int):
+        return f"(y{k} == {value!r} and y{k}.__class__ is int)"
+    if isinstance(value, float) and value == 0.0:
+        # 0.0 == -0.0: the sign of a zero the kernel holds as a constant is checked too
+        ns["_copysign"] = math.copysign
+        return f"(y{k} == 0.0 and _copysign(1.0, y{k}) == {math.copysign(1.0, value)!r})"
+    if isinstance(value, float) and math.isfinite(value):
         return f"y{k} == {value!r}"
     ns[f"_v{k}"] = value     # lists, dtypes, non-finite floats: compared with a bound copy
     return f"y{k} == _v{k}"

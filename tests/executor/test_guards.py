@@ -333,3 +333,22 @@ def test_parameters_under_no_grad_do_not_require_grad():
     torch.testing.assert_close(y, m(x))
     with torch.no_grad():
         torch.testing.assert_close(sf(x), m(x))
+
+
+def test_profiled_scalar_checks_tell_signed_zeros_and_bools_apart():
+    """A kernel holding 0.0 must not take -0.0 (nor -0.0 take 0.0), and one holding 1 must not
+    take True: each differs from the other in some op (1 / x, a bool's type promotion)."""
+    import math
+
+    from graphfuser.executor.guards import _value_check
+
+    def passes(value, probe):
+        ns: dict = {}
+        return eval(_value_check(0, value, ns), dict(ns, y0=probe))
+
+    assert passes(0.0, 0.0) and not passes(0.0, -0.0)
+    assert passes(-0.0, -0.0) and not passes(-0.0, 0.0)
+    assert passes(True, True) and not passes(True, 1)
+    assert passes(1, 1) and not passes(1, True)
+    assert passes(2.5, 2.5) and not passes(2.5, 2.0)
+    assert passes(math.inf, math.inf) and not passes(math.inf, -math.inf)
