@@ -297,8 +297,8 @@ def test_scalar_used_pointwise_elsewhere_stays_a_runtime_argument():
 def test_guard_source_checks_values_first():
     t = TensorType.of(torch.rand(4, 8))
     src, ns = guard_source([t], 2, values=[-1, True, [0, 1], torch.float64, None, 1e-5])
-    assert src.startswith("def guard(x0, y0, y1, y2, y3, y4, y5):\n    return (y0 == -1 and\n")
-    assert "y1 == True" in src and "y2 == _v2" in src and "y3 == _v3" in src and "y4 is None" in src
+    assert src.startswith("def guard(x0, y0, y1, y2, y3, y4, y5):\n    return ((y0 == -1 and y0.__class__ is int) and\n")
+    assert "y1 is True" in src and "y2 == _v2" in src and "y3 == _v3" in src and "y4 is None" in src
     assert "y5 == 1e-05" in src
     assert ns["_v2"] == [0, 1] and ns["_v3"] is torch.float64
     plain, _ = guard_source([t], 2)
