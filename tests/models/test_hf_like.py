@@ -64,7 +64,7 @@ def test_training_gradients(name):
     m = MODELS[name](Config(layers=1, dropout=0.0)).train()
     ref = copy.deepcopy(m)
     c = torch.compile(m, backend=graphfuser_backend)
-    for step in range(3):
+    for step in range(4):        # profiling (an attention rewrite adds one call), then fused
         ids, mask = inputs(2, 8, seed=step)
         out = first(c(ids, mask))
         expected = first(ref(ids, mask))
