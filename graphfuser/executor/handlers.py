@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import torch
 
 from ..ir.graph import Node
-from ..ops.aten import PRIM_TEMPLATES, AtenCall, resolve_aten
+from ..ir.implicit import reads_implicit_tensor
+from ..ops.aten import PRIM_TEMPLATES, AtenCall, implicit_number, op_packet, resolve_aten
 
 if TYPE_CHECKING:
     from .hostgen import _Gen
@@ -249,11 +250,34 @@ def _python_op(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     gen.assign(node, indent, expr)
 
 
+def _implicit_call(node: Node, call: AtenCall, a: list[str], gen: "_Gen") -> tuple[AtenCall, list[str]]:
+    """A node that reads a number that may be a tensor an implicit conversion handed on
+    (``ir/implicit.py``). An overload with one result runs through the op's packet, which picks
+    the overload by the run-time types, as the Python program's call does (``mul.Scalar`` becomes
+    ``mul.Tensor``, ``sin.int`` ``sin``); arguments with a default go by name (``add.Scalar``'s
+    ``alpha`` is ``add.Tensor``'s keyword). An overload with several results is another op than
+    the Python call's (``torch.max(t, s)`` typed ``max.dim``, ``s`` the dim): there the tensor
+    becomes the number TorchScript's conversion makes of it, or raises as it does."""
+    op = call.op
+    if not isinstance(op, torch._ops.OpOverload) or op_packet(node.kind) is None:
+        return call, a
+    args = op._schema.arguments
+    if len(op._schema.returns) == 1:
+        names = tuple(x.name if x.kwarg_only or x.has_default_value() else None for x in args)
+        return AtenCall(op=op_packet(node.kind), kwarg_names=names), a
+    conv = gen.bind(implicit_number, "num")
+    a = [f"{conv}({s}, {str(args[i].type)!r})" if i < len(args) and v in gen.implicit else s
+         for i, (s, v) in enumerate(zip(a, node.inputs))]
+    return call, a
+
+
 def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     call = node.schema if isinstance(node.schema, AtenCall) else \
         resolve_aten(node.kind, None, any(v.type.is_tensor for v in node.inputs))
     if call is None:
         raise RuntimeError(f"cannot execute {node.where()}")
+    if call.template is None and reads_implicit_tensor(node, gen.implicit):
+        call, a = _implicit_call(node, call, a, gen)
     if call.template is not None:
         expr = gen.fill(call.template, a)
     else:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..ir.graph import Block, Graph, Node, Value
+from ..ir.implicit import implicit_tensors
 from ..ops.aten import DTYPE_CODES, RUNTIME
 from .handlers import handler_for
 
@@ -59,6 +60,8 @@ class _Gen:
         # the live nn.Module behind a value (the root module and its GetAttr chains): tells the
         # GetAttr handler which of the module's dicts holds an attribute
         self.live: dict[Value, Any] = {}
+        # number-typed values that may hold a tensor an implicit conversion handed on
+        self.implicit: frozenset[Value] = frozenset()
 
     def var(self, v: Value) -> str:
         if v not in self.names:
@@ -165,6 +168,7 @@ def build_program(graph: Graph, name: str = "forward",
     then read from the dict that holds them, not through ``nn.Module.__getattr__`` (0.5 us each).
     """
     gen = _Gen(special, profiler is not None, scalars)
+    gen.implicit = implicit_tensors(graph)
     if module is not None and graph.inputs:
         gen.live[graph.inputs[0]] = module
     params = [gen.var(v) for v in graph.inputs]

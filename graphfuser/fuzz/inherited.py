@@ -15,6 +15,7 @@ a program computes before graphfuser sees it:
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import warnings
@@ -75,6 +76,91 @@ def ints_run(case: dict, call: int, device: str, workdir: str, tag: str) -> Any:
             return _flat(fn(*args)), args
     except Exception as e:  # noqa: BLE001
         return e
+
+
+def _dead_statements_dropped(source: str) -> str:
+    """``source`` without its unused pure statements (``vK = expr`` whose ``vK`` nothing reads
+    later, ``expr`` calling no in-place method), to a fixed point: the program TorchScript's
+    frontend keeps (it drops unused ops before graphfuser sees the graph)."""
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    changed = True
+    while changed:
+        changed = False
+        for i, st in enumerate(fn.body):
+            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+                continue
+            name = st.targets[0].id
+            later = fn.body[i + 1:]
+            read = any(isinstance(n, ast.Name) and n.id == name for s2 in later for n in ast.walk(s2))
+            in_place = any(isinstance(n, ast.Attribute) and n.attr.endswith("_") and not n.attr.startswith("_")
+                           for n in ast.walk(st.value))
+            if not read and not in_place:
+                del fn.body[i]
+                changed = True
+                break
+    return ast.unparse(tree)
+
+
+def pruned_run(case: dict, call: int, device: str, workdir: str, tag: str) -> Any:
+    """Eager's (outputs, inputs after the call) of the case without its unused pure statements
+    (bools as ints too when it has bool scalars), or None where it changes nothing or raises:
+    eager raised on an op TorchScript drops (an unused ``amin`` of an empty dim, ``ceil`` of a
+    bool), where TorchScript's own function may raise on something else (an implicit conversion
+    of a tensor that is not 0-dim, which graphfuser keeps as the Python program does)."""
+    for variant in ([case, bools_as_ints(case)] if has_bool_scalars(case) else [case]):
+        src = _dead_statements_dropped(variant["source"])
+        if ast.dump(ast.parse(src)) == ast.dump(ast.parse(variant["source"])):
+            continue
+        try:
+            fn = load(src, os.path.join(workdir, f"case_{tag}_pruned.py"))
+            args = make_args(variant, call, device)
+            with autocast_of(case, device):
+                return _flat(fn(*args)), args
+        except Exception:  # noqa: BLE001 - the pruned program raises too: nothing explained
+            continue
+    return None
+
+
+def scripted_ints_answer(case: dict, call: int, device: str, workdir: str, tag: str) -> bool:
+    """Does ``torch.jit.script`` answer (not raise) for the case with its bools as ints, on this
+    call's inputs? Both frontend rewrites at once: eager raises on an op or an in-place write
+    TorchScript drops (``v.sigmoid_()`` of a dead bool ``v``) in a case whose ``bool(1) * t`` makes
+    TorchScript's own function raise on the implicit conversion of a tensor that is not 0-dim
+    (graphfuser keeps the tensor, as eager does)."""
+    ints = bools_as_ints(case)
+    try:
+        fn = load(ints["source"], os.path.join(workdir, f"case_{tag}_ints.py"))
+        args = make_args(ints, call, device)
+    except Exception:  # noqa: BLE001 - no such program: nothing explained
+        return False
+    return scripted_answer(fn, args, autocast_of(case, device)) is not None
+
+
+def scripted_run(fn: Callable, case: dict, call: int, device: str) -> Any:
+    """``torch.jit.script``'s own (outputs, inputs after the call) on this call's inputs, or None."""
+    args = make_args(case, call, device)
+    outs = scripted_answer(fn, args, autocast_of(case, device))
+    return None if outs is None else (_flat(outs), args)
+
+
+def scripted_raises_alike(fn: Callable, case: dict, call: int, device: str, err: BaseException) -> bool:
+    """Does ``torch.jit.script``'s own function raise ``err``'s message on this call's inputs
+    (graphfuser answered as TorchScript: a tensor typed as a number where TorchScript's schema
+    matching chose another op, ``torch.max(t, s)`` as ``max.dim``)?"""
+    try:
+        with warnings.catch_warnings(), torch.jit.optimized_execution(False):
+            warnings.simplefilter("ignore")
+            scripted = torch.jit.script(fn)
+            with autocast_of(case, device):
+                scripted(*make_args(case, call, device))
+    except Exception as e:  # noqa: BLE001
+        first = str(err).splitlines()[0] if str(err) else ""
+        # (the implicit conversion's errors are one family: TorchScript checks the tensor it
+        # converts, graphfuser the one it hands on to the op, ``ops/aten.implicit_number``)
+        family = "Cannot input a tensor"
+        return bool(first) and (first in str(e) or first.startswith(family) and family in str(e))
+    return False
 
 
 def agrees_with_ints(case: dict, call: int, device: str, workdir: str, tag: str, outs: list, args: list,

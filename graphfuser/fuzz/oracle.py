@@ -182,6 +182,21 @@ def _emulating() -> bool:
         return False
 
 
+def _agrees_with(run: Any, outs: list, args: list, low_eps: float) -> bool:
+    """Are graphfuser's outputs and inputs after the call (``outs``, ``args``) the answer ``run``
+    (a ``(outputs, inputs)`` pair, or None: no answer)?"""
+    if run is None or len(run[0]) != len(outs):
+        return False
+    for g, e in list(zip(outs, run[0])) + list(zip(args, run[1])):
+        if isinstance(e, torch.Tensor) != isinstance(g, torch.Tensor):
+            return False
+        if isinstance(e, torch.Tensor) and compare_tensor(g, e, None, low_eps, check_strides=False) is not None:
+            return False
+        if not isinstance(e, torch.Tensor) and g != e:
+            return False
+    return True
+
+
 def _torchscript_answers(fn, case: dict, call: int, device: str) -> bool:
     """Does torch.jit.script's own function return (not raise) on this call's inputs, when it has
     run the calls before it too? Then an error eager raises was lost before graphfuser saw the
@@ -294,6 +309,16 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                                        "detail": f"eager raised {type(err_e).__name__}; with the bools as ints it "
                                                  "answers as graphfuser does"})
                     continue
+                if _agrees_with(_ts.pruned_run(case, call, device, workdir, tag), _flat(out_g), ga, low_eps):
+                    deviations.append({"deviation": "torchscript_semantics", "call": call,
+                                       "detail": f"eager raised {type(err_e).__name__} on an op torch.jit.script "
+                                                 "drops; without its unused statements eager answers as graphfuser"})
+                    continue
+                if _ts.has_bool_scalars(case) and _ts.scripted_ints_answer(case, call, device, workdir, tag):
+                    deviations.append({"deviation": "torchscript_semantics", "call": call,
+                                       "detail": f"eager raised {type(err_e).__name__} on an op torch.jit.script "
+                                                 "drops; its function answers with the bools as ints"})
+                    continue
                 findings.append({"category": "missing_error", "call": call,
                                  "detail": f"eager raised {type(err_e).__name__}: {str(err_e).splitlines()[0][:300]}"})
                 continue
@@ -302,6 +327,10 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                         isinstance(_ts.ints_run(case, call, device, workdir, tag), Exception):
                     deviations.append({"deviation": "torchscript_bool_scalar", "call": call,
                                        "detail": f"raised {type(err_g).__name__}, as eager does with the bools as ints"})
+                    continue
+                if err_e is None and _ts.scripted_raises_alike(fn, case, call, device, err_g):
+                    deviations.append({"deviation": "torchscript_semantics", "call": call,
+                                       "detail": f"raised {type(err_g).__name__}, as torch.jit.script's function does"})
                     continue
                 if err_e is None:
                     msg = f"{type(err_g).__name__}: {str(err_g).splitlines()[0][:400] if str(err_g) else ''}"
@@ -336,6 +365,11 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                       for k, (spec, g, e, ra) in enumerate(zip(case["inputs"], ga, ea, ref_args))
                       if isinstance(e, torch.Tensor)]
             rounded: list = []
+            if len(fo) != len(fe) and _agrees_with(_ts.scripted_run(fn, case, call, device), fo, ga, low_eps):
+                deviations.append({"deviation": "torchscript_semantics", "call": call,
+                                   "detail": f"{len(fo)} outputs where eager has {len(fe)}: torch.jit.script's "
+                                             "function answers so (its schema matching chose another op)"})
+                continue
             if len(fo) != len(fe):
                 findings.append({"category": "wrong_shape", "call": call,
                                  "detail": f"{len(fo)} outputs vs eager {len(fe)}"})

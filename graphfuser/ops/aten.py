@@ -98,6 +98,25 @@ def _implicit(x: Any, kind: str) -> Any:
     return x
 
 
+def implicit_number(x: Any, type_name: str) -> Any:
+    """TorchScript's own implicit conversion of a tensor to the number a schema argument of type
+    ``type_name`` (``int``, ``float``, ``Scalar``) takes: a 0-dim tensor's value, else its error."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.requires_grad:
+        raise RuntimeError("Cannot input a tensor that requires grad as a scalar argument")
+    if x.dim() != 0:
+        raise RuntimeError("Cannot input a tensor of dimension other than 0 as a scalar argument")
+    if type_name == "int" and (x.is_floating_point() or x.is_complex()):
+        raise RuntimeError(f"Cannot input a tensor of type {_SCALAR_TYPE_NAMES.get(x.dtype, x.dtype)} "
+                           "as an integral argument")
+    return x.item()
+
+
+_SCALAR_TYPE_NAMES = {torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float32: "Float",
+                      torch.float64: "Double", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+
+
 def _number(x: Any, kind: type) -> Any:
     """``aten::Int`` / ``Float`` / ``Bool`` of a number-typed value: a tensor that an implicit
     conversion handed on (``_implicit``) stays the tensor, as in the Python program, where
@@ -250,7 +269,7 @@ def _template_key(name: str, overload: str, arg_types: list[str]) -> Optional[st
     return None
 
 
-def _op_packet(kind: str) -> Any:
+def op_packet(kind: str) -> Any:
     ns, _, name = kind.partition("::")
     try:
         return getattr(getattr(torch.ops, ns), name)
@@ -275,7 +294,7 @@ def resolve_aten(kind: str, schema: Optional[str], tensor_args: Optional[bool] =
             row = lookup(kind)
             if row is not None and row.eager is not None:
                 return AtenCall(op=row.eager)      # called with schema-order positional args
-        packet = _op_packet(kind)
+        packet = op_packet(kind)
         if packet is None:
             return None
         # (backward graphs' view ops: unsqueeze through its binding, not the packet, which
@@ -290,7 +309,7 @@ def resolve_aten(kind: str, schema: Optional[str], tensor_args: Optional[bool] =
         return AtenCall(template=PY_TEMPLATES[key], schema=schema)
     if "..." in schema[:schema.rindex("->")]:
         return None  # a vararg schema (e.g. aten::percentFormat): its OpOverload takes no extra args
-    packet = _op_packet(kind)
+    packet = op_packet(kind)
     if packet is None:
         return None
     try:

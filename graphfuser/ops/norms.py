@@ -190,8 +190,16 @@ def _batch_norm(call: OpCall) -> Expr:
     if call.device_type == "cpu" and _cpu_fast_path(call):
         return _batch_norm_folded(call, x)
     rv = call.x("running_var")
+    if call.device_type != "cpu":
+        # eager's CUDA kernels (Normalization.cu, every layout): (x - mean) * weight * invstd + bias,
+        # the weight before the invstd (near float's max the order decides what overflows)
+        y = b.sub(x, call.x("running_mean"))
+        if isinstance(call.args.get("weight"), Expr):
+            y = b.mul(y, call.x("weight"))
+        y = b.mul(y, b.call("rsqrt", b.add(rv, call.const(call["eps"]))))
+        return b.add(y, call.x("bias")) if isinstance(call.args.get("bias"), Expr) else y
     rounding = _param_rounding(call)
-    if call.device_type != "cpu" or rounding is None:
+    if rounding is None:
         invstd = b.call("rsqrt", b.add(rv, call.const(call["eps"])))
     else:
         # eager's CPU kernel for a non-contiguous operand computes invstd as tensor ops in the
@@ -199,7 +207,7 @@ def _batch_norm(call: OpCall) -> Expr:
         # of 1e-12 added to a zero fp16 variance is 0: invstd inf)
         r = lambda e: b.call(rounding, e)  # noqa: E731
         invstd = r(b.call("reciprocal", r(b.call("sqrt", r(b.add(rv, call.const(call["eps"])))))))
-    # (eager's CUDA kernel and its CPU kernel for non-contiguous operands)
+    # (eager's CPU kernel for non-contiguous operands)
     return _affine(call, b.mul(b.sub(x, call.x("running_mean")), invstd))
 
 

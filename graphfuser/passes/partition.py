@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 from ..config import config
 from ..ir.clone import clone_node
 from ..ir.graph import Block, Graph, Node, Value
+from ..ir.implicit import implicit_tensors, reads_implicit_tensor
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import fusible, lookup
@@ -79,9 +80,11 @@ def group_kind(device_type: str) -> str:
 
 
 class _BlockPartition:
-    def __init__(self, block: Block, aliases: Optional[AliasSets] = None) -> None:
+    def __init__(self, block: Block, aliases: Optional[AliasSets] = None,
+                 implicit: frozenset[Value] = frozenset()) -> None:
         self.block = block
         self.aliases = aliases
+        self.implicit = implicit
         self.nodes = list(block.nodes)
         self.index = {n: i for i, n in enumerate(self.nodes)}
         self.succ: dict[Node, set[Node]] = {n: set() for n in self.nodes}
@@ -200,6 +203,9 @@ class _BlockPartition:
             return f"{node.kind} is a skipped node kind (set_skip_node_kind)"
         if node.kind == "prim::Constant" or not (node.kind.startswith("aten::") or lookup(node.kind)):
             return ""
+        if reads_implicit_tensor(node, self.implicit):
+            return ("a number input may hold the tensor of an implicit conversion (ir/implicit.py); "
+                    "a kernel's scalar argument is a number")
         out = node.outputs[0].type if len(node.outputs) == 1 else None
         if isinstance(out, TensorType) and out.device is not None:
             if out.device.type == "cpu" and not config.fuse_cpu:
@@ -525,12 +531,12 @@ def _returned(block: Block, v: Value) -> bool:
     return v in block.returns
 
 
-def _partition_block(block: Block, aliases: AliasSets) -> list[Node]:
+def _partition_block(block: Block, aliases: AliasSets, implicit: frozenset[Value]) -> list[Node]:
     made = []
     for n in list(block.nodes):
         for b in n.blocks:
-            made += _partition_block(b, aliases)
-    groups = _BlockPartition(block, aliases).run()
+            made += _partition_block(b, aliases, implicit)
+    groups = _BlockPartition(block, aliases, implicit).run()
     if groups:
         made += _materialize(block, groups)
     return made
@@ -551,7 +557,7 @@ def partition(graph: Graph) -> list[Node]:
     read_shapes_from_sources(graph)
     read_counts_from_sources(graph)
     dce(graph)
-    made = _partition_block(graph.block, AliasSets(graph))
+    made = _partition_block(graph.block, AliasSets(graph), implicit_tensors(graph))
     restore_unfused(graph)
     restore_unfused_bias(graph)
     return made
