@@ -84,10 +84,22 @@ def _dead_statements_dropped(source: str) -> str:
     frontend keeps (it drops unused ops before graphfuser sees the graph)."""
     tree = ast.parse(source)
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    # values an operator made (``v = a ^ b``): fresh tensors, no alias of an input, so an in-place
+    # write into one that nothing reads after it is dead too (TorchScript's executor drops it)
+    fresh = {st.targets[0].id for st in fn.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+             and isinstance(st.targets[0], ast.Name) and isinstance(st.value, (ast.BinOp, ast.Compare, ast.UnaryOp))}
     changed = True
     while changed:
         changed = False
         for i, st in enumerate(fn.body):
+            if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and \
+                    isinstance(st.value.func, ast.Attribute) and isinstance(st.value.func.value, ast.Name) and \
+                    st.value.func.value.id in fresh and st.value.func.attr.endswith("_"):
+                name = st.value.func.value.id
+                if not any(isinstance(n, ast.Name) and n.id == name for s2 in fn.body[i + 1:] for n in ast.walk(s2)):
+                    del fn.body[i]
+                    changed = True
+                    break
             if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
                 continue
             name = st.targets[0].id

@@ -70,6 +70,13 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (which of NaN and inf eager gives depends on its reduction's order of the elements)",
         "when_on": "",
     },
+    "rms_norm_inf_row": {
+        "what": "an rms_norm row holding an inf on CUDA: eager's fused CUDA kernel makes the whole row NaN "
+                "(in float64 too); its mean square is inf, its rsqrt 0, and x * 0 is 0 for every finite x, "
+                "which graphfuser gives, as eager's CPU kernel does",
+        "knob": "none (eager's CUDA kernel; 0 is the value of its formula and of eager on the CPU)",
+        "when_on": "",
+    },
     "eager_overflow": {
         "what": "eager's value is not finite where the float64 reference is (an fp16 product or exp past "
                 "65504, or a product that underflowed to 0 times an inf): eager's precision gives no value "
@@ -117,6 +124,24 @@ def welford_inf(ops: Sequence[str], g: Any, e: Any, judge: Any) -> bool:
         return False
     g2 = torch.where(odd, e, g.detach())
     return judge(g2) is None
+
+
+def rms_norm_inf_row(ops: Sequence[str], args: Sequence[Any], fn: Any, g: Any, e: Any, judge: Any) -> bool:
+    """The ``rms_norm_inf_row`` deviation: the graph has an rms_norm, ``g`` differs from eager's CUDA
+    ``e`` only where ``e`` is NaN, and there ``g`` is eager's CPU answer on the same inputs."""
+    if "rms_norm" not in ops or not g.is_floating_point() or g.shape != e.shape or g.device.type != "cuda":
+        return False
+    odd = e.isnan() & ~g.isnan()
+    if not bool(odd.any()) or judge(torch.where(odd, e, g.detach())) is not None:
+        return False
+    try:
+        cpu = fn(*[a.detach().cpu().clone() if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:  # noqa: BLE001 - no CPU answer: the finding stands
+        return False
+    outs = list(cpu) if isinstance(cpu, (tuple, list)) else [cpu]
+    return any(isinstance(c, torch.Tensor) and c.shape == g.shape and
+               bool(((c[odd.cpu()].float() - g.detach().cpu()[odd.cpu()].float()).abs() <= 1e-2).all())
+               for c in outs)
 
 
 # (class name in issue 10, categories, ops or None for any op; "alias:*" matches every alias statement)

@@ -24,7 +24,7 @@ from . import inherited as _ts
 from .inputs import DTYPE, _flat, autocast_of, load, make_args, make_tensor  # noqa: F401 - also read from here
 from . import judge64
 from .grads import check_grads
-from .known import DEVIATIONS, eager_launch_failure_on_empty, welford_inf
+from .known import DEVIATIONS, eager_launch_failure_on_empty, rms_norm_inf_row, welford_inf
 from .reference import ExactMoments, PerturbedIntermediates, RoundedIntermediates, spread_patched
 
 # Tight margin of graphfuser against eager, in units of the output dtype's epsilon.
@@ -397,6 +397,11 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                         case["ops"], g, e, lambda g2: compare_tensor(g2, e, r if isinstance(r, torch.Tensor) else None,
                                                                      low_eps, check_strides=False, ref_floor=floor)):
                     cat = "welford_inf"
+                if cat == "wrong_value" and device == "cuda" and rms_norm_inf_row(
+                        case["ops"], make_args(case, call, device), fn, g, e,
+                        lambda g2: compare_tensor(g2, e, r if isinstance(r, torch.Tensor) else None,
+                                                  low_eps, check_strides=False, ref_floor=floor)):
+                    cat = "rms_norm_inf_row"
                 if cat in DEVIATIONS:
                     deviations.append({"deviation": cat, "call": call, "detail": f"{what}: {detail}"})
                     continue

@@ -344,7 +344,10 @@ def _running_stats_grads(d, a, g) -> dict:
     gw = g if w is None else d.mul(g, _channel(d, w, rank))
     xc = d.sub(x, rm)
     return {"input": d.mul(gw, rstd),
-            "weight": Exact(d.op("aten::sum", d.mul(g, d.mul(xc, rstd)), param_dims, False)),
+            # sum(g * (x - rm)) * invstd, as eager's kernels (the sum first: near float's max,
+            # per-element products past it would meet as inf - inf)
+            "weight": Exact(d.mul(d.op("aten::sum", d.mul(g, xc), param_dims, False),
+                                  d.op("aten::rsqrt", d.add(a["running_var"], a["eps"])))),
             "bias": Exact(d.op("aten::sum", g, param_dims, False)),
             "running_mean": Exact(d.neg(d.op("aten::sum", d.mul(gw, rstd), param_dims, False))),
             "running_var": Exact(d.op("aten::sum", d.mul(d.mul(gw, xc), d.mul(d.op("aten::pow", rstd, 3), -0.5)),
