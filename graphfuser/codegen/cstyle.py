@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from .dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from ..ir.kir import PRIMS, Call, Cast, Const, Kernel, LinearIndex, Load, ScalarArg
+from ..ir.kir import Call, Cast, Const, Kernel, LinearIndex, Load, ScalarArg, prim_text
 from .schedule import IExpr, LoopNest, ParallelType, ScheduleError, iconst, iop, ivar
 
 
@@ -329,7 +329,7 @@ def _body(em: _Emitter, kernel: Kernel, offsets: list[IExpr], ix, V: Optional[in
             text = cast_text(names[id(e.arg)], e.arg.dtype, e.dtype)
         else:
             assert isinstance(e, Call)
-            text = PRIMS[e.op][1].format(*[names[id(a)] for a in e.args])
+            text = prim_text(e.op, e.dtype, [names[id(a)] for a in e.args])
         name = f"e{n}"
         em(f"const {ct} {name} = {text};")
         names[id(e)] = name

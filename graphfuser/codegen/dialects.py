@@ -61,6 +61,14 @@ template <typename T> GF_FN bool gf_isinf(T x) { return x == x && (x - x) != (x 
 template <typename T> GF_FN bool gf_isfinite(T x) { return (x - x) == (x - x); }
 GF_FN bool gf_signbit(float x) { return signbit(x); }
 GF_FN bool gf_signbit(double x) { return signbit(x); }
+GF_FN int gf_wrap_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+GF_FN int gf_wrap_sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+GF_FN int gf_wrap_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+GF_FN int gf_wrap_neg(int a) { return (int)(0u - (unsigned)a); }
+GF_FN long long gf_wrap_add(long long a, long long b) { return (long long)((unsigned long long)a + (unsigned long long)b); }
+GF_FN long long gf_wrap_sub(long long a, long long b) { return (long long)((unsigned long long)a - (unsigned long long)b); }
+GF_FN long long gf_wrap_mul(long long a, long long b) { return (long long)((unsigned long long)a * (unsigned long long)b); }
+GF_FN long long gf_wrap_neg(long long a) { return (long long)(0ull - (unsigned long long)a); }
 GF_FN float gf_fma(float a, float b, float c) { return fmaf(a, b, c); }
 GF_FN double gf_fma(double a, double b, double c) { return fma(a, b, c); }
 // Philox4x32-10 (Salmon et al., SC'11): a counter-based generator. The random number of an

@@ -22,6 +22,20 @@ FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INT_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
+# Signed 32 / 64-bit add, sub, mul and neg wrap around as eager's do (two's complement): in C a
+# signed overflow is undefined, and compilers use that (``x * x >= 0``), so these go through
+# the unsigned type in ``gf_wrap_*`` (each dialect's shared prelude).
+_WRAPPED = {"add": "gf_wrap_add({0}, {1})", "sub": "gf_wrap_sub({0}, {1})", "mul": "gf_wrap_mul({0}, {1})",
+            "neg": "gf_wrap_neg({0})"}
+
+
+def prim_text(op: str, dtype: torch.dtype, args: list[str]) -> str:
+    """The C text of primitive ``op`` computing in ``dtype`` on argument texts ``args``."""
+    if dtype in (torch.int32, torch.int64) and op in _WRAPPED:
+        return _WRAPPED[op].format(*args)
+    return PRIMS[op][1].format(*args)
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype arithmetic runs in: fp16 and bf16 compute in fp32 (torch's "opmath")."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype

@@ -41,8 +41,8 @@ import torch
 
 from ..cstyle import RenderOptions, _Emitter, c_literal, cast_text, signature
 from ..dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
-from ...ir.kir import (PRIMS, Call, Cast, Const, EdgeIndex, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
-                  ScalarArg)
+from ...ir.kir import (Call, Cast, Const, EdgeIndex, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
+                  ScalarArg, prim_text)
 from .lower import ReductionKernel
 from .blocks import SumBlocks
 from .columns import ColumnSums
@@ -169,7 +169,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums):
         if isinstance(e, Cast):
             return cast_text(names[id(e.arg)], e.arg.dtype, e.dtype)
         assert isinstance(e, Call), e
-        return PRIMS[e.op][1].format(*[names[id(a)] for a in e.args])
+        return prim_text(e.op, e.dtype, [names[id(a)] for a in e.args])
 
     def base_names(self, lane: str) -> dict[int, str]:
         names = {id(e): c_literal(e.value, e.dtype) for e in self.exprs if isinstance(e, Const)}
