@@ -126,9 +126,14 @@ def _number(x: Any, kind: type) -> Any:
 
 def _math(name: str, x: Any) -> Any:
     """A scalar ``aten::sqrt`` / ``log`` / ``floor`` ... : ``math``'s for numbers, torch's for a
-    tensor an implicit conversion handed on."""
+    tensor an implicit conversion handed on. Outside their domain TorchScript's (C's) ``log`` and
+    ``sqrt`` give -inf / NaN where ``math`` raises."""
     if isinstance(x, torch.Tensor):
         return getattr(torch, name)(x)
+    if name == "log" and not x > 0:
+        return -math.inf if x == 0 else math.nan
+    if name == "sqrt" and x < 0:
+        return math.nan
     return getattr(math, name)(x)
 
 

@@ -292,7 +292,10 @@ def _pow(d, a, g, out):
             math.log(x) if x > 0 else (-math.inf if x == 0 else float("nan"))
         ge = d.mul(out, log_x)
         if d.is_value(x):
-            cond = d.op("aten::logical_and", d.op("aten::eq", x, 0.0), d.op("aten::ge", e, 0.0))
+            # (a run-time number base is compared as a tensor of the exponent's shape; its log
+            # stays a number, computed in double as eager's Scalar::log)
+            xc = x if x.type.is_tensor else d.broadcast(x, e)
+            cond = d.op("aten::logical_and", d.op("aten::eq", xc, 0.0), d.op("aten::ge", e, 0.0))
             ge = d.where(cond, 0.0, ge)
         elif x == 0:
             ge = d.where(d.op("aten::ge", e, 0.0), 0.0, ge)

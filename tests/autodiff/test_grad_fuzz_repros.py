@@ -72,6 +72,24 @@ def test_pow_with_a_run_time_number_exponent():
         torch.testing.assert_close(a.grad, b.grad, **F32)
 
 
+def _number_base(x, s: float):
+    return s ** (x * 1.0) * 2.0
+
+
+@pytest.mark.parametrize("bases", [(0.5, 0.5, 0.5, -0.0), (-1.25, -1.25, -1.25, 0.5), (0.0, 0.0, 0.0, 2.0)])
+def test_pow_with_a_run_time_number_base(bases):
+    # fuzz graphs 532 (seed 33224) and 1426 (seed 33225): the exponent gradient's zero-base test
+    # met a Python bool (logical_and), and log of a negative number base raised (C's log is NaN)
+    import graphfuser
+    sf = graphfuser.script(_number_base)
+    for s in bases:
+        x = torch.tensor([1.5, -2.0, 0.0, 3.0])
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        sf(a, s).sum().backward()
+        _number_base(b, s).sum().backward()
+        torch.testing.assert_close(a.grad, b.grad, **F32)
+
+
 @pytest.mark.parametrize("shape,corr", [((), 2), ((2,), 2), ((3,), 5), ((4,), 1)])
 def test_variance_gradient_without_degrees_of_freedom(shape, corr):
     # fuzz graph 1633 (seed 9595): a full variance with correction >= N has eager's gradient
