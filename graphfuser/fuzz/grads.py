@@ -50,15 +50,19 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
                 reference: Callable[[], Optional[tuple[list, list]]],
                 compare: Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor], float],
                                   Optional[tuple[str, str]]],
-                perturbed: Optional[Callable[[int], Optional[tuple[list, list]]]] = None, runs: int = 0
-                ) -> Optional[list[dict]]:
+                perturbed: Optional[Callable[[int], Optional[tuple[list, list]]]] = None, runs: int = 0,
+                ints: Optional[Callable[[], Any]] = None) -> Optional[list[dict]]:
     """Findings of the backward of one call (None: not judged; items with a ``deviation`` key are
     deviations) (graphfuser outputs ``fo`` of inputs ``ga``, eager
     ``fe`` of ``ea``); ``reference()`` gives the float64 (outputs, inputs) with leaves that
     require grad, or None; ``compare(g, e, r, go_scale)`` judges one gradient (``go_scale``: the
     largest output gradient's magnitude); ``perturbed(seed)`` gives eager's (outputs, inputs)
     with its intermediates nudged by two ulps (``runs`` seeds): where eager's gradients move by
-    as much as graphfuser's differ, the difference is the deviation ``ill_conditioned``."""
+    as much as graphfuser's differ, the difference is the deviation ``ill_conditioned``.
+    ``ints()`` gives eager's (outputs, inputs) of the case with its bool scalars written as ints
+    (or an exception): where graphfuser's gradient is that program's, the difference is
+    ``torchscript_bool_scalar`` (``pow(x, False)``: eager's backward takes the bool exponent for
+    nonzero, TorchScript's graph holds ``pow(x, 0)``)."""
     idx, leaves = _targets(fe), _leaves(ea)
     if not idx or not leaves or _targets(fo) != idx or _leaves(ga) != leaves:
         return None
@@ -102,6 +106,19 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
                 spread.append(None)
         return None if not spread or spread[-1] is None else [s[n] for s in spread]
 
+    as_ints: list = []
+
+    def ints_grad(n: int) -> Optional[torch.Tensor]:
+        if not as_ints:
+            try:
+                run = ints() if ints is not None else None
+                ok = run is not None and not isinstance(run, Exception) and _targets(run[0]) == idx \
+                    and _leaves(run[1]) == leaves
+                as_ints.append(_grads(run[0], run[1], idx, leaves, gos) if ok else None)
+            except Exception:  # noqa: BLE001 - no such program: the finding stands
+                as_ints.append(None)
+        return None if as_ints[0] is None else as_ints[0][n]
+
     for n, k in enumerate(leaves):
         name = case["inputs"][k]["name"] if k < len(case["inputs"]) else str(k)
         g, e = gg[n], ge[n]
@@ -129,6 +146,9 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
             if cat == "wrong_value" and runs and (ps := spread_of(n)) is not None \
                     and (g2 := spread_patched(g, e, ps)) is not None and compare(g2, e, r, go_scale) is None:
                 findings.append({"deviation": "ill_conditioned", "call": call, "detail": f"grad of {name}: {detail}"})
+                continue
+            if cat == "wrong_value" and (gi := ints_grad(n)) is not None and compare(g, gi, None, go_scale) is None:
+                findings.append({"deviation": "torchscript_bool_scalar", "call": call, "detail": f"grad of {name}: {detail}"})
                 continue
             findings.append({"category": "wrong_grad" if cat == "wrong_value" else cat, "call": call,
                              "detail": f"grad of {name}: {detail}"})

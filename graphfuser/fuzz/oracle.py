@@ -424,7 +424,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     case, call, fo, fe, ga, ea, lambda: _grad_reference(fn, case, call, device),
                     lambda g, e, r, go: compare_tensor(g, e, r, low_eps, check_strides=False,
                                                        ref_floor=floor + low_eps * go, eager_noise=4.0),
-                    lambda seed: perturbed_run(fn, case, call, device, seed, grad=True), PERTURBED_RUNS)
+                    lambda seed: perturbed_run(fn, case, call, device, seed, grad=True), PERTURBED_RUNS,
+                    (lambda: _ts.ints_run(case, call, device, workdir, tag)) if _ts.has_bool_scalars(case) else None)
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]
