@@ -206,6 +206,12 @@ class ScriptedFunction:
         self._pending: list[tuple] = []
         self._fast: Optional[Callable] = None           # steady state: host program, self bound
         self._replay: Optional[GraphReplayer] = None    # steady no-grad CUDA calls: CUDA graph replay
+        # check_every: N, the checking host program (every group also run eagerly and compared)
+        # that every N-th call runs, and the calls since the last check
+        self._check_every = 0
+        self._checking: Optional[HostProgram] = None
+        self._checking_fast: Optional[Callable] = None
+        self._check_count = 0
         self._nargs = len(self._captured.arg_names)
         # trailing arguments with defaults (timm's forward(x, attn_mask=None)): a call that
         # leaves them out still takes the fast path (and CUDA graph replay), with the defaults
@@ -231,6 +237,8 @@ class ScriptedFunction:
         if fast is not None and not kwargs and len(args) == self._nargs and config.fusion_on:
             try:
                 replay = self._replay
+                if self._check_every and self._check_due():
+                    fast, replay = self._checking_fast, None
                 out = fast(*args) if replay is None else replay(fast, args)
             except Exception as e:
                 self._check_args(self._bind(args, {}))
@@ -245,6 +253,8 @@ class ScriptedFunction:
         args = self._bind(args, kwargs)
         program = self._program
         if program is not None and config.fusion_on:
+            if self._check_every and self._check_due():
+                program = self._checking
             try:
                 out = program.fn(*args)
             except Exception as e:
@@ -493,14 +503,37 @@ class ScriptedFunction:
             return site.fallback
         return None
 
+    def _check_due(self) -> bool:
+        """Count a steady call; True for every ``check_every``-th (it runs the checking program)."""
+        self._check_count += 1
+        if self._check_count < self._check_every:
+            return False
+        self._check_count = 0
+        return True
+
+    def _checking_special(self, node: Node) -> Optional[Callable]:
+        fn = self._special(node)
+        site = self._sites.get(node) if node.kind.endswith("FusionGroup") else None
+        if site is None:
+            return fn
+        runner = self._runners[node]
+        return site.checking_entry(node, getattr(runner, "run", runner))
+
     def _rebuild(self) -> None:
         self._program = build_program(self._optimized, name="forward", special=self._special,
                                       module=self._module)
         fn = self._program.fn
         self._fast = functools.partial(fn, self._module) if self._module is not None else fn
+        self._check_every = max(0, int(config.check_every))
+        self._checking = self._checking_fast = None
+        if self._check_every:
+            self._checking = build_program(self._optimized, name="checking", special=self._checking_special,
+                                           module=self._module)
+            cfn = self._checking.fn
+            self._checking_fast = functools.partial(cfn, self._module) if self._module is not None else cfn
         devices = {v.type.device.type for v in self._optimized.inputs
                    if isinstance(v.type, TensorType) and v.type.device is not None}
-        if not self._replayable or config.check_every:     # a replay would skip the self-checks
+        if not self._replayable:
             self._replay = None
             return
         self._replay = make_replayer(self._optimized, self._module, self._captured.name,

@@ -7,9 +7,11 @@ the group was specialized on) that misses the guards twice gets its own speciali
 ``max_specializations``; after that the site stays on the fallback and warns once, saying why.
 
 Self-check (``check_every: N``, off by default). The host program calls what ``FusionSite.entry``
-gives for each group node: with the knob off, the compiled runner itself (nothing added per
-call); with N > 0, a wrapper that counts calls and, on every N-th, also runs the group's eager
-program (its own subgraph, through aten) and compares (``compare``). Eager runs first, on the
+gives for each group node: the compiled runner itself, whether the knob is on or off. With N > 0
+the executor also builds a checking host program, whose groups (``FusionSite.checking_entry``)
+also run their eager program (its own subgraph, through aten) and compare (``compare``), and
+runs it for every N-th call of the function: every group is checked once per N calls, and the
+other calls are the steady state itself (CUDA graph replay included). Eager runs first, on the
 same inputs: group subgraphs are functional (the running statistics a kernel writes into its
 inputs are outputs of the eager program, written by the host program's copies after the group),
 so neither run sees the other's writes. A group whose result is far from both eager's and a
@@ -95,22 +97,17 @@ class FusionSite:
 
     # -- self-check ----------------------------------------------------------------------
     def entry(self, group: Node, run: Callable[..., tuple]) -> Callable[..., tuple]:
-        """What the host program calls for ``group`` (whose compiled runner is ``run``): ``run``
-        itself, or its self-checking wrapper (``check_every`` > 0), or its eager program once
-        the site is quarantined."""
+        """What the steady host program calls for ``group`` (whose compiled runner is ``run``):
+        ``run`` itself, or the group's eager program once the site is quarantined."""
+        return self.eager_of(group) if self.quarantined else run
+
+    def checking_entry(self, group: Node, run: Callable[..., tuple]) -> Callable[..., tuple]:
+        """What the checking host program (``check_every``: every N-th call of the function)
+        calls for ``group``: ``run`` and the group's eager program, compared (``check``)."""
         if self.quarantined:
             return self.eager_of(group)
-        every = int(config.check_every)
-        if every <= 0:
-            return run
-        count = [0]
 
         def checked(*inputs: Any) -> tuple:
-            n = count[0] + 1
-            if n < every:
-                count[0] = n
-                return run(*inputs)
-            count[0] = 0
             return self.check(group, run, inputs)
 
         checked.checks = run     # what it wraps (tests, tools)

@@ -119,21 +119,31 @@ def test_knob_set_on_a_running_function(monkeypatch):
     assert calls["n"] == n
 
 
-def test_knob_off_adds_nothing_to_the_host_program():
+def test_steady_program_is_the_same_with_the_knob_on_or_off():
+    # the host program of the steady calls binds the compiled runners either way; the knob adds
+    # a checking program, run for every N-th call of the function (and nothing else per call)
     sf = graphfuser.script(two_groups)
     x, w = torch.randn(8, 8), torch.randn(8, 8)
     for _ in range(3):
         sf(x, w)
-    bound = list(sf._program.fn.__globals__.values())
     runners = [getattr(r, "run", r) for r in sf._runners.values() if not callable(getattr(r, "__self__", None))]
-    assert not any(getattr(f, "__name__", "") == "checked" for f in bound)
+
+    def checked(program):
+        return sum(getattr(f, "__name__", "") == "checked" for f in program.fn.__globals__.values())
+
+    bound = list(sf._program.fn.__globals__.values())
+    assert not checked(sf._program) and sf._checking is None
     assert any(any(f is r for f in bound) for r in runners)        # the compiled runners themselves
     graphfuser.set_check_every(5)
+    assert not checked(sf._program) and checked(sf._checking) == 2
     bound = list(sf._program.fn.__globals__.values())
-    assert sum(getattr(f, "__name__", "") == "checked" for f in bound) == 2
+    assert any(any(f is r for f in bound) for r in runners)
+    before = STATS["checks"]
+    for _ in range(10):
+        sf(x, w)
+    assert STATS["checks"] - before == 2 * 2                        # calls 5 and 10, both groups
     graphfuser.set_check_every(0)
-    bound = list(sf._program.fn.__globals__.values())
-    assert not any(getattr(f, "__name__", "") == "checked" for f in bound)
+    assert not checked(sf._program) and sf._checking is None
 
 
 def test_fallback_disabled_raises(monkeypatch):
@@ -273,3 +283,19 @@ def test_compare_policy():
     e = torch.tensor([3e38], dtype=torch.float32)
     assert compare((torch.tensor([float("inf")]),), (e,), x, f64(e.double())) is None
     assert "outputs" in compare((a, a), (a,), x, f64(None))
+
+
+@pytest.mark.cuda
+def test_cuda_graph_replay_stays_on_between_checks():
+    # the steady calls replay their CUDA graph; every N-th runs the checking program instead
+    graphfuser.set_check_every(4)
+    sf = graphfuser.script(two_groups)
+    x, w = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
+    with torch.no_grad():
+        for _ in range(6):
+            sf(x, w)
+        assert sf._replay is not None
+        before = STATS["checks"]
+        for _ in range(8):
+            torch.testing.assert_close(sf(x, w), two_groups(x, w))
+    assert STATS["checks"] - before == 2 * 2
