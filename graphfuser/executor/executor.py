@@ -37,7 +37,7 @@ from ..passes.attention import apply_attention, plan_attention
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
-from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
+from .fusion import STATS, FusionFailure, FusionSite, make_group_runner, settle
 from ..ops import profiled_args
 from ..ops.autocast import AutocastState, autocast_state, describe
 from ..ops.axes import input_axes
@@ -212,6 +212,7 @@ class ScriptedFunction:
         self._checking: Optional[HostProgram] = None
         self._checking_fast: Optional[Callable] = None
         self._check_count = 0
+        self._check_flags: list = []
         self._nargs = len(self._captured.arg_names)
         # trailing arguments with defaults (timm's forward(x, attn_mask=None)): a call that
         # leaves them out still takes the fast path (and CUDA graph replay), with the defaults
@@ -238,8 +239,9 @@ class ScriptedFunction:
             try:
                 replay = self._replay
                 if self._check_every and self._check_due():
-                    fast, replay = self._checking_fast, None
-                out = fast(*args) if replay is None else replay(fast, args)
+                    out = self._checked_call(self._checking_fast, args)
+                else:
+                    out = fast(*args) if replay is None else replay(fast, args)
             except Exception as e:
                 self._check_args(self._bind(args, {}))
                 return self._recover(args, {}, e)
@@ -253,10 +255,9 @@ class ScriptedFunction:
         args = self._bind(args, kwargs)
         program = self._program
         if program is not None and config.fusion_on:
-            if self._check_every and self._check_due():
-                program = self._checking
+            checking = bool(self._check_every) and self._check_due()
             try:
-                out = program.fn(*args)
+                out = self._checked_call(self._checking.fn, args) if checking else program.fn(*args)
             except Exception as e:
                 self._check_args(args)  # a non-tensor for a Tensor argument: say so, not "no .dtype"
                 return self._recover(user_args, user_kwargs, e)
@@ -510,6 +511,19 @@ class ScriptedFunction:
             return False
         self._check_count = 0
         return True
+
+    def _checked_call(self, fn: Callable, args: tuple) -> Any:
+        """A call through the checking program: every group returns eager's result and adds
+        whether its kernel agreed to ``_check_flags``, read with one host sync at the end; a
+        site that disagreed is suspect, and the next call checks it in full."""
+        try:
+            return fn(*args)
+        finally:
+            bad = settle(self._check_flags)
+            for site in bad:
+                site.suspect = True
+            if bad:
+                self._check_count = self._check_every     # the next call is a check
 
     def _checking_special(self, node: Node) -> Optional[Callable]:
         fn = self._special(node)

@@ -67,6 +67,7 @@ class FusionSite:
         checked = guard.inputs[len(guard.attrs.get("types", ())):] if guard is not None else []
         self.value_positions = [fb.inputs.index(v) for v in checked]
         self.quarantined = False
+        self.suspect = False      # its last quick check disagreed: the next check is in full
         self._eager: dict[Node, Callable[..., tuple]] = {}   # group node -> its eager program
         _EXECUTORS.add(executor)
 
@@ -106,9 +107,12 @@ class FusionSite:
         calls for ``group``: ``run`` and the group's eager program, compared (``check``)."""
         if self.quarantined:
             return self.eager_of(group)
+        flags = getattr(self.executor, "_check_flags", None)
 
         def checked(*inputs: Any) -> tuple:
-            return self.check(group, run, inputs)
+            if self.suspect or flags is None:
+                return self.check(group, run, inputs)
+            return self.quick_check(group, run, inputs, flags)
 
         checked.checks = run     # what it wraps (tests, tools)
         return checked
@@ -118,6 +122,24 @@ class FusionSite:
         if fn is None:
             fn = self._eager[group] = eager_runner(group.subgraph, "checked_group")
         return fn
+
+    def quick_check(self, group: Node, run: Callable[..., tuple], inputs: tuple, flags: list) -> tuple:
+        """Run ``group`` fused and eagerly on ``inputs`` and return eager's result; whether the
+        two agree (``close_flag``: a device tensor, no host sync) joins ``flags``, which the
+        executor reads once at the end of the call. A site whose flag is false is suspect: the
+        next call checks it in full (``check``: the float64 run, the quarantine)."""
+        STATS["checks"] += 1
+        try:
+            want = self.eager_of(group)(*inputs)
+        except Exception as e:  # noqa: BLE001 - eager raises too: no verdict, the kernel's result stands
+            jit_log("executor", 1, f"check of {self.kind}: the eager program raised {type(e).__name__}: {e}")
+            return run(*inputs)
+        got = run(*inputs)
+        try:
+            flags.append((self, close_flag(tuple(got), tuple(want))))
+        except Exception as e:  # noqa: BLE001 - a check never fails a call
+            jit_log("executor", 1, f"check of {self.kind}: the comparison raised {type(e).__name__}: {e}")
+        return want
 
     def check(self, group: Node, run: Callable[..., tuple], inputs: tuple) -> tuple:
         """Run ``group`` fused and eagerly on ``inputs``; quarantine the site on a disagreement."""
@@ -136,6 +158,7 @@ class FusionSite:
             return got
         if verdict is not None and not self.quarantined:
             self.quarantine(group, run, inputs, got, want, verdict)
+        self.suspect = False
         return want if verdict is not None else got
 
     def quarantine(self, group: Node, run: Callable, inputs: tuple, got: tuple, want: tuple, why: str) -> None:
@@ -220,6 +243,46 @@ def compare(got: tuple, want: tuple, inputs: tuple, float64: Callable[[], Option
         if why is not None:
             return f"output {j} ({g.dtype}, {tuple(g.shape)}): {why}"
     return None
+
+
+def close_flag(got: tuple, want: tuple) -> Any:
+    """``compare``'s cheap first test without a host sync: True / False, or a device bool
+    tensor (False wherever a NaN or inf decides: the full check judges those)."""
+    if len(got) != len(want):
+        return False
+    parts = []
+    for g, w in zip(got, want):
+        if not isinstance(g, torch.Tensor) or not isinstance(w, torch.Tensor):
+            if not _close(g, w):
+                return False
+            continue
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return False
+        g, w = g.detach(), w.detach()
+        if g.dtype.is_complex or g.numel() == 0:
+            continue
+        if not g.dtype.is_floating_point:
+            parts.append((g == w).all())
+            continue
+        parts.append((g - w).abs_().amax() <= RTOL.get(g.dtype, 1e-3) * w.abs().amax())
+    if not parts:
+        return True
+    return parts[0] if len(parts) == 1 else torch.stack([p.to(parts[0].device) for p in parts]).all()
+
+
+def settle(flags: list) -> list:
+    """The sites whose flags (``quick_check``) are false, with one host sync per device."""
+    bad, pending = [], {}
+    for site, flag in flags:
+        if isinstance(flag, torch.Tensor):
+            pending.setdefault(flag.device, []).append((site, flag))
+        elif not flag:
+            bad.append(site)
+    for items in pending.values():
+        values = torch.stack([f for _, f in items]).tolist()
+        bad += [site for (site, _), ok in zip(items, values) if not ok]
+    flags.clear()
+    return bad
 
 
 def _close(g: Any, w: Any) -> bool:

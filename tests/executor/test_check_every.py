@@ -73,10 +73,12 @@ def test_wrong_group_is_quarantined_with_one_warning_and_a_repro(monkeypatch, de
     assert len(found) == 1, found
     kind = "prim::CudaFusionGroup" if device == "cuda" else "prim::CpuFusionGroup"
     assert kind in found[0] and "of two_groups" in found[0] and "Repro written to" in found[0]
-    # the wrong kernel ran on the steady calls before the third (the checked one), never after
-    assert calls["n"] == 3
-    assert not torch.allclose(outs[2], want)                      # unchecked calls before detection
-    for out in outs[4:]:                                          # the checked call and every later one
+    # the wrong kernel ran on the steady calls before the third (the checked one, which returns
+    # eager's result and finds it suspect) and on the fourth (checked in full: quarantined), never after
+    assert calls["n"] == 4
+    wrong = [i for i, out in enumerate(outs) if not torch.allclose(out, want)]
+    assert len(wrong) == 2 and wrong[1] == wrong[0] + 1           # the two unchecked steady calls
+    for out in outs[wrong[1] + 1:]:                               # the checked calls and every later one
         torch.testing.assert_close(out, want)
     sites = set(sf._sites.values())
     assert sorted(s.quarantined for s in sites) == [False, True]  # the other group stays fused and checked
@@ -111,7 +113,7 @@ def test_knob_set_on_a_running_function(monkeypatch):
     assert calls["n"] == 2                                         # off: nothing checks it
     assert graphfuser.set_check_every(2) == 0
     with pytest.warns(RuntimeWarning, match="Quarantined"):
-        for _ in range(2):
+        for _ in range(3):                                         # quick check, then the full one
             sf(x, w)
     n = calls["n"]
     for _ in range(3):
