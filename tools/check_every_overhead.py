@@ -52,6 +52,7 @@ def _timed(fn: Callable, *counters: list) -> Callable:
 
 
 FusionSite.check = _timed(FusionSite.check, CHECK_SECONDS)
+FusionSite.quick_check = _timed(FusionSite.quick_check, CHECK_SECONDS)
 fusion.compare = _timed(fusion.compare, ADDED_SECONDS)
 _eager_of = FusionSite.eager_of
 FusionSite.eager_of = lambda self, group: _timed(_eager_of(self, group), ADDED_SECONDS)
@@ -153,7 +154,7 @@ def markdown(results: list[dict], title: str) -> str:
     lines = [f"# {title}", "",
              "Steady-state ms per call, median over interleaved rounds (order flipped each round) of the "
              "mean over a round's calls; `off`: `check_every` 0 (the host program calls the kernels "
-             "themselves); `N`: every N-th call of each group also runs its eager program and compares.", "",
+             "themselves); `N`: every N-th call of the function runs each group fused and eagerly and compares (one host sync per checked call).", "",
              "`added by checks`: the wall time of the checks' eager runs and comparisons, per model call, "
              "and as % of the fastest knob-off round, measured directly (far less exposed to the "
              "round-to-round noise of a shared machine than the difference of two medians); `in checks` "
