@@ -20,8 +20,15 @@ autocast's own cast, still enabled while the host program runs, does the same wo
 its cache of cast weights). Ops outside groups run under the live autocast state, for which
 the explicit casts are no-ops; the nodes cast nothing on devices autocast is not enabled for,
 so the graph stays right for every input its guards let through.
+
+A graph that switches autocast itself (a Dynamo graph's ``with torch.autocast(...)``, which the FX
+frontend hands over as ``_enter_autocast`` / ``_exit_autocast`` Python calls) gets the state of
+each region: Hugging Face's rotary embeddings compute their angles under
+``autocast(enabled=False)``, in float32, inside a model called under bf16 autocast.
 """
 from __future__ import annotations
+
+import torch
 
 from ..ops.aten import DTYPE_CODES, resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
@@ -59,9 +66,57 @@ def _fusible_source(v: Value) -> bool:
     return v.node is not None and lookup(v.node.kind) is not None
 
 
+_ENTER, _EXIT = "_enter_autocast", "_exit_autocast"
+
+
+def _region_call(node: Node) -> tuple[str, tuple]:
+    """(``_enter_autocast`` / ``_exit_autocast`` / "", the call's arguments) of a frontend's Python
+    call node (a Dynamo graph's ``with torch.autocast(...)``: ``prim::PythonOp``)."""
+    call = node.attrs.get("call") if node.kind == "prim::PythonOp" else None
+    name = getattr(call, "name", "") or getattr(getattr(call, "fn", None), "__name__", "")
+    name = name.rsplit(".", 1)[-1]
+    return (name, tuple(getattr(call, "args", ()))) if name in (_ENTER, _EXIT) else ("", ())
+
+
+def _entered(dtypes: dict, args: tuple) -> dict:
+    """The autocast state inside ``_enter_autocast(device_type, dtype, enabled, cache_enabled)``
+    entered in state ``dtypes``; a run-time argument (not a constant) leaves the region without
+    casts (``_UNKNOWN``: its groups compute as written)."""
+    device, dtype, enabled = (list(args) + [None, None, True])[:3]
+    if not isinstance(device, str) or not isinstance(enabled, bool) or \
+            (dtype is not None and not isinstance(dtype, torch.dtype)):
+        return {_UNKNOWN: True}
+    inner = {k: v for k, v in dtypes.items() if k != _UNKNOWN}
+    device = device.split(":")[0]
+    if not enabled:
+        inner.pop(device, None)
+    else:
+        inner[device] = dtype or inner.get(device) or torch.get_autocast_dtype(device)
+    return inner
+
+
+_UNKNOWN = "?"
+
+
+def has_regions(graph: Graph) -> bool:
+    """Does ``graph`` switch autocast itself (``with torch.autocast(...)`` inside a Dynamo graph)?"""
+    return any(_region_call(n)[0] for n in graph.all_nodes())
+
+
 def _rewrite_block(block: Block, dtypes: dict) -> int:
     done = 0
+    stack: list[dict] = []
     for node in list(block.nodes):
+        region, args = _region_call(node)
+        if region == _ENTER:
+            stack.append(dtypes)
+            dtypes = _entered(dtypes, args)
+            continue
+        if region == _EXIT:
+            dtypes = stack.pop() if stack else dtypes
+            continue
+        if _UNKNOWN in dtypes:
+            continue
         for b in node.blocks:
             done += _rewrite_block(b, dtypes)
         per_dev = {dev: policy(node.kind, dev) if dev in dtypes else None for dev in ("cuda", "cpu")}
@@ -79,8 +134,8 @@ def _rewrite_block(block: Block, dtypes: dict) -> int:
 
 def insert_autocast(graph: Graph, state: AutocastState) -> int:
     """Make ``state``'s casts explicit in ``graph`` (in place); returns how many were inserted."""
-    if not state:
+    if not state and not has_regions(graph):
         return 0
-    done = _rewrite_block(graph.block, dict(state))
+    done = _rewrite_block(graph.block, dict(state or ()))
     jit_log("graph_fuser", 1, f"{describe(state)}: {done} explicit cast(s) inserted")
     return done
