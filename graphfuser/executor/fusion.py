@@ -196,6 +196,13 @@ class GroupDisagreement(RuntimeError):
 _EXECUTORS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
+def live_fusion_groups() -> int:
+    """Fusion groups of every live optimized scripted function: each Dynamo graph the backend
+    compiled and each backward graph, not only the last one run (``last_executed_optimized_graph``)."""
+    return sum(len(set(getattr(ex, "_sites", {}).values())) for ex in list(_EXECUTORS)
+               if getattr(ex, "_optimized", None) is not None)
+
+
 def refresh_checks() -> int:
     """Rebuild the host program of every live optimized scripted function, so a changed
     ``check_every`` applies to them; returns how many were rebuilt."""

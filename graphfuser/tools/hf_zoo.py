@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import copy
 import json
-import re
 import statistics
 import time
 import traceback
@@ -143,10 +142,11 @@ def sync(device: str) -> None:
 
 
 def groups() -> int:
-    import graphfuser
+    """Fusion groups of every graph compiled so far (each Dynamo graph, forward and backward):
+    the last executed graph alone is a training step's loss graph, or the graph after a break."""
+    from ..executor.fusion import live_fusion_groups
 
-    g = graphfuser.last_executed_optimized_graph()
-    return len(set(re.findall(r"FusionGroup_(\d+)", str(g)))) if g is not None else 0
+    return live_fusion_groups()
 
 
 def run_inference(name: str, backend: str, dtype: str, a: argparse.Namespace) -> dict:

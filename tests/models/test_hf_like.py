@@ -79,3 +79,6 @@ def test_training_gradients(name):
         ref.zero_grad(set_to_none=True)
     g = str(graphfuser.last_executed_optimized_graph())
     assert groups(g) >= 3 and "prim::DifferentiableGraph" in g
+    # the backward graphs are fused too: every live graph's groups outnumber the last graph's
+    from graphfuser.executor.fusion import live_fusion_groups
+    assert live_fusion_groups() > groups(g)
