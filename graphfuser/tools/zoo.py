@@ -250,8 +250,21 @@ def _exact_fp32():
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
 
 
+def _through_backend(model: torch.nn.Module) -> Callable:
+    """``torch.compile(model, backend="graphfuser")`` (by name where the package is installed)."""
+    import torch._dynamo
+
+    from ..frontend.dynamo import graphfuser_backend
+
+    torch._dynamo.reset()
+    return torch.compile(model, backend="graphfuser" if "graphfuser" in torch._dynamo.list_backends()
+                         else graphfuser_backend)
+
+
 def run_model(name: str, device: str, batch: int, do_time: bool, compile_: bool, reps: int,
-              tol: float, rounds: int = 7) -> ZooResult:
+              tol: float, rounds: int = 7, frontend: str = "script") -> ZooResult:
+    """One model's row: ``frontend`` "script" (``graphfuser.script``, next to ``torch.jit.script``)
+    or "compile" (the ``torch.compile`` backend; no TorchScript needed, its column stays empty)."""
     import graphfuser
 
     res = ZooResult(name)
@@ -260,16 +273,23 @@ def run_model(name: str, device: str, batch: int, do_time: bool, compile_: bool,
         torch.manual_seed(0)
         model, size = build(name)
         model = model.to(device)
+        jit = None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 jit = torch.jit.script(model)
         except Exception as e:  # noqa: BLE001
-            res.status, res.error = "not_scriptable", f"{type(e).__name__}: {str(e).splitlines()[0]}"
-            return res
+            if frontend == "script":
+                res.status, res.error = "not_scriptable", f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                return res
         with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            sf = graphfuser.script(model)
+            if frontend == "compile":
+                from ..executor.fusion import live_fusion_groups
+
+                gc.collect()
+                before = live_fusion_groups()
+            sf = graphfuser.script(model) if frontend == "script" else _through_backend(model)
             worst = 0.0
             with _exact_fp32():
                 for b, calls in ((2, 4), (3, 3)):
@@ -279,7 +299,10 @@ def run_model(name: str, device: str, batch: int, do_time: bool, compile_: bool,
                         got = sf(x)
                         worst = max(worst, rel_err(got, want))
             res.max_rel_err = worst
-            res.groups, res.fused_nodes = fusion_stats(sf)
+            if frontend == "script":
+                res.groups, res.fused_nodes = fusion_stats(sf)
+            else:
+                res.groups = live_fusion_groups() - before
             res.warnings = sorted({str(w.message).splitlines()[0][:200] for w in caught
                                    if "graphfuser" in str(w.message)})[:10]
             res.status = "ok" if worst <= tol else "mismatch"
@@ -289,7 +312,7 @@ def run_model(name: str, device: str, batch: int, do_time: bool, compile_: bool,
                                      if k in res.__dict__})
                 if device == "cuda" and any(h in name for h in TRANSFORMER_HINTS):
                     with torch.autocast("cuda", dtype=torch.bfloat16):
-                        sf16 = graphfuser.script(model)
+                        sf16 = graphfuser.script(model) if frontend == "script" else _through_backend(model)
                         for _ in range(3):
                             sf16(x)
                         # torch.jit.script's own executor segfaults under CUDA autocast on models
@@ -418,13 +441,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--kinds", default=None, help="only collect node kinds into this JSON file")
     p.add_argument("--budget", type=float, default=0, help="stop starting new models after this many seconds")
     p.add_argument("--offset", type=int, default=0, help="skip the first N models of the list (split long runs)")
+    p.add_argument("--frontend", choices=("script", "compile"), default="script",
+                   help="graphfuser.script, or torch.compile(model, backend='graphfuser')")
     args = p.parse_args(argv)
     names = model_names(args.models)[args.offset:]
     if args.kinds:
         collect_kinds(names if args.models else kind_sources(), args.kinds)
         return 0
     os.makedirs(args.out, exist_ok=True)
-    tag = args.tag or device_tag(args.device)
+    tag = args.tag or device_tag(args.device) + ("-compile" if args.frontend == "compile" else "")
     path = os.path.join(args.out, f"zoo-{tag}")
     results: list[ZooResult] = []
     start = time.perf_counter()
@@ -432,7 +457,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.budget and time.perf_counter() - start > args.budget:
             print(f"budget reached: {len(names) - len(results)} models not run")
             break
-        r = run_model(name, args.device, args.batch, args.time, args.compile, args.reps, args.tol, args.rounds)
+        r = run_model(name, args.device, args.batch, args.time, args.compile, args.reps, args.tol, args.rounds,
+                      args.frontend)
         if args.device == "cuda":
             # a scripted model lives in reference cycles (its host program's call sites point back
             # at it): collected now, its CUDA graphs' memory pools go before the next model (vgg19

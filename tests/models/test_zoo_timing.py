@@ -26,3 +26,24 @@ def test_one_slow_round_does_not_decide():
     out = time_interleaved({"fast": lambda: time.sleep(0.0005), "noisy": noisy}, "cpu", reps=5, rounds=5,
                            warmup=1)
     assert out["noisy"] < 2 * out["fast"] + 0.3     # the mean of all calls would be ~2 ms
+
+
+def test_zoo_row_through_the_backend(monkeypatch):
+    """``python -m graphfuser zoo --frontend compile``: a row runs the model through
+    ``torch.compile(model, backend="graphfuser")``, matches eager at two batch sizes, counts the
+    groups it compiled and times it beside eager and torch.jit.script (a small model here)."""
+    import torch
+
+    from graphfuser.tools import zoo
+
+    def build(name):
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.GELU(), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 8 * 8, 10), torch.nn.Tanh())
+        return m.eval(), (3, 8, 8)
+
+    monkeypatch.setattr(zoo, "build", build)
+    r = zoo.run_model("small", "cpu", 4, True, False, reps=3, tol=1e-3, rounds=1, frontend="compile")
+    assert r.status == "ok", (r.error, r.warnings)
+    assert r.groups >= 1 and r.max_rel_err <= 1e-3
+    assert r.graphfuser_ms is not None and r.eager_ms is not None and r.jit_ms is not None
