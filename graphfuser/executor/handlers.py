@@ -19,12 +19,13 @@ import torch
 
 from ..ir.graph import Node
 from ..ir.implicit import reads_implicit_tensor
-from ..ops.aten import PRIM_TEMPLATES, AtenCall, implicit_number, op_packet, resolve_aten
+from ..ops.aten import DTYPE_CODES, PRIM_TEMPLATES, AtenCall, implicit_number, op_packet, resolve_aten
 
 if TYPE_CHECKING:
     from .hostgen import _Gen
 
 _MAX_TRIP = 2 ** 63 - 1
+_CODE_DTYPES = {code: dt for dt, code in DTYPE_CODES.items()}
 
 
 def _raise(msg: Any = "", cls: Optional[str] = None, where: str = "") -> None:
@@ -181,11 +182,37 @@ def _create_object(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     gen.emit(indent, f"{gen.outs(node)} = {cls}.__new__({cls})")
 
 
+def _is_autocast(node: Node) -> bool:
+    return bool(node.inputs) and getattr(node.inputs[0].type, "name", "").endswith("autocast_mode.autocast")
+
+
+def _autocast_enter(obj: Any) -> Any:
+    """A scripted ``with torch.autocast(...)``: TorchScript's inlined ``__init__`` set only
+    ``device``, ``fast_dtype`` and ``_enabled`` on the object; eager's context manager is built
+    from them (its ``__enter__`` reads more) and kept on the object for the exit."""
+    dtype = obj.fast_dtype
+    ctx = torch.autocast(obj.device, dtype=_CODE_DTYPES.get(dtype, dtype) if isinstance(dtype, int) else dtype,
+                         enabled=obj._enabled)
+    obj._graphfuser_context = ctx
+    ctx.__enter__()
+    return obj
+
+
+def _autocast_exit(obj: Any) -> None:
+    obj._graphfuser_context.__exit__(None, None, None)
+
+
 def _enter(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    if _is_autocast(node):
+        gen.assign(node, indent, f"{gen.bind(_autocast_enter, 'ac')}({a[0]})")
+        return
     gen.assign(node, indent, f"{a[0]}.__enter__()")
 
 
 def _exit(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
+    if _is_autocast(node):
+        gen.assign(node, indent, f"{gen.bind(_autocast_exit, 'ac')}({a[0]})")
+        return
     gen.assign(node, indent, f"{a[0]}.__exit__(None, None, None)")
 
 

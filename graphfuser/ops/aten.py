@@ -117,6 +117,12 @@ _SCALAR_TYPE_NAMES = {torch.float16: "Half", torch.bfloat16: "BFloat16", torch.f
                       torch.float64: "Double", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
 
 
+def _autocast_dtype(device: str) -> torch.dtype:
+    """``aten::get_autocast_dtype``: a torch.dtype (TorchScript's int code would reach
+    ``torch.set_autocast_dtype`` through a scripted autocast object's ``__enter__``)."""
+    return torch.get_autocast_dtype(device)
+
+
 def _number(x: Any, kind: type) -> Any:
     """``aten::Int`` / ``Float`` / ``Bool`` of a number-typed value: a tensor that an implicit
     conversion handed on (``_implicit``) stays the tensor, as in the Python program, where
@@ -189,6 +195,7 @@ RUNTIME: dict[str, Any] = {
     "_setitem": _setitem, "_dtype": _dtype, "_num_to_tensor": _num_to_tensor, "_scalar_tensor": _scalar_tensor,
     "_pow": _pow, "_list_sort": _list_sort, "_pop": _pop, "_dict_get": _dict_get,
     "_implicit": _implicit, "_number": _number, "_math_of": _math, "_rounded": _rounded,
+    "_autocast_dtype": _autocast_dtype,
 }
 
 # Scalar / string / list / dict ops with their Python spelling, keyed by "name.overload" or
@@ -211,6 +218,7 @@ PY_TEMPLATES: dict[str, str] = {
     "max": "max({args})", "min": "min({args})", "floor": "_math_of('floor', {0})", "ceil": "_math_of('ceil', {0})",
     "sqrt": "_math_of('sqrt', {0})", "log": "_math_of('log', {0})", "exp": "_math_of('exp', {0})",
     "round": "_rounded({0})",
+    "get_autocast_dtype": "_autocast_dtype({0})",
     "round.int": "_number({0}, float)", "isnan": "_math_of('isnan', {0})", "isinf": "_math_of('isinf', {0})",
     # number conversions of number-typed values (a tensor an implicit conversion kept stays one)
     "Int.bool": "_number({0}, int)", "Int.float": "_number({0}, int)", "Int.Scalar": "_number({0}, int)",

@@ -28,6 +28,8 @@ each region: Hugging Face's rotary embeddings compute their angles under
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..ops.aten import DTYPE_CODES, resolve_aten
@@ -69,9 +71,32 @@ def _fusible_source(v: Value) -> bool:
 _ENTER, _EXIT = "_enter_autocast", "_exit_autocast"
 
 
+def _torchscript_region(node: Node) -> tuple[str, tuple]:
+    """A scripted ``with torch.autocast(...)``: ``prim::Enter`` / ``prim::Exit`` of an autocast
+    object whose inlined ``__init__`` set ``device``, ``_enabled`` and ``fast_dtype``."""
+    obj = node.inputs[0] if node.inputs else None
+    if obj is None or not getattr(obj.type, "name", "").endswith("autocast_mode.autocast"):
+        return "", ()
+    if node.kind == "prim::Exit":
+        return _EXIT, ()
+    sets = {u.attrs.get("name"): u.inputs[1] for u, _ in obj.uses if u.kind == "prim::SetAttr" and len(u.inputs) > 1}
+
+    def const(name: str) -> Any:
+        v = sets.get(name)
+        return v.constant() if v is not None and v.is_constant else _UNKNOWN
+
+    dtype = const("fast_dtype")
+    dtype = _CODE_DTYPES.get(dtype) if isinstance(dtype, int) and not isinstance(dtype, bool) else \
+        dtype if isinstance(dtype, torch.dtype) else None       # (not a constant: the state's own)
+    return _ENTER, (const("device"), dtype, const("_enabled"))
+
+
 def _region_call(node: Node) -> tuple[str, tuple]:
-    """(``_enter_autocast`` / ``_exit_autocast`` / "", the call's arguments) of a frontend's Python
-    call node (a Dynamo graph's ``with torch.autocast(...)``: ``prim::PythonOp``)."""
+    """(``_enter_autocast`` / ``_exit_autocast`` / "", the region's arguments) of a node that
+    switches autocast: a frontend's Python call (a Dynamo graph's ``with torch.autocast(...)``:
+    ``prim::PythonOp``) or TorchScript's ``prim::Enter`` / ``prim::Exit`` of an autocast object."""
+    if node.kind in ("prim::Enter", "prim::Exit"):
+        return _torchscript_region(node)
     call = node.attrs.get("call") if node.kind == "prim::PythonOp" else None
     name = getattr(call, "name", "") or getattr(getattr(call, "fn", None), "__name__", "")
     name = name.rsplit(".", 1)[-1]
@@ -96,6 +121,7 @@ def _entered(dtypes: dict, args: tuple) -> dict:
 
 
 _UNKNOWN = "?"
+_CODE_DTYPES = {code: dt for dt, code in DTYPE_CODES.items()}
 
 
 def has_regions(graph: Graph) -> bool:

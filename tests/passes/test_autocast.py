@@ -278,3 +278,43 @@ def test_cuda_autocast_fuses_and_matches():
     args = (torch.randn(8, 16, device="cuda"), torch.randn(32, 16, device="cuda"), torch.randn(32, device="cuda"),
             torch.randn(32, 32, device="cuda"), torch.randn(8, 32, device="cuda"))
     _check_fused(_mlp, args, ("cuda", BF), min_groups=2)
+
+
+def _disabled_inside(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    with torch.autocast("cpu", enabled=False):
+        a = torch.mm(x.float(), w.float())
+        c = torch.cos(a * 3.0) + torch.sin(a)
+    return torch.mm(c, w) + 1.0
+
+
+def _enabled_inside(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = torch.tanh(x * 2.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = torch.mm(h, w)
+        p = torch.softmax(a * 0.5, -1)
+    return p * 3.0 + h
+
+
+@pytest.mark.parametrize("fn,ambient", [(_disabled_inside, True), (_enabled_inside, False)])
+def test_scripted_autocast_regions(fn, ambient):
+    # a scripted ``with torch.autocast(...)`` (prim::Enter / prim::Exit of an autocast object):
+    # its region's state, not the call's, decides the casts; the host program enters eager's
+    # context (the host program once raised on it and fell back to TorchScript's float32 answer)
+    x, w = torch.randn(32, 32) * 30, torch.randn(32, 32)
+    sf = graphfuser.script(fn)
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if ambient else contextlib.nullcontext()
+    import warnings
+
+    with ctx, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        want = fn(x, w)
+        for _ in range(4):
+            got = sf(x, w)
+        graph = graphfuser.last_executed_optimized_graph()
+    assert not [w for w in caught if "graphfuser" in str(w.message)], [str(w.message) for w in caught]
+    assert got.dtype == want.dtype
+    # (the disabled region is float32 throughout: bit-exact; in the enabled one a fused group keeps
+    # float32 intermediates where eager rounds each op to bf16, the documented deviation)
+    tol = dict(rtol=0, atol=0) if ambient else TOLERANCES[torch.bfloat16]
+    torch.testing.assert_close(got, want, **tol)
+    assert graph is not None and "FusionGroup" in str(graph)
