@@ -220,6 +220,25 @@ def _channel(d, v, rank: int):
     return d.op("aten::view", v, [-1] + [1] * (rank - 2)) if rank > 2 else v
 
 
+def _normalized_dx(d, rstd, gw, xhat, m1, m2):
+    """``rstd * (gw - m1 - xhat * m2)``, the dx of a normalization (``m1 = mean(gw)``, ``m2 =
+    mean(gw * xhat)``), with the mean added to the per-element term before the subtraction:
+    ``rstd * (gw - (xhat * m2 + m1))``.
+
+    ``(gw - m1) - xhat * m2`` (and eager's ``(g - mean(g)) - ...``) subtracts the small ``m1`` from
+    the rounded ``gw``: the difference is rounded on ``gw``'s grid, so every element of a binade
+    moves by the same rounding of ``m1``, a bias of the whole row or channel rather than noise.
+    Whatever sums dx over many elements of one channel adds the bias up linearly: in a MobileNetV3
+    block (``tests/autodiff/test_grad_accuracy.py``) the squeeze-excite's pooled gradient sums the
+    projection batch norm's dx over H * W, and its fc and depthwise-BN-bias gradients were 0.9-1.1x
+    eager's distance from float64 in rms over 24 steps, 2.5-3.3x at their worst steps.
+    ``xhat * m2 + m1`` varies from element to element, so the final rounding is unbiased: the
+    per-channel mean of dx's error fell from 6.6e-7 (eager's 7.5e-7) to 2.9e-7, and those
+    gradients to 0.62-0.77x eager's distance in rms (2.0x at their worst steps), with or without
+    contracted multiply-adds. The same operations, associated differently."""
+    return d.mul(rstd, d.sub(gw, d.add(d.mul(xhat, m2), m1)))
+
+
 def _normalized_grad(d, g, x, w, dims: list[int], mean, rstd):
     """dx of ``(x - mean) * rstd * w`` with mean and rstd the statistics of x over ``dims``:
     ``rstd * (gw - mean(gw) - xhat * mean(gw * xhat))``; also returns xhat. The deviations are
@@ -230,7 +249,7 @@ def _normalized_grad(d, g, x, w, dims: list[int], mean, rstd):
     gw = g if w is None else d.mul(g, w)
     m1 = d.op("aten::mean", gw, dims, True)
     m2 = d.op("aten::mean", d.mul(gw, xhat), dims, True)
-    return d.mul(rstd, d.sub(d.sub(gw, m1), d.mul(xhat, m2))), xhat
+    return _normalized_dx(d, rstd, gw, xhat, m1, m2), xhat
 
 
 def _stats(d, x, dims: list[int], eps: float):
@@ -326,7 +345,7 @@ def _batch_norm_grads(d, g, x, w, dims: list[int], mean, rstd) -> dict:
     gw = g if w is None else d.mul(g, w)
     m1 = d.op("aten::mean", gw, dims, True)
     m2 = d.mul(rstd, d.sub(d.op("aten::mean", d.mul(gw, dev), dims, True), d.mul(off, m1)))
-    dx = d.mul(rstd, d.sub(d.sub(gw, m1), d.mul(xhat, m2)))
+    dx = _normalized_dx(d, rstd, gw, xhat, m1, m2)
     return {"input": dx,
             "weight": Exact(d.op("aten::sum", d.mul(g, xhat), dims, False)),
             "bias": Exact(d.op("aten::sum", g, dims, False))}
@@ -394,7 +413,7 @@ def _batch_norm_train_grads(d, a, g, outs):
     gw = g if w is None else d.mul(g, _channel(d, w, rank))
     m1 = d.op("aten::mean", gw, dims, True)
     m2 = d.op("aten::mean", d.mul(gw, xhat), dims, True)
-    return {"input": d.mul(rstd, d.sub(d.sub(gw, m1), d.mul(xhat, m2))),
+    return {"input": _normalized_dx(d, rstd, gw, xhat, m1, m2),
             "weight": Exact(d.op("aten::sum", d.mul(g, xhat), dims, False)),
             "bias": Exact(d.op("aten::sum", g, dims, False))}
 

@@ -477,3 +477,39 @@ def test_host_add_binding():
     h = torch.ones(2, dtype=torch.float16)
     HostOps.add_(h, 1e-4)
     assert torch.equal(h, torch.ones(2, dtype=torch.float16).add_(1e-4))
+
+
+def bn_lgamma(x, w, b):
+    y = F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5)
+    return torch.lgamma(y * y + 1.0)
+
+
+def bn_lgamma_stats(x, w, b, rm, rv):
+    y = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+    return torch.lgamma(y * y + 1.0)
+
+
+@pytest.mark.parametrize("stats", [False, True])
+def test_group_without_fused_backward_runs_eagers_batch_norm(stats):
+    """A group whose backward cannot be built (lgamma has no derivative row) runs its own
+    subgraph eagerly: eager's batch norm and its backward, bit for bit, not the eager form of the
+    statistics-saving ``graphfuser::batch_norm_train`` (a composite of torch ops that autograd
+    then differentiates op by op, with other roundings)."""
+    x = _x((4, 6, 5, 3))
+    w, b = (torch.rand(6) + 0.5).requires_grad_(), torch.randn(6).requires_grad_()
+    fn, bufs, bufs_e = bn_lgamma, [], []
+    if stats:
+        fn, bufs, bufs_e = bn_lgamma_stats, [torch.zeros(6), torch.ones(6)], [torch.zeros(6), torch.ones(6)]
+    sf = graphfuser.script(fn)
+    gen = torch.Generator().manual_seed(3)
+    for k in range(config.profiling_runs + 2):
+        gy = torch.randn(x.shape, generator=gen)
+        got = torch.autograd.grad(sf(x, w, b, *bufs), [x, w, b], gy)
+        want = torch.autograd.grad(fn(x, w, b, *bufs_e), [x, w, b], gy)
+        for n, (g, r) in enumerate(zip(got, want)):
+            assert torch.equal(g, r), (k, n, (g - r).abs().max().item())
+    groups = [n for n in sf._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"]
+    assert any(m.kind in BN_KINDS for g in groups for m in g.subgraph.nodes()), str(sf._optimized)
+    assert not differentiable_groups(sf)          # the group ran eagerly under grad
+    for bf, be in zip(bufs, bufs_e):
+        torch.testing.assert_close(bf, be)

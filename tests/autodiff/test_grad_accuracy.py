@@ -1,13 +1,24 @@
 """Training gradients judged against float64: for the batch-norm training blocks of the model
-corpus (a ResNet bottleneck and basic block, a linear + BN + dropout head; a MobileNetV3 inverted
-residual, expected to fail: see ``_SE``), every parameter gradient of graphfuser is within 2x
-eager's distance from a float64 run (the float64 reference is eager on a float64 copy of the
-module and inputs), plus a floor of a few ulps of the gradient's largest element.
+corpus (a ResNet bottleneck and basic block, a linear + BN + dropout head, a MobileNetV3 inverted
+residual), every parameter gradient of graphfuser is within 2x eager's distance from a float64
+run (the float64 reference is eager on a float64 copy of the module and inputs), plus a floor of
+a few ulps of the gradient's largest element.
 
 The batch-norm backward sums each channel over N, H and W; with one serial float sum per channel
 those sums were 5-18x farther from float64 than eager's cascade sums (``bn3.weight`` of the
 bottleneck 18x). The CPU kernels now sum in chunks with compensated totals
 (``codegen/reduction/blocks.py``) and column sums in short slots (``compiled_reduction.SLOT_ROWS``).
+
+The MobileNetV3 block's squeeze-excite gradients (its fc layers and the depthwise batch norm's
+bias) sum the projection batch norm's dx over H * W, so a bias of dx per channel adds up there
+linearly. dx computed as ``(g * w - mean) - ...`` rounds the mean on the grid of ``g * w``, the
+same shift for a whole binade (eager's ``g - mean(g)`` too): those gradients were 2.0-2.6x eager's
+distance at the last step here (0.25-3.3x over 24 steps, 0.9-1.1x in rms). The mean is now added
+to the per-element term first (``ops/derivatives_norms._normalized_dx``): 0.4-0.7x at the last
+step, 0.62-0.77x in rms. Its batch norm + hardswish groups, which have no fused backward, also ran
+the statistics-saving copy of their subgraph eagerly (a composite of torch ops under autograd, not
+eager's batch-norm backward): the first conv's weight gradient was 1.39x eager's distance in rms,
+now 1.0x.
 """
 from __future__ import annotations
 
@@ -56,13 +67,12 @@ CASES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], tuple[int, ...]
 }
 
 
-# The MobileNetV3 block's squeeze-excite path (its fc gradients and the depthwise BN's bias, whose
-# gradient flows through it) is 2.0-2.6x eager's distance, the same with every sum of its kernels
-# compensated element by element (``CPP.sum_block = 1``) and with its moments in float64: the
-# excess is not the reductions' (pointwise numerics, issue 33's other half).
-_SE = "squeeze-excite gradients 2.0-2.6x eager's distance from float64, not from the reductions"
-PARAMS = [pytest.param(n, marks=pytest.mark.xfail(reason=_SE, strict=False)) if n.startswith("mobilenet") else n
-          for n in CASES]
+PARAMS = list(CASES)
+# The numbers above are the CPU's. CUDA fuses batch norm in training with the same formulas, but
+# its MobileNetV3 case has not run on a GPU since the fix: expected to fail there until it has.
+_GPU_PENDING = "MobileNetV3 squeeze-excite gradients: the dx fix is measured on the CPU only"
+CUDA_PARAMS = [pytest.param(n, marks=pytest.mark.xfail(reason=_GPU_PENDING, strict=False))
+               if n.startswith("mobilenet") else n for n in CASES]
 
 
 def check_gradients(name: str, device: str) -> None:
@@ -102,7 +112,7 @@ def test_batch_norm_training_gradients_are_as_close_to_float64_as_eager(name):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", PARAMS)
+@pytest.mark.parametrize("name", CUDA_PARAMS)
 def test_batch_norm_training_gradients_cuda(name):
     """The same on the GPU, with TF32 off (eager's convolutions then round as float32 does)."""
     conv, mm = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
