@@ -32,6 +32,22 @@ class ConvMLP(torch.nn.Module):
         return self.fc2(h)
 
 
+def _side_by_side(rank: int, *models: tuple) -> list[list[float]]:
+    """``STEPS`` SGD steps of each ``(model, parameters)`` on the same batches (each rank its own
+    shard of the data); the per-step losses of each."""
+    steps = [(model, torch.optim.SGD(params, lr=0.05, momentum=0.9), []) for model, params in models]
+    gen = torch.Generator().manual_seed(100 + rank)
+    for _ in range(STEPS):
+        x, y = torch.randn(4, 3, 6, 6, generator=gen), torch.randn(4, 5, generator=gen)
+        for model, opt, losses in steps:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return [losses for _, _, losses in steps]
+
+
 def _train_compiled(rank: int, mode: str, out_dir: str) -> None:
     """DDP (``mode`` "compile_ddp") or FSDP2 ("compile_fsdp2") under the backend, beside the same
     wrapper without it: the per-step losses and each rank's parameters (shards) agree."""
@@ -50,18 +66,7 @@ def _train_compiled(rank: int, mode: str, out_dir: str) -> None:
         mesh = init_device_mesh("cpu", (WORLD,))
         model_e, wrapped = fully_shard(eager, mesh=mesh), fully_shard(fused, mesh=mesh)
     model_g = torch.compile(wrapped, backend=graphfuser_backend)
-    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
-    opt_g = torch.optim.SGD(fused.parameters(), lr=0.05, momentum=0.9)
-    gen = torch.Generator().manual_seed(100 + rank)
-    losses_e, losses_g = [], []
-    for _ in range(STEPS):
-        x, y = torch.randn(4, 3, 6, 6, generator=gen), torch.randn(4, 5, generator=gen)
-        for model, opt, losses in ((model_e, opt_e, losses_e), (model_g, opt_g, losses_g)):
-            opt.zero_grad()
-            loss = F.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+    losses_e, losses_g = _side_by_side(rank, (model_e, eager.parameters()), (model_g, fused.parameters()))
     torch.testing.assert_close(losses_g, losses_e, **TOL)
     for (name, a), b in zip(fused.named_parameters(), eager.parameters()):
         a, b = (t.to_local() if hasattr(t, "to_local") else t for t in (a, b))
@@ -95,18 +100,7 @@ def _train(rank: int, port: int, out_dir: str, mode: str = "script") -> None:
                     p.add_(1.0)
         scripted = graphfuser.script(copy.deepcopy(eager))
         ddp_e, ddp_s = DDP(eager), DDP(scripted)
-        opt_e = torch.optim.SGD(ddp_e.parameters(), lr=0.05, momentum=0.9)
-        opt_s = torch.optim.SGD(ddp_s.parameters(), lr=0.05, momentum=0.9)
-        gen = torch.Generator().manual_seed(100 + rank)  # each rank its own shard
-        losses_e, losses_s = [], []
-        for _ in range(STEPS):
-            x, y = torch.randn(4, 3, 6, 6, generator=gen), torch.randn(4, 5, generator=gen)
-            for ddp, opt, losses in ((ddp_e, opt_e, losses_e), (ddp_s, opt_s, losses_s)):
-                opt.zero_grad()
-                loss = F.mse_loss(ddp(x), y)
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
+        losses_e, losses_s = _side_by_side(rank, (ddp_e, ddp_e.parameters()), (ddp_s, ddp_s.parameters()))
         torch.testing.assert_close(losses_s, losses_e, **TOL)
         for (name, a), b in zip(ddp_s.module.named_parameters(), ddp_e.module.parameters()):
             torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"rank {rank} {name}: {m}")
