@@ -6,9 +6,11 @@ Usage::
     python tools/check_every_overhead.py --device cuda --models resnet50,small-resnet,gpt2-blocks \\
         --out logs/check-every-cuda.md          # resnet50: the zoo's (torchvision)
 
-Each model is scripted twice: once with ``check_every`` 0 (its host program calls the kernels
-themselves) and once with N (its host program's groups count calls and every N-th runs the
-group's eager program too and compares). After warm-up, rounds alternate between the two (order
+Each model is scripted twice: once with ``check_every`` 0 and once with N (every N-th call of
+the function runs its checking host program: each group fused and eagerly, compared with one host
+sync at the end of the call; the other calls are the steady program, CUDA graph replay included).
+On CUDA the ``added by checks`` columns time asynchronous work on the host (the checked call's
+sync waits for the work queued before it): there the medians are the measurement. After warm-up, rounds alternate between the two (order
 flipped every round); a round is ``--calls`` calls (at least N, so every round of the checked
 copy includes each group's check). The table gives the median over rounds of the mean ms per
 call, and the overhead of the median. Inference runs under ``torch.no_grad``; ``:train`` runs
