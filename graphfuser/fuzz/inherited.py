@@ -78,6 +78,25 @@ def ints_run(case: dict, call: int, device: str, workdir: str, tag: str) -> Any:
         return e
 
 
+# calls that may return their input or a view of it (an in-place write into their result is seen)
+_MAY_ALIAS = frozenset({"reshape", "view", "view_as", "squeeze", "unsqueeze", "t", "transpose", "permute",
+                        "expand", "expand_as", "contiguous", "flatten", "unflatten", "narrow", "select",
+                        "as_strided", "dropout", "detach", "type_as", "to", "type", "float", "double", "half",
+                        "bfloat16", "int", "long", "bool", "sum_to_size", "atleast_1d", "atleast_2d",
+                        "atleast_3d", "movedim", "split", "chunk", "unbind", "real", "view_as_real",
+                        "diagonal", "unfold", "swapaxes", "moveaxis", "squeeze_", "unsqueeze_"})
+
+
+def _fresh(value: ast.expr) -> bool:
+    """Does ``value`` make a new tensor, never its input or a view of it (an operator, or a call
+    that cannot alias: ``torch.max(a, b)``, ``x.exp()``)?"""
+    if isinstance(value, (ast.BinOp, ast.Compare, ast.UnaryOp)):
+        return True
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr not in _MAY_ALIAS and not value.func.attr.endswith("_")
+    return False
+
+
 def _dead_statements_dropped(source: str) -> str:
     """``source`` without its unused pure statements (``vK = expr`` whose ``vK`` nothing reads
     later, ``expr`` calling no in-place method), to a fixed point: the program TorchScript's
@@ -87,7 +106,7 @@ def _dead_statements_dropped(source: str) -> str:
     # values an operator made (``v = a ^ b``): fresh tensors, no alias of an input, so an in-place
     # write into one that nothing reads after it is dead too (TorchScript's executor drops it)
     fresh = {st.targets[0].id for st in fn.body if isinstance(st, ast.Assign) and len(st.targets) == 1
-             and isinstance(st.targets[0], ast.Name) and isinstance(st.value, (ast.BinOp, ast.Compare, ast.UnaryOp))}
+             and isinstance(st.targets[0], ast.Name) and _fresh(st.value)}
     changed = True
     while changed:
         changed = False

@@ -449,18 +449,6 @@ def _sum_to_size(d, a, g, out):
     return {"self": d.expand_like(g, a["self"])}
 
 
-@derivative("softmax", "_softmax")
-def _softmax(d, a, g, out):
-    s = d.op("aten::sum", d.mul(g, out), [a["dim"]], True)
-    return {"self": d.mul(out, d.sub(g, s))}
-
-
-@derivative("log_softmax", "_log_softmax")
-def _log_softmax(d, a, g, out):
-    s = d.op("aten::sum", g, [a["dim"]], True)
-    return {"self": d.sub(g, d.mul(d.op("aten::exp", out), s))}
-
-
 # -- random rows (ops/random.py) -----------------------------------------------------------------
 # dropout's backward is dropout of the gradient with the forward's (seed, offset): the backward
 # graph regenerates the keep mask inside its own kernel; no mask is stored.

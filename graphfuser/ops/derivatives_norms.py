@@ -185,9 +185,9 @@ def _dtype(d, v) -> Any:
     return getattr(t, "dtype", None)
 
 
-def opmath(formula: Callable) -> Callable:
-    """``formula`` computed in float32 when the normalized input is fp16 / bf16, each gradient
-    cast back to its argument's dtype at the end.
+def opmath(formula: Callable = None, *, arg: str = "input") -> Callable:
+    """``formula`` computed in float32 when the normalized input (argument ``arg``) is fp16 /
+    bf16, each gradient cast back to its argument's dtype at the end.
 
     Eager's normalization backward kernels (``native_batch_norm_backward``,
     ``native_layer_norm_backward``, ...) compute and accumulate in float and round only their
@@ -195,11 +195,16 @@ def opmath(formula: Callable) -> Callable:
     left in fp16 rounds every mean and product: with two values per channel, dx (the difference
     of nearly equal terms) keeps none of its digits. The fused kernel computes in float either
     way, so the casts cost it nothing but the final rounding it does anyway."""
+    if formula is None:
+        return lambda f: opmath(f, arg=arg)
+
     @functools.wraps(formula)
     def wrapped(d, a, g, out):
-        if _dtype(d, a.get("input")) not in _REDUCED:
+        if _dtype(d, a.get(arg)) not in _REDUCED:
             return formula(d, a, g, out)
         wide = {k: d.to(v, torch.float32) if _dtype(d, v) in _REDUCED else v for k, v in a.items()}
+        if _dtype(d, out) in _REDUCED:
+            out = d.to(out, torch.float32)
         res = formula(d, wide, None if g is None else d.to(g, torch.float32), out)
         back = {}
         for name, r in res.items():
@@ -457,3 +462,21 @@ def _group_norm(d, a, g, out):
         nan_of_empty = d.mul(d.op("aten::sum", rstd, list(range(rank)), False), 0.0)
         grads["weight"] = Exact(d.add(grads["weight"].value, nan_of_empty))
     return grads
+
+
+# Softmax's and log-softmax's backward: eager's kernels (``_softmax_backward_data``,
+# ``_log_softmax_backward_data``) accumulate the row sum in float and round only dx; a sum of
+# fp16 gradients rounded to fp16 overflows where the float sum does not (fuzz seed 33252, graph
+# 1190: a row of -16168s summed to -inf, and dx = g - exp(y) * sum became NaN for the row).
+@derivative("softmax", "_softmax")
+@opmath(arg="self")
+def _softmax(d, a, g, out):
+    s = d.op("aten::sum", d.mul(g, out), [a["dim"]], True)
+    return {"self": d.mul(out, d.sub(g, s))}
+
+
+@derivative("log_softmax", "_log_softmax")
+@opmath(arg="self")
+def _log_softmax(d, a, g, out):
+    s = d.op("aten::sum", g, [a["dim"]], True)
+    return {"self": d.sub(g, d.mul(d.op("aten::exp", out), s))}
