@@ -37,7 +37,8 @@ from ..passes.attention import apply_attention, plan_attention
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
-from .fusion import STATS, FusionFailure, FusionSite, make_group_runner, settle
+from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
+from .selfcheck import SelfChecking
 from ..ops import profiled_args
 from ..ops.autocast import AutocastState, autocast_state, describe
 from ..ops.axes import input_axes
@@ -56,7 +57,7 @@ def last_executed_optimized_graph() -> Optional[Graph]:
     return getattr(_state, "graph", None)
 
 
-class ScriptedFunction:
+class ScriptedFunction(SelfChecking):
 
     """What ``graphfuser.script`` returns: callable like the original function or module.
 
@@ -504,47 +505,12 @@ class ScriptedFunction:
             return site.fallback
         return None
 
-    def _check_due(self) -> bool:
-        """Count a steady call; True for every ``check_every``-th (it runs the checking program)."""
-        self._check_count += 1
-        if self._check_count < self._check_every:
-            return False
-        self._check_count = 0
-        return True
-
-    def _checked_call(self, fn: Callable, args: tuple) -> Any:
-        """A call through the checking program: every group returns eager's result and adds
-        whether its kernel agreed to ``_check_flags``, read with one host sync at the end; a
-        site that disagreed is suspect, and the next call checks it in full."""
-        try:
-            return fn(*args)
-        finally:
-            bad = settle(self._check_flags)
-            for site in bad:
-                site.suspect = True
-            if bad:
-                self._check_count = self._check_every     # the next call is a check
-
-    def _checking_special(self, node: Node) -> Optional[Callable]:
-        fn = self._special(node)
-        site = self._sites.get(node) if node.kind.endswith("FusionGroup") else None
-        if site is None:
-            return fn
-        runner = self._runners[node]
-        return site.checking_entry(node, getattr(runner, "run", runner))
-
     def _rebuild(self) -> None:
         self._program = build_program(self._optimized, name="forward", special=self._special,
                                       module=self._module)
         fn = self._program.fn
         self._fast = functools.partial(fn, self._module) if self._module is not None else fn
-        self._check_every = max(0, int(config.check_every))
-        self._checking = self._checking_fast = None
-        if self._check_every:
-            self._checking = build_program(self._optimized, name="checking", special=self._checking_special,
-                                           module=self._module)
-            cfn = self._checking.fn
-            self._checking_fast = functools.partial(cfn, self._module) if self._module is not None else cfn
+        self._build_checking()
         devices = {v.type.device.type for v in self._optimized.inputs
                    if isinstance(v.type, TensorType) and v.type.device is not None}
         if not self._replayable:

@@ -48,7 +48,7 @@ def test_inference_at_two_shapes(name):
     with torch.no_grad():
         for batch, seq in ((2, 8), (3, 13)):
             ids, mask = inputs(batch, seq)
-            for _ in range(3):                   # profiling, then the fused program
+            for _ in range(4):                   # profiling (the attention rewrite adds one call), then fused
                 torch.testing.assert_close(c(ids, mask), m(ids, mask))
             assert groups(graphfuser.last_executed_optimized_graph()) >= 3
         compiles, graphs = cache.STATS["compiles"], len(backend_calls)
