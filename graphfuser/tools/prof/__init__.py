@@ -3,6 +3,7 @@
     python -m graphfuser prof infer --device cuda --models regnet_y_800mf,timm:levit_128s
     python -m graphfuser prof train --only RMSNorm,GELU
     python -m graphfuser prof zoo-train --device cuda --models resnet50 --top 30
+    python -m graphfuser prof race-row --rows gpt2:infer-bf16 --backends eager,inductor_ro,graphfuser_compile
     python -m graphfuser prof <subcommand> --help
 
 ``infer``: inference of zoo models, eager vs ``torch.jit.script`` vs graphfuser (wall, enqueue and
@@ -22,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("infer", "inference of zoo models: wall, enqueue and kernel time, host split, launches"),
     "train": ("train", "per-kernel CUDA times of the training benchmark's cases, graphfuser vs torch.compile"),
     "zoo-train": ("zoo_train", "host time of a zoo model's training step, eager vs graphfuser"),
+    "race-row": ("race_row", "kernel timeline of a race row, each backend side by side"),
 }
 
 

@@ -52,6 +52,8 @@ def category(name: str) -> str:
     low = name.lower()
     if low.startswith("cuda_fusion"):
         return "graphfuser"
+    if any(c in low for c in ("flash", "fmha", "attention")):
+        return "attention"
     if any(c in low for c in _COPY):
         return "copy/layout"
     if any(c in low for c in _CONV):

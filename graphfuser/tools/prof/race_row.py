@@ -1,0 +1,57 @@
+"""Kernel timeline of one race row (``tools/race.py``'s models and modes), each backend side by
+side: kernels per call, GPU ms per call by category, the top kernels, and wall ms per call.
+
+    python -m graphfuser prof race-row --rows gpt2:infer-bf16,llama:infer-bf16
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Optional
+
+import torch
+
+from ..race import _wrap, build, inputs, step_fn
+from .common import sync
+from .infer import kernel_profile, report_kernels
+
+
+def profile_row(name: str, mode: str, backends: list[str], device: str, top: int, warm: int) -> None:
+    print(f"== {name} {mode}")
+    for backend in backends:
+        torch.manual_seed(0)
+        model = build(name, device)
+        model.train(mode.startswith("train"))
+        x, y = inputs(name, mode, device, None)
+        fn = step_fn(name, mode, model, _wrap(backend, model), x, y, device)
+        for _ in range(warm):
+            fn()
+        sync(device)
+        walls = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            walls.append(1e3 * (time.perf_counter() - t0))
+        print(f"  [{backend}] wall {statistics.median(walls):.3f} ms per call")
+        kernels, ops = kernel_profile(fn, device, calls=3)
+        report_kernels(backend, kernels, ops, 3, top)
+        del model, fn
+        torch._dynamo.reset()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--rows", default="gpt2:infer-bf16")
+    p.add_argument("--backends", default="eager,inductor_ro,graphfuser_compile")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--warm", type=int, default=5)
+    a = p.parse_args(argv)
+    for row in a.rows.split(","):
+        name, mode = row.split(":")
+        profile_row(name, mode, a.backends.split(","), a.device, a.top, a.warm)
+    return 0
