@@ -72,6 +72,7 @@ import torch
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..log import jit_log
+from ..passes.autocast import region_switch
 from ..passes.module_flags import module_attr as _attr
 
 _PYTHON_CALLS = {"prim::CallMethod", "prim::CallFunction", "prim::PythonOp"}
@@ -132,8 +133,17 @@ def ineligible_reason(graph: Graph, has_module: bool) -> Optional[str]:
     call is captured (``GraphReplayer._capture``): only a call that draws makes a difference, and a
     dropout in eval or a stochastic depth's untaken branch draws nothing."""
     chained = {graph.inputs[0]} if has_module and graph.inputs else set()
+    depth = 0
     for n in graph.all_nodes():
         k = n.kind
+        switch = region_switch(n)
+        if switch:
+            # an autocast region the graph opens and closes: it decides how the captured ops
+            # dispatched, and the specialization is already per autocast state of the call
+            depth += 1 if switch.startswith("_enter") else -1
+            if depth < 0:
+                return "an autocast region closed that the graph did not open"
+            continue
         if k in _PYTHON_CALLS and not _pure_call(n):
             return f"Python call {k}"
         if k in _SIDE_EFFECTS:
@@ -150,7 +160,7 @@ def ineligible_reason(graph: Graph, has_module: bool) -> Optional[str]:
             chained.add(n.outputs[0])
         if _mutating(n) and _origin(n.inputs[0], graph) in ("input", "unknown"):
             return f"in-place {k} on a value that may be an input"
-    return None
+    return "an autocast region left open" if depth else None
 
 
 def _subgraphs(n: Node) -> list[Graph]:

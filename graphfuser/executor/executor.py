@@ -31,7 +31,7 @@ from ..ir.types import TensorType
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
 from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs,
-                      functionalize, insert_autocast, insert_guards, partition, plan_conv_layouts, randomize,
+                      functionalize, insert_autocast, insert_guards, pad_gemms, partition, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
 from ..passes.attention import apply_attention, plan_attention
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
@@ -449,6 +449,7 @@ class ScriptedFunction(SelfChecking):
         fill_numbers(g)
         batch_norm_training(g)
         split_biases(g, self._module)
+        pad_gemms(g)
         functionalize(g)
         sink_views(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)

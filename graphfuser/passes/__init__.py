@@ -32,6 +32,9 @@ After profiling:
 0c. split_biases  linear / conv bias adds whose only consumer fuses leave the linear / conv (needs
                   profiled dtypes; before functionalize, which then frees in-place activations on
                   the add; the partition folds back the ones no group took)
+0d. pad_gemms    a CUDA linear whose output width breaks cuBLAS's 16-byte alignment computes into
+                  a padded width and slices it back (passes/gemm_pad.py; after split_biases,
+                  whose split linears it leaves alone)
 1. functionalize  in-place ops on fresh, unaliased intermediates become functional where eager's
                   in-place shape / dtype rules hold on the profiled types (must precede partition,
                   which never fuses in-place ops; may-alias sets come from schema annotations,
@@ -55,6 +58,7 @@ from .autocast import insert_autocast
 from .dce import dce
 from .decompose import decompose
 from .functionalize import functionalize
+from .gemm_pad import pad_gemms
 from .guard import insert_guards, wrap_group
 from .partition import partition
 from .random import randomize
@@ -62,9 +66,9 @@ from .simplify import fill_numbers, fold_constant_ifs
 from .sink_views import sink_views
 
 PRE_PROFILING = ("insert_autocast", "decompose", "randomize", "apply_conv_layouts")
-PIPELINE = ("plan_conv_layouts", "fold_constant_ifs", "fill_numbers", "batch_norm_training", "split_biases", "functionalize", "sink_views", "partition",
-            "insert_guards", "dce")
+PIPELINE = ("plan_conv_layouts", "fold_constant_ifs", "fill_numbers", "batch_norm_training", "split_biases", "pad_gemms", "functionalize",
+            "sink_views", "partition", "insert_guards", "dce")
 
 __all__ = ["PRE_PROFILING", "PIPELINE", "apply_conv_layouts", "plan_conv_layouts", "insert_autocast", "batch_norm_training", "decompose", "fill_numbers",
            "fold_constant_ifs",
-           "functionalize", "sink_views", "split_biases", "partition", "insert_guards", "wrap_group", "dce", "randomize"]
+           "functionalize", "sink_views", "split_biases", "pad_gemms", "partition", "insert_guards", "wrap_group", "dce", "randomize"]

@@ -103,6 +103,12 @@ def _region_call(node: Node) -> tuple[str, tuple]:
     return (name, tuple(getattr(call, "args", ()))) if name in (_ENTER, _EXIT) else ("", ())
 
 
+def region_switch(node: Node) -> str:
+    """``_enter_autocast`` / ``_exit_autocast`` where ``node`` opens or closes an autocast region
+    (either frontend's form), else ""."""
+    return _region_call(node)[0]
+
+
 def _entered(dtypes: dict, args: tuple) -> dict:
     """The autocast state inside ``_enter_autocast(device_type, dtype, enabled, cache_enabled)``
     entered in state ``dtypes``; a run-time argument (not a constant) leaves the region without

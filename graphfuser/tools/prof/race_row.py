@@ -17,6 +17,26 @@ from .common import sync
 from .infer import kernel_profile, report_kernels
 
 
+def replay_report() -> None:
+    """Per live graphfuser graph: its fusion groups, whether steady calls replay a CUDA graph and
+    why not, and how long its host program took last."""
+    from ...executor import cuda_graphs
+    from ...executor.fusion import _EXECUTORS
+
+    for ex in list(_EXECUTORS):
+        g = getattr(ex, "_optimized", None)
+        if g is None:
+            continue
+        rep = getattr(ex, "_replay", None)
+        why = cuda_graphs.ineligible_reason(g, getattr(ex, "_module", None) is not None)
+        name = getattr(getattr(ex, "_captured", None), "name", "?")
+        print(f"    {name}: {len(set(getattr(ex, '_sites', {}).values()))} groups, {len(list(g.all_nodes()))} nodes; "
+              f"replay {'on' if rep is not None else 'off'} (ineligible: {why}), "
+              f"{len(rep.entries) if rep is not None else 0} captured, "
+              f"{len(rep.failed) if rep is not None else 0} failed")
+    print("    replay stats: " + ", ".join(f"{k} {v}" for k, v in cuda_graphs.STATS.items()))
+
+
 def profile_row(name: str, mode: str, backends: list[str], device: str, top: int, warm: int) -> None:
     print(f"== {name} {mode}")
     for backend in backends:
@@ -37,6 +57,8 @@ def profile_row(name: str, mode: str, backends: list[str], device: str, top: int
         print(f"  [{backend}] wall {statistics.median(walls):.3f} ms per call")
         kernels, ops = kernel_profile(fn, device, calls=3)
         report_kernels(backend, kernels, ops, 3, top)
+        if backend.startswith("graphfuser"):
+            replay_report()
         del model, fn
         torch._dynamo.reset()
         if device == "cuda":

@@ -1,0 +1,151 @@
+"""Aligned GEMM outputs: a CUDA ``linear`` whose output width breaks cuBLAS's 16-byte alignment
+computes into a padded width and reads back the columns it owes (after profiling):
+
+    %y = aten::linear(%x, %w, %b)          %wp = aten::constant_pad_nd(%w, [0, 0, 0, pad], 0)
+                                   ->      %bp = aten::constant_pad_nd(%b, [0, pad], 0)
+                                           %yp = aten::linear(%x, %wp, %bp)
+                                           %n  = aten::size(%w, 0)
+                                           %ys = aten::slice(%yp, -1, 0, %n, 1)
+                                           %y  = aten::contiguous(%ys)
+
+Why. The leading dimension of a row-major ``[M, N]`` result is N. Where N * itemsize is not a
+multiple of 16 bytes cuBLAS cannot use its vectorized (TMA / 128-bit) kernels and falls back to
+an ``align1`` kernel: GPT-2's language-model head (N = 50257, vocabulary) ran 3.3 ms in bf16 at
+8 x 512 tokens on an H100, eager's time too, against 0.45 ms for the same product with N padded
+to 50264. Padding costs a copy of the weight (77 MB there, with autocast's cast already a copy
+per call) and, for a result that leaves through anything but a fused group, one copy back into
+eager's contiguous layout (0.8 GB of traffic there): a tenth of what it saves. Inductor pads
+GEMMs for the same reason.
+
+When. ``linear`` on CUDA with a 2-D weight whose rows (N, the output width) are not a multiple
+of 16 bytes while its columns (K) are; a product large enough that the kernel choice matters
+(N * K at least ``MIN_ELEMENTS``); the linear's bias not split off by ``split_biases``. The
+slice's end is the weight's size at run time, so a weight of another width later is still
+exact. The result stays a strided view of the padded output only where every consumer is a row
+of the op table (a fusion group reads strided inputs); otherwise ``contiguous`` gives eager's
+layout. The backward of the padded product (through autograd, unfused) has aligned leading
+dimensions too. ``PYTORCH_NVFUSER_DISABLE=gemm_padding`` turns it off.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import torch
+
+from ..config import config
+from ..ir.graph import Graph, Node, Value
+from ..ir.types import Type, TensorType
+from ..log import jit_log
+from ..ops import lookup
+from ..ops.aten import resolve_aten
+from .bias import SPLIT_BIAS
+
+ALIGN_BYTES = 16
+DEVICES = ("cuda",)         # where cuBLAS is the GEMM (tests add "cpu" to run the rewrite here)
+MIN_ELEMENTS = 1 << 20
+_PAD = "aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"
+_SIZE = "aten::size.int(Tensor self, int dim) -> int"
+_SLICE = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
+_CONTIGUOUS = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
+
+
+def _typed(meta: torch.Tensor, like: TensorType) -> TensorType:
+    return dataclasses.replace(TensorType.of(meta), device=like.device, requires_grad=like.requires_grad)
+
+
+def _pad_of(node: Node) -> Optional[int]:
+    """Columns to add to ``node``'s (a linear's) output, or None where it is not padded."""
+    if node.kind != "aten::linear" or len(node.inputs) != 3:
+        return None
+    w_t, out_t = node.inputs[1].type, node.output.type
+    if not (isinstance(w_t, TensorType) and isinstance(out_t, TensorType)) or None in (
+            w_t.sizes, w_t.dtype, w_t.device, out_t.sizes, out_t.strides, out_t.dtype):
+        return None
+    if w_t.device.type not in DEVICES or len(w_t.sizes) != 2 or w_t.dtype != out_t.dtype or not w_t.dtype.is_floating_point:
+        return None
+    n, k = w_t.sizes
+    per = ALIGN_BYTES // w_t.dtype.itemsize
+    if n % per == 0 or k % per or n * k < MIN_ELEMENTS or out_t.sizes[-1] != n:
+        return None
+    if any(user in SPLIT_BIAS for user, _ in node.output.uses):
+        return None
+    b = node.inputs[2]
+    if not (b.is_constant and b.constant() is None) and not (
+            isinstance(b.type, TensorType) and b.type.sizes is not None and len(b.type.sizes) == 1):
+        return None     # a bias of unknown shape: left alone
+    return per - n % per
+
+
+def _pad_linear(graph: Graph, node: Node, pad: int) -> None:
+    block, src = node.owner, node.source
+    x, w, b = node.inputs
+    out, out_t, w_t = node.output, node.output.type, w.type
+
+    def const(value, type_name: str) -> Value:
+        return graph.constant(value, Type(type_name), block=block, before=node)
+
+    def aten(kind: str, schema: str, inputs: list[Value], t: Type) -> Value:
+        n = graph.create(kind, inputs, [t], source=src)
+        n.schema = resolve_aten(kind, schema)
+        block.insert_before(node, n)
+        return n.output
+
+    def padded(v: Value, spec: list[int]) -> Value:
+        t = v.type
+        meta = torch.nn.functional.pad(torch.empty(t.sizes, dtype=t.dtype, device="meta"), spec)
+        return aten("aten::constant_pad_nd", _PAD, [v, const(spec, "int[]"), const(0, "int")], _typed(meta, t))
+
+    node.replace_input(1, padded(w, [0, 0, 0, pad]))
+    if not (b.is_constant and b.constant() is None):
+        node.replace_input(2, padded(b, [0, pad]))
+    wide = torch.empty(out_t.sizes[:-1] + (out_t.sizes[-1] + pad,), dtype=out_t.dtype, device="meta")
+    narrow = wide[..., :out_t.sizes[-1]]
+    users = list(out.uses)
+    out.type = _typed(wide, out_t)
+    after = node
+    n_val = graph.create("aten::size", [w, graph.constant(0, Type("int"), block=block, before=node)],
+                         [Type("int")], source=src)
+    n_val.schema = resolve_aten("aten::size", _SIZE)
+    block.insert_after(after, n_val)
+    after = n_val
+    sl = graph.create("aten::slice", [out, const(-1, "int"), const(0, "int"), n_val.output, const(1, "int")],
+                      [_typed(narrow, out_t)], source=src)
+    sl.schema = resolve_aten("aten::slice", _SLICE)
+    block.insert_after(after, sl)
+    result = sl.output
+    if not users or not all(lookup(u.kind) is not None for u, _ in users) or _returned(block, out):
+        fmt = graph.create("prim::Constant", [], [Type("int")], {"value": 0})     # contiguous_format
+        block.insert_after(sl, fmt)
+        c = graph.create("aten::contiguous", [result, fmt.output], [out_t], source=src)
+        c.schema = resolve_aten("aten::contiguous", _CONTIGUOUS)
+        block.insert_after(fmt, c)
+        result = c.output
+    for user, i in users:
+        user.replace_input(i, result)
+    block.replace_return_everywhere(out, result)
+
+
+def _returned(block: Any, v: Value) -> bool:
+    b = block
+    while b is not None:
+        if v in b.returns:
+            return True
+        b = b.owner.owner if b.owner is not None else None
+    return False
+
+
+def pad_gemms(graph: Graph) -> int:
+    """Pad the output width of the misaligned CUDA linears of a profiled ``graph`` (in place);
+    returns how many were padded."""
+    if config.is_disabled("gemm_padding"):
+        return 0
+    done = 0
+    for node in list(graph.all_nodes()):
+        pad = _pad_of(node)
+        if pad is None:
+            continue
+        _pad_linear(graph, node, pad)
+        done += 1
+        jit_log("graph_fuser", 2, f"padded the output of {node.where()} by {pad} columns (aligned GEMM)")
+    return done

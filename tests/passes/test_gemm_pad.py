@@ -1,0 +1,117 @@
+"""Misaligned linears compute into a padded width (passes/gemm_pad.py). The rewrite targets
+cuBLAS; these tests switch it on for the CPU too, so the rewritten program runs here against
+eager: forward and gradients, a result that leaves the graph (eager's contiguous layout) and one
+a fused group reads strided, through both frontends."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.passes import gemm_pad
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    monkeypatch.setattr(gemm_pad, "DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(gemm_pad, "MIN_ELEMENTS", 1)
+
+
+class Head(nn.Module):
+    def __init__(self, k: int = 64, n: int = 1001, bias: bool = True) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(k)
+        self.lm_head = nn.Linear(k, n, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(x))
+
+
+class HeadThenGelu(Head):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.lm_head(self.norm(x))) * 2.0
+
+
+def _optimized(fn) -> str:
+    return str(graphfuser.last_executed_optimized_graph())
+
+
+@pytest.mark.parametrize("cls", [Head, HeadThenGelu])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_padded_linear_matches_eager(on_cpu, cls, bias, dtype):
+    torch.manual_seed(0)
+    m = cls(bias=bias).to(dtype)
+    s = graphfuser.script(m)
+    for batch in (3, 5):
+        x = torch.randn(batch, 7, 64, dtype=dtype)
+        for _ in range(3):
+            out = s(x)
+        ref = m(x)
+        assert out.shape == ref.shape and out.is_contiguous()
+        torch.testing.assert_close(out, ref)
+    g = _optimized(s)
+    if cls is HeadThenGelu and bias:
+        # the bias add left the linear to fuse with the GELU (passes/bias.py): not padded
+        assert "aten::constant_pad_nd" not in g
+        return
+    assert "aten::constant_pad_nd" in g and "aten::slice" in g
+    # the result leaves the graph: eager's layout; read by a fused group: no copy
+    assert ("aten::contiguous" in g) == (cls is Head)
+
+
+def test_padded_linear_gradients(on_cpu):
+    torch.manual_seed(0)
+    m = Head(n=999)
+    ref = Head(n=999)
+    ref.load_state_dict(m.state_dict())
+    s = graphfuser.script(m)
+    x = torch.randn(4, 64)
+    for _ in range(3):
+        m.zero_grad()
+        s(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    assert "aten::constant_pad_nd" in _optimized(s)
+    for (name, a), b in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, msg=lambda e: f"{name}: {e}")
+
+
+def test_aligned_or_small_linears_are_left_alone(monkeypatch):
+    monkeypatch.setattr(gemm_pad, "DEVICES", ("cuda", "cpu"))
+    for n in (1000, 1001):      # aligned; misaligned but under MIN_ELEMENTS
+        s = graphfuser.script(Head(n=n))
+        x = torch.randn(2, 64)
+        for _ in range(3):
+            s(x)
+        assert "constant_pad_nd" not in _optimized(s)
+
+
+def test_not_on_cpu_by_default():
+    s = graphfuser.script(Head(k=1024, n=1025))
+    for _ in range(3):
+        s(torch.randn(2, 1024))
+    assert "constant_pad_nd" not in _optimized(s)
+
+
+def test_through_the_backend(on_cpu):
+    from graphfuser.frontend.dynamo import graphfuser_backend
+
+    torch.manual_seed(0)
+    m = Head(n=777)
+    f = torch.compile(m, backend=graphfuser_backend)
+    for seq in (5, 9):
+        x = torch.randn(2, seq, 64)
+        for _ in range(3):
+            out = f(x)
+        torch.testing.assert_close(out, m(x))
+        assert out.is_contiguous()
+
+
+def test_knob_turns_it_off(on_cpu):
+    from graphfuser.config import config
+
+    with config.override(disable=["gemm_padding"]):
+        s = graphfuser.script(Head())
+        for _ in range(3):
+            s(torch.randn(2, 64))
+        assert "constant_pad_nd" not in _optimized(s)
