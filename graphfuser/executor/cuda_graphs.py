@@ -145,7 +145,10 @@ def ineligible_reason(graph: Graph, has_module: bool) -> Optional[str]:
                 return "an autocast region closed that the graph did not open"
             continue
         if k in _PYTHON_CALLS and not _pure_call(n):
-            return f"Python call {k}"
+            call = n.attrs.get("call")
+            what = getattr(call, "name", None) or getattr(getattr(call, "fn", None), "__name__", None) \
+                or n.attrs.get("name")
+            return f"Python call {k}" + (f" ({what})" if what else "")
         if k in _SIDE_EFFECTS:
             return f"side effect {k}"
         if k in _CONTAINER_WRITES and _origin(n.inputs[0], graph) not in ("fresh", "attr"):

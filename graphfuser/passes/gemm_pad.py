@@ -18,7 +18,8 @@ eager's contiguous layout (0.8 GB of traffic there): a tenth of what it saves. I
 GEMMs for the same reason.
 
 When. ``linear`` on CUDA with a 2-D weight whose rows (N, the output width) are not a multiple
-of 16 bytes while its columns (K) are; a product large enough that the kernel choice matters
+of 16 bytes of the result's dtype while its columns (K) are (under autocast the weight is cast to
+the result's dtype first, once, and the padded copy made of the cast); a product large enough that the kernel choice matters
 (N * K at least ``MIN_ELEMENTS``); the linear's bias not split off by ``split_biases``. The
 slice's end is the weight's size at run time, so a weight of another width later is still
 exact. The result stays a strided view of the padded output only where every consumer is a row
@@ -38,7 +39,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import Type, TensorType
 from ..log import jit_log
 from ..ops import lookup
-from ..ops.aten import resolve_aten
+from ..ops.aten import DTYPE_CODES, resolve_aten
 from .bias import SPLIT_BIAS
 
 ALIGN_BYTES = 16
@@ -47,6 +48,8 @@ MIN_ELEMENTS = 1 << 20
 _PAD = "aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"
 _SIZE = "aten::size.int(Tensor self, int dim) -> int"
 _SLICE = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
+_TO = ("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+       "MemoryFormat? memory_format=None) -> Tensor(a)")
 _CONTIGUOUS = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
 
 
@@ -62,10 +65,11 @@ def _pad_of(node: Node) -> Optional[int]:
     if not (isinstance(w_t, TensorType) and isinstance(out_t, TensorType)) or None in (
             w_t.sizes, w_t.dtype, w_t.device, out_t.sizes, out_t.strides, out_t.dtype):
         return None
-    if w_t.device.type not in DEVICES or len(w_t.sizes) != 2 or w_t.dtype != out_t.dtype or not w_t.dtype.is_floating_point:
+    if w_t.device.type not in DEVICES or len(w_t.sizes) != 2 or not w_t.dtype.is_floating_point \
+            or not out_t.dtype.is_floating_point or w_t.dtype.itemsize < out_t.dtype.itemsize:
         return None
     n, k = w_t.sizes
-    per = ALIGN_BYTES // w_t.dtype.itemsize
+    per = ALIGN_BYTES // out_t.dtype.itemsize
     if n % per == 0 or k % per or n * k < MIN_ELEMENTS or out_t.sizes[-1] != n:
         return None
     if any(user in SPLIT_BIAS for user, _ in node.output.uses):
@@ -96,6 +100,12 @@ def _pad_linear(graph: Graph, node: Node, pad: int) -> None:
         meta = torch.nn.functional.pad(torch.empty(t.sizes, dtype=t.dtype, device="meta"), spec)
         return aten("aten::constant_pad_nd", _PAD, [v, const(spec, "int[]"), const(0, "int")], _typed(meta, t))
 
+    if w_t.dtype != out_t.dtype:
+        # under autocast (this specialization's state): the product runs in the result's dtype,
+        # so cast once and pad the cast (autocast would cast the padded copy again)
+        w = aten("aten::to", _TO, [w, const(DTYPE_CODES[out_t.dtype], "int"), const(False, "bool"),
+                                   const(False, "bool"), const(None, "NoneType")],
+                 dataclasses.replace(w_t, dtype=out_t.dtype))
     node.replace_input(1, padded(w, [0, 0, 0, pad]))
     if not (b.is_constant and b.constant() is None):
         node.replace_input(2, padded(b, [0, pad]))

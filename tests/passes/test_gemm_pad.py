@@ -115,3 +115,20 @@ def test_knob_turns_it_off(on_cpu):
         for _ in range(3):
             s(torch.randn(2, 64))
         assert "constant_pad_nd" not in _optimized(s)
+
+
+def test_under_autocast_the_cast_weight_is_padded(on_cpu):
+    """Under bf16 autocast the fp32 weight is cast once and the cast padded; the result is bf16
+    as eager's, and matches eager's (the same bf16 product)."""
+    torch.manual_seed(0)
+    m = Head(k=64, n=1001)
+    s = graphfuser.script(m)
+    x = torch.randn(3, 7, 64)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(3):
+            out = s(x)
+        ref = m(x)
+    assert out.dtype == ref.dtype == torch.bfloat16 and out.is_contiguous()
+    torch.testing.assert_close(out, ref)
+    g = _optimized(s)
+    assert "aten::constant_pad_nd" in g and "aten::to" in g
