@@ -95,7 +95,12 @@ def _source(node: torch.fx.Node) -> Optional[str]:
 
 def _effects(op: str, target: Any) -> bool:
     if op == "call_method":
-        return target.endswith("_") and target not in _PURE_METHODS or target in ("__setitem__", "copy_")
+        if target.startswith("__") and target.endswith("__"):
+            # Python's operators: only the in-place ones (``__iadd__``, ``__ior__``) and item
+            # writes change anything; ``__eq__`` of HF's masks is a pure comparison
+            return target.startswith("__i") and target not in ("__index__", "__invert__") \
+                or target in ("__setitem__", "__delitem__")
+        return target.endswith("_") and target not in _PURE_METHODS or target == "copy_"
     if op == "call_module":
         return True
     if target in _STATEFUL or isinstance(target, torch._ops.HigherOrderOperator):
