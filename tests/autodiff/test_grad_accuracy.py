@@ -68,11 +68,8 @@ CASES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], tuple[int, ...]
 
 
 PARAMS = list(CASES)
-# The numbers above are the CPU's. CUDA fuses batch norm in training with the same formulas, but
-# its MobileNetV3 case has not run on a GPU since the fix: expected to fail there until it has.
-_GPU_PENDING = "MobileNetV3 squeeze-excite gradients: the dx fix is measured on the CPU only"
-CUDA_PARAMS = [pytest.param(n, marks=pytest.mark.xfail(reason=_GPU_PENDING, strict=False))
-               if n.startswith("mobilenet") else n for n in CASES]
+# CUDA fuses batch norm in training with the same formulas: every case holds there too (H100)
+CUDA_PARAMS = list(CASES)
 
 
 def check_gradients(name: str, device: str) -> None:
