@@ -34,7 +34,7 @@ DISABLE_OPTIONS = (
     "attention_rewrite", "gemm_padding",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
-                  "cuda_batch_norm_training", "lineinfo", "fused_rng", "conv_layout_training")   # on by default, accepted:
+                  "cuda_batch_norm_training", "lineinfo", "fused_rng", "conv_layout_training", "weight_cache")   # on by default, accepted:
 # fused_rng, cuda_batch_norm_training
 DUMP_OPTIONS = (
     "fusion_ir", "kernel_ir", "cuda_kernel", "cpp_kernel", "launch_param", "kernel_args",

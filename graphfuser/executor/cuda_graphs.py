@@ -312,6 +312,9 @@ class GraphReplayer:
         self._states: dict[tuple, int] = {}
         self._last: tuple = (None, -1)
         self._numbered = 0
+        from .weight_cache import caches_of
+
+        self.caches = caches_of(graph)  # kept weights the graph reads: brought up to date before a replay
         _LIVE.add(self)
 
     # -- the key ---------------------------------------------------------------------------
@@ -423,6 +426,8 @@ class GraphReplayer:
         return False
 
     def _replay(self, entry: _Entry, fast: Callable, args: tuple) -> Any:
+        for c in self.caches:
+            c.refresh()
         for s, a in zip(entry.inputs, args):
             if s is not None:
                 s.copy_(a)

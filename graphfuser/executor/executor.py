@@ -46,6 +46,7 @@ from .guards import always_true, make_guard
 from .hostgen import HostProgram, build_program
 from .profile import ProfileRecord
 from .source import Captured, UnsupportedError
+from .weight_cache import keep_weights
 
 _state = threading.local()
 _TORCHSCRIPT = (torch.jit.ScriptModule, torch.jit.ScriptFunction, torch._C.ScriptMethod)
@@ -337,8 +338,11 @@ class ScriptedFunction(SelfChecking):
         memory is never a construct for TorchScript's executor to take over (under CUDA autocast
         that executor crashes on models with nn.MultiheadAttention)."""
         from .cuda_graphs import release_graphs
+        from .weight_cache import release_weight_caches
 
-        if self._oom_retry or not release_graphs() or self._writes_state():
+        # graphs first: a captured graph may read a kept weight
+        freed = release_graphs() + release_weight_caches()
+        if self._oom_retry or not freed or self._writes_state():
             raise exc
         self._oom_retry = True
         try:
@@ -450,6 +454,7 @@ class ScriptedFunction(SelfChecking):
         batch_norm_training(g)
         split_biases(g, self._module)
         pad_gemms(g)
+        keep_weights(g, self._module, self._captured.static_inputs)
         functionalize(g)
         sink_views(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import os
 import time
 from typing import Any, Callable, Optional
 
@@ -218,7 +219,8 @@ def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: flo
             w.close()
     runnable = len(cases) - eager_only - invalid
     float64 = float64_summary(results)
-    return {"device": device, "graphs": len(cases), "seed": seed, "knobs": knobs or {}, "seconds": round(run_s, 1),
+    return {"device": device, "graphs": len(cases), "seed": seed, "knobs": knobs or {},
+            "frontend": os.environ.get("GRAPHFUSER_FUZZ_FRONTEND", "script"), "seconds": round(run_s, 1),
             "counts": {c: counts.get(c, 0) for c in CATEGORIES},
             "failed_graphs": sum(1 for r in results if r["findings"]),
             "deviations": dict(deviations), "kernel_ran": kernel, "invalid": invalid, "runnable": runnable,

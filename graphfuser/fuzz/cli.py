@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and print their findings")
     p.add_argument("--replay", default=None, metavar="FUZZ_JSON",
                    help="rerun the failing graphs recorded in a fuzz-<device>.json report (with --graph: only those)")
+    p.add_argument("--frontend", default="script", choices=("script", "compile"),
+                   help="the entry point the graphs go through: graphfuser.script, or torch.compile's backend")
     p.add_argument("--emulate-precision", action="store_true",
                    help="turn on emulate_precision_casts where the config has it (pointwise chains exact)")
 
@@ -34,6 +36,7 @@ def run_args(args: argparse.Namespace) -> int:
     from . import campaign, report
 
     knobs: dict = {}
+    os.environ["GRAPHFUSER_FUZZ_FRONTEND"] = args.frontend      # the workers inherit it
     if args.no_fallback:
         knobs["disable"] = ["fallback"]
     if args.emulate_precision:

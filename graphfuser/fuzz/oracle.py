@@ -1,4 +1,6 @@
-"""Run one fuzz case through eager and through ``graphfuser.script`` and compare every call.
+"""Run one fuzz case through eager and through ``graphfuser.script`` (or, with
+``GRAPHFUSER_FUZZ_FRONTEND=compile``, through ``torch.compile(fn, backend=graphfuser_backend)``)
+and compare every call.
 
 Runs inside the worker process (``worker.py``). For each call the inputs are built three times
 from the case's specs: for eager, for graphfuser, and upcast to float64 for the reference. A
@@ -32,6 +34,29 @@ EPS = {torch.float64: 2.2e-16, torch.float32: 1.2e-7, torch.float16: 9.8e-4, tor
 TIGHT_ULPS = 64
 LOOSE_ULPS = 256
 LAUNCHES = [0]
+
+
+def frontend() -> str:
+    """Which entry point the cases go through: "script" (``graphfuser.script``, the default) or
+    "compile" (the ``torch.compile`` backend). Under "compile" none of TorchScript's frontend
+    deviations (``inherited.py``) excuse a difference: Dynamo's graphs keep eager's semantics."""
+    return os.environ.get("GRAPHFUSER_FUZZ_FRONTEND", "script")
+
+
+def _compiled(fn: Any) -> Any:
+    from ..frontend.dynamo import graphfuser_backend
+
+    torch._dynamo.reset()       # one case's graphs at a time (and Dynamo's cache stays small)
+    return torch.compile(fn, backend=graphfuser_backend)
+
+
+def _live_graphs(sf: Any) -> list:
+    """The optimized graphs of a case: the scripted function's, or every graph the backend made."""
+    if frontend() == "script":
+        return [sf._optimized] if sf._optimized is not None else []
+    from ..executor.fusion import _EXECUTORS
+
+    return [ex._optimized for ex in list(_EXECUTORS) if getattr(ex, "_optimized", None) is not None]
 
 
 def _count_launches() -> None:
@@ -249,9 +274,10 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
     deviations: list[dict] = []
     result = {"findings": findings, "deviations": deviations, "kernel_ran": False, "fused_ops": [],
               "eager_errors": 0, "calls": len(case["calls"]), "grad_calls": 0, "distances": []}
+    ts = frontend() == "script"
     try:
         fn = load(case["source"], os.path.join(workdir, f"case_{tag}.py"))
-        sf = graphfuser.script(fn)
+        sf = graphfuser.script(fn) if ts else _compiled(fn)
     except Exception as e:  # noqa: BLE001
         try:
             torch.jit.script(fn)
@@ -298,23 +324,23 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     deviations.append({"deviation": "empty_launch", "call": call,
                                        "detail": f"eager raised {type(err_e).__name__}: {str(err_e).splitlines()[0]}"})
                     continue
-                if _torchscript_answers(fn, case, call, device):
+                if ts and _torchscript_answers(fn, case, call, device):
                     deviations.append({"deviation": "torchscript_semantics", "call": call,
                                        "detail": f"eager raised {type(err_e).__name__}; torch.jit.script does not"})
                     continue
-                if _ts.has_bool_scalars(case) and _ts.agrees_with_ints(
+                if ts and _ts.has_bool_scalars(case) and _ts.agrees_with_ints(
                         case, call, device, workdir, tag, _flat(out_g), ga,
                         lambda a, b: compare_tensor(a, b, None, low_eps, check_strides=False) is None):
                     deviations.append({"deviation": "torchscript_bool_scalar", "call": call,
                                        "detail": f"eager raised {type(err_e).__name__}; with the bools as ints it "
                                                  "answers as graphfuser does"})
                     continue
-                if _agrees_with(_ts.pruned_run(case, call, device, workdir, tag), _flat(out_g), ga, low_eps):
+                if ts and _agrees_with(_ts.pruned_run(case, call, device, workdir, tag), _flat(out_g), ga, low_eps):
                     deviations.append({"deviation": "torchscript_semantics", "call": call,
                                        "detail": f"eager raised {type(err_e).__name__} on an op torch.jit.script "
                                                  "drops; without its unused statements eager answers as graphfuser"})
                     continue
-                if _ts.has_bool_scalars(case) and _ts.scripted_ints_answer(case, call, device, workdir, tag):
+                if ts and _ts.has_bool_scalars(case) and _ts.scripted_ints_answer(case, call, device, workdir, tag):
                     deviations.append({"deviation": "torchscript_semantics", "call": call,
                                        "detail": f"eager raised {type(err_e).__name__} on an op torch.jit.script "
                                                  "drops; its function answers with the bools as ints"})
@@ -323,12 +349,12 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                                  "detail": f"eager raised {type(err_e).__name__}: {str(err_e).splitlines()[0][:300]}"})
                 continue
             if err_g is not None:
-                if err_e is None and _ts.has_bool_scalars(case) and \
+                if ts and err_e is None and _ts.has_bool_scalars(case) and \
                         isinstance(_ts.ints_run(case, call, device, workdir, tag), Exception):
                     deviations.append({"deviation": "torchscript_bool_scalar", "call": call,
                                        "detail": f"raised {type(err_g).__name__}, as eager does with the bools as ints"})
                     continue
-                if err_e is None and _ts.scripted_raises_alike(fn, case, call, device, err_g):
+                if ts and err_e is None and _ts.scripted_raises_alike(fn, case, call, device, err_g):
                     deviations.append({"deviation": "torchscript_semantics", "call": call,
                                        "detail": f"raised {type(err_g).__name__}, as torch.jit.script's function does"})
                     continue
@@ -365,7 +391,7 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                       for k, (spec, g, e, ra) in enumerate(zip(case["inputs"], ga, ea, ref_args))
                       if isinstance(e, torch.Tensor)]
             rounded: list = []
-            if len(fo) != len(fe) and _agrees_with(_ts.scripted_run(fn, case, call, device), fo, ga, low_eps):
+            if ts and len(fo) != len(fe) and _agrees_with(_ts.scripted_run(fn, case, call, device), fo, ga, low_eps):
                 deviations.append({"deviation": "torchscript_semantics", "call": call,
                                    "detail": f"{len(fo)} outputs where eager has {len(fe)}: torch.jit.script's "
                                              "function answers so (its schema matching chose another op)"})
@@ -405,8 +431,9 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                 if cat in DEVIATIONS:
                     deviations.append({"deviation": cat, "call": call, "detail": f"{what}: {detail}"})
                     continue
-                inherited = _ts.explains(fn, case, call, device, where, g, workdir, tag,
-                                         lambda a, b: compare_tensor(a, b, None, low_eps, check_strides=False) is None)
+                inherited = ts and _ts.explains(fn, case, call, device, where, g, workdir, tag,
+                                                lambda a, b: compare_tensor(a, b, None, low_eps,
+                                                                            check_strides=False) is None)
                 if inherited:
                     deviations.append({"deviation": inherited, "call": call, "detail": f"{what}: {detail}"})
                     continue
@@ -425,7 +452,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     lambda g, e, r, go: compare_tensor(g, e, r, low_eps, check_strides=False,
                                                        ref_floor=floor + low_eps * go, eager_noise=4.0),
                     lambda seed: perturbed_run(fn, case, call, device, seed, grad=True), PERTURBED_RUNS,
-                    (lambda: _ts.ints_run(case, call, device, workdir, tag)) if _ts.has_bool_scalars(case) else None)
+                    (lambda: _ts.ints_run(case, call, device, workdir, tag)) if ts and _ts.has_bool_scalars(case)
+                    else None)
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]
@@ -434,16 +462,15 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
         text = str(w.message)
         if "could not be compiled" in text:
             findings.append({"category": "compile_fallback", "call": -1, "detail": text.split(". Repro")[0][:400]})
-    g = sf._optimized
-    if g is not None:
-        ops = set()
+    ops = set()
+    for g in _live_graphs(sf):
         for n in g.all_nodes():
             if n.kind.endswith("FusionGroup") and getattr(n, "subgraph", None) is not None:
                 for m in n.subgraph.block.nodes:
                     row = REGISTRY.get(m.kind)
                     if row is not None:
                         ops.add(row.name)
-        result["fused_ops"] = sorted(ops)
+    result["fused_ops"] = sorted(ops)
     if half and not _emulated and any(f["category"] == "wrong_value" for f in findings):
         _split_precision_deviations(case, device, workdir, tag, findings, deviations)
     # one finding per category and call is enough; keep the first

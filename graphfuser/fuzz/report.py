@@ -99,7 +99,8 @@ def render_markdown(res: dict) -> str:
     lines = [f"# graphfuser fuzz: {res['device']}", "",
              f"{n} graphs from seed {res['seed']} in {res['seconds']} s; knobs {res['knobs'] or 'default'}. "
              "Each graph runs 7 calls (profiling, fused, then a new batch size and/or layout) through "
-             "`graphfuser.script` and through eager; values are judged against a float64 reference.", "",
+             + ("`torch.compile(backend=graphfuser)`" if res.get("frontend") == "compile" else "`graphfuser.script`")
+             + " and through eager; values are judged against a float64 reference.", "",
              f"Graphs TorchScript itself rejects (generator's, not counted): {res.get('invalid', 0)}.", "",
              f"Graphs with any failure: {res['failed_graphs']} ({100 * res['failed_graphs'] / max(n, 1):.1f}%).", "",
              "| category | graphs | % |", "|---|---:|---:|"]

@@ -100,6 +100,7 @@ def _pad_linear(graph: Graph, node: Node, pad: int) -> None:
         meta = torch.nn.functional.pad(torch.empty(t.sizes, dtype=t.dtype, device="meta"), spec)
         return aten("aten::constant_pad_nd", _PAD, [v, const(spec, "int[]"), const(0, "int")], _typed(meta, t))
 
+    w0 = w          # its rows are the width the slice keeps (read off the parameter, not its cast)
     if w_t.dtype != out_t.dtype:
         # under autocast (this specialization's state): the product runs in the result's dtype,
         # so cast once and pad the cast (autocast would cast the padded copy again)
@@ -114,7 +115,7 @@ def _pad_linear(graph: Graph, node: Node, pad: int) -> None:
     users = list(out.uses)
     out.type = _typed(wide, out_t)
     after = node
-    n_val = graph.create("aten::size", [w, graph.constant(0, Type("int"), block=block, before=node)],
+    n_val = graph.create("aten::size", [w0, graph.constant(0, Type("int"), block=block, before=node)],
                          [Type("int")], source=src)
     n_val.schema = resolve_aten("aten::size", _SIZE)
     block.insert_after(after, n_val)

@@ -63,3 +63,14 @@ def test_fuzz_budget_without_fallback():
 def test_fuzz_budget_cuda():
     """The CI seed on the GPU: same rule (skipped where no GPU is present)."""
     _check(campaign.run(graphs=200, seed=CI_SEED, device="cuda", timeout=120.0, shrink_classes=0))
+
+
+def test_fuzz_budget_through_the_backend(monkeypatch):
+    """The torch.compile frontend on generated graphs: Dynamo's FX graphs (symbolic sizes after a
+    batch change) through the backend, judged like the script path's but with none of
+    TorchScript's frontend deviations allowed."""
+    monkeypatch.setenv("GRAPHFUSER_FUZZ_FRONTEND", "compile")     # the workers inherit it
+    res = campaign.run(graphs=40, seed=CI_SEED + 2, device="cpu", timeout=90.0, shrink_classes=0)
+    assert res["frontend"] == "compile"
+    assert sum(bool(r.get("kernel_ran")) for r in res["results"]) > 0     # it fused something
+    _check(res)

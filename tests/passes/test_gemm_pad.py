@@ -132,3 +132,24 @@ def test_under_autocast_the_cast_weight_is_padded(on_cpu):
     torch.testing.assert_close(out, ref)
     g = _optimized(s)
     assert "aten::constant_pad_nd" in g and "aten::to" in g
+
+
+def test_under_autocast_training_gradients(on_cpu):
+    torch.manual_seed(0)
+    m, ref = Head(n=999), Head(n=999)
+    ref.load_state_dict(m.state_dict())
+    s = graphfuser.script(m)
+    x = torch.randn(4, 5, 64)
+    for _ in range(3):
+        m.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = s(x)
+        out.float().square().sum().backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expect = ref(x)
+    expect.float().square().sum().backward()
+    torch.testing.assert_close(out, expect)
+    assert "aten::constant_pad_nd" in _optimized(s)
+    for (name, a), b in zip(m.named_parameters(), ref.parameters()):
+        assert a.grad.dtype == b.grad.dtype == torch.float32
+        torch.testing.assert_close(a.grad, b.grad, rtol=2e-2, atol=2e-2, msg=lambda e: f"{name}: {e}")
