@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "guard_mode": True,
     "skip_node_kinds": [],
     "max_specializations": 8,
+    "compile_threads": 0,
     "fuse_cpu": True,
     "fuse_cuda": True,
     "disable": [],

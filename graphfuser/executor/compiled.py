@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 import traceback
 from typing import Any, Callable, Optional, Sequence
@@ -35,6 +36,11 @@ from .fusion import FusionFailure
 from .fusion_eager import eager_runner
 
 _MEMORY: dict[tuple, Callable] = {}
+# compile_group runs on several threads at once (executor._prebuild): one lock per kernel key,
+# so that identical groups (a transformer's twelve layers) build once and the rest wait for it
+_KEY_LOCKS: dict[tuple, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+_STATS_LOCK = threading.Lock()
 STATS = {"memory_hits": 0, "builds": 0, "build_seconds": 0.0}
 
 
@@ -455,9 +461,18 @@ def compile_group(group: Node, scheduler: Optional[PointwiseScheduler] = None,
 
         dump_python_definition(sub, group.attrs.get("cache_id", 0), definition)
     key = canonical_key(sub, target) + ((scheduler.key,) if scheduler is not None else ())
+    with _LOCKS_LOCK:
+        lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        return _compile_group(group, sub, target, key, scheduler)
+
+
+def _compile_group(group: Node, sub: Graph, target: str, key: tuple,
+                   scheduler: Optional[PointwiseScheduler]) -> Callable[..., tuple]:
     hit = _MEMORY.get(key)
     if hit is not None:
-        STATS["memory_hits"] += 1
+        with _STATS_LOCK:
+            STATS["memory_hits"] += 1
         jit_log("kernel_cache", 2, f"memory hit for {group.kind}[cache_id={group.attrs.get('cache_id')}]")
         return hit
     name = f"{'cuda' if target == 'cuda' else 'cpu'}_fusion_{hashlib.sha1(key[0].encode()).hexdigest()[:12]}"
@@ -479,8 +494,9 @@ def compile_group(group: Node, scheduler: Optional[PointwiseScheduler] = None,
         if scheduler is not None and isinstance(e, ScheduleError):
             raise  # an illegal hand schedule is the user's error, not a reason to fall back
         return _failed(group.kind, name, sub, cg.source if cg else "", e)
-    STATS["builds"] += 1
-    STATS["build_seconds"] += time.perf_counter() - t0
+    with _STATS_LOCK:
+        STATS["builds"] += 1
+        STATS["build_seconds"] += time.perf_counter() - t0
     jit_log("kernel_cache", 1, f"built {name} for {group.kind} in {1e3 * (time.perf_counter() - t0):.1f} ms")
     runner = _guard_launch(launcher, group.kind, name, sub, cg)
     _MEMORY[key] = runner

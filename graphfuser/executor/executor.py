@@ -37,7 +37,7 @@ from ..passes.attention import apply_attention, plan_attention
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
-from .fusion import STATS, FusionFailure, FusionSite, make_group_runner
+from .fusion import STATS, FusionFailure, FusionSite, compile_threads, make_group_runner
 from .selfcheck import SelfChecking
 from ..ops import profiled_args
 from ..ops.autocast import AutocastState, autocast_state, describe
@@ -468,9 +468,26 @@ class ScriptedFunction(SelfChecking):
             site = FusionSite(group, self)
             self._sites[group] = site
             self._register_fallbacks(group, site)
+        self._prebuild(groups)
         self._optimized = g
         self._rebuild()
         jit_log_graph("profiling_graph_executor_impl", "Optimized Graph:", g)
+
+    def _prebuild(self, groups: list[Node]) -> None:
+        """Build the runners of ``groups`` on ``compile_threads`` threads before the host program
+        is made (which would build them one after another): NVRTC and the C++ compiler release
+        the GIL, so a graph's forty kernels cost about the slowest few instead of their sum. A
+        compile failure raises as it would from the host program's build (fallback disabled)."""
+        todo = [gr for gr in groups if gr not in self._runners and gr.kind.endswith("FusionGroup")]
+        n = compile_threads(len(todo))
+        if n < 2:
+            return
+        import concurrent.futures as cf
+
+        with cf.ThreadPoolExecutor(n, thread_name_prefix="graphfuser-compile") as pool:
+            runners = list(pool.map(make_group_runner, todo))
+        for gr, runner in zip(todo, runners):
+            self._runners.setdefault(gr, runner)
 
     def _register_fallbacks(self, group: Node, site: FusionSite) -> None:
         ifn = group.owner.owner

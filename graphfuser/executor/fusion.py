@@ -407,6 +407,15 @@ def _hashable(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
+def compile_threads(groups: int) -> int:
+    """How many threads build ``groups`` runners at once (the ``compile_threads`` knob; 1 while a
+    dump is on, so that dumps come out in the graph's order)."""
+    if groups < 2 or config.as_dict()["dump"]:
+        return 1
+    n = int(config.compile_threads) or min(16, os.cpu_count() or 1)
+    return max(1, min(n, groups))
+
+
 def make_group_runner(group: Node) -> Callable[..., tuple]:
     """The compiled kernel for ``group`` (the codegen backend), or the eager program when the
     backend cannot take it; compile failures follow the fallback policy."""

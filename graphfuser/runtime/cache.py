@@ -78,6 +78,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from typing import Callable, Iterator
 
@@ -191,6 +192,15 @@ def _check_name(what: str, value: str) -> None:
 
 
 # -- public API ----------------------------------------------------------------------------------
+_STATS_LOCK = threading.Lock()
+
+
+def _count(name: str) -> None:
+    """``STATS[name] += 1`` (kernels compile on several threads at once)."""
+    with _STATS_LOCK:
+        STATS[name] += 1
+
+
 def note_compile() -> None:
     """Count one compiler invocation; builders call it each time they run a compiler.
 
@@ -199,7 +209,7 @@ def note_compile() -> None:
         >>> note_compile(); STATS["compiles"]
         1
     """
-    STATS["compiles"] += 1
+    _count("compiles")
 
 
 def get_or_build_file(kind: str, source: str, flags: list[str], compiler_id: str, suffix: str,
@@ -316,7 +326,7 @@ def _get_or_build(kind: str, source: str, flags: list[str], compiler_id: str, su
     entry = _Entry(cache_root(), kind, key, suffix)
     data, _ = _verify(entry, kind)
     if data is not None:
-        STATS["disk_hits"] += 1
+        _count("disk_hits")
         jit_log(_LOG, 2, f"disk hit: {kind} {key[:16]} ({entry.payload})")
         return entry, data
     try:
@@ -327,15 +337,15 @@ def _get_or_build(kind: str, source: str, flags: list[str], compiler_id: str, su
     with _locked(entry.lock):
         data, problem = _verify(entry, kind)
         if data is not None:  # another process built it while we waited for the lock
-            STATS["disk_hits"] += 1
+            _count("disk_hits")
             jit_log(_LOG, 2, f"disk hit after waiting for the lock: {kind} {key[:16]}")
         else:
             if problem is not None:
-                STATS["corrupt"] += 1
+                _count("corrupt")
                 jit_log(_LOG, 1, f"corrupt entry {entry.payload}: {problem}; rebuilding")
                 with contextlib.suppress(OSError):
                     entry.meta.unlink()
-            STATS["disk_misses"] += 1
+            _count("disk_misses")
             jit_log(_LOG, 1, f"disk miss: {kind} {key[:16]}; building")
             data = _build_and_publish(entry, kind, source, flags, compiler_id, suffix, make)
     return entry, data
