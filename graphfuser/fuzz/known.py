@@ -32,6 +32,13 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (inherited from TorchScript; checked per case against torch.jit.script)",
         "when_on": "",
     },
+    "dynamo_semantics": {
+        "what": "through the torch.compile frontend: eager raises, or answers otherwise, where Dynamo itself "
+                "(torch.compile with its own 'eager' backend, no graphfuser) answers as graphfuser does "
+                "(integer addcdiv, which eager refuses, traces to a true division)",
+        "knob": "none (inherited from Dynamo; checked per case against torch.compile(backend='eager'))",
+        "when_on": "",
+    },
     "torchscript_bool_scalar": {
         "what": "a bool Python scalar meeting a tensor (x + True, True / t, a flag: bool argument) is typed int "
                 "by TorchScript's frontend (add(x, 1)): on a bool tensor eager's answer is bool, the graph's "

@@ -50,6 +50,22 @@ def _compiled(fn: Any) -> Any:
     return torch.compile(fn, backend=graphfuser_backend)
 
 
+def _dynamo_answers(fn: Any, case: dict, call: int, device: str, outs: list, ga: list, low_eps: float) -> bool:
+    """Dynamo alone (``torch.compile`` with its ``eager`` backend: no graphfuser) gives ``outs``
+    (and leaves the inputs as ``ga``): a difference from eager that the compile frontend inherits.
+    (Resets Dynamo: the case's later calls compile its graphs again.)"""
+    torch._dynamo.reset()
+    args = make_args(case, call, device)
+    try:
+        with autocast_of(case, device):
+            ref = torch.compile(fn, backend="eager")(*args)
+    except Exception:  # noqa: BLE001 - Dynamo raises as eager does: not this deviation
+        return False
+    finally:
+        torch._dynamo.reset()
+    return _agrees_with((_flat(ref), args), outs, ga, low_eps)
+
+
 def _live_graphs(sf: Any) -> list:
     """The optimized graphs of a case: the scripted function's, or every graph the backend made."""
     if frontend() == "script":
@@ -323,6 +339,11 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                 if eager_launch_failure_on_empty(err_e, ea):
                     deviations.append({"deviation": "empty_launch", "call": call,
                                        "detail": f"eager raised {type(err_e).__name__}: {str(err_e).splitlines()[0]}"})
+                    continue
+                if not ts and _dynamo_answers(fn, case, call, device, _flat(out_g), ga, low_eps):
+                    deviations.append({"deviation": "dynamo_semantics", "call": call,
+                                       "detail": f"eager raised {type(err_e).__name__}; torch.compile's own "
+                                                 "eager backend does not"})
                     continue
                 if ts and _torchscript_answers(fn, case, call, device):
                     deviations.append({"deviation": "torchscript_semantics", "call": call,

@@ -239,6 +239,42 @@ def _hardtanh(d, a, g, out):
     return {"self": d.where(outside, 0.0, g)}
 
 
+@derivative("relu6")
+def _relu6(d, a, g, out):
+    x = a["self"]
+    # eager's relu6 is hardtanh(0, 6): zero where x <= 0 or x >= 6, so a NaN passes the gradient
+    outside = d.op("aten::logical_or", d.op("aten::le", x, 0.0), d.op("aten::ge", x, 6.0))
+    return {"self": d.where(outside, 0.0, g)}
+
+
+@derivative("hardsigmoid")
+def _hardsigmoid(d, a, g, out):
+    x = a["self"]
+    # eager: g * (1/6) strictly inside (-3, 3), else 0 (a NaN gets 0)
+    inside = d.op("aten::logical_and", d.op("aten::gt", x, -3.0), d.op("aten::lt", x, 3.0))
+    return {"self": d.where(inside, d.mul(g, 1.0 / 6.0), 0.0)}
+
+
+def _device_type(d, v) -> str:
+    """The device type of ``v``'s forward value as profiled ("cuda" where unknown)."""
+    t = getattr(d, "ftypes", {}).get(v) or getattr(v, "type", None)
+    dev = getattr(t, "device", None)
+    return dev.type if dev is not None else "cuda"
+
+
+@derivative("hardswish")
+def _hardswish(d, a, g, out):
+    x = a["self"]
+    # eager: 0 up to -3, g * (x / 3 + 1/2) between, g from 3 on. At a NaN the two devices'
+    # kernels differ: the CPU's vectorized one gives NaN, CUDA's passes g
+    mid = d.mul(g, d.add(d.div(x, 3.0), 0.5))
+    if _device_type(d, x) == "cpu":
+        inner = d.where(d.op("aten::ge", x, 3.0), g, mid)
+    else:
+        inner = d.where(d.op("aten::lt", x, 3.0), mid, g)
+    return {"self": d.where(d.op("aten::le", x, -3.0), 0.0, inner)}
+
+
 @derivative("gelu")
 def _gelu(d, a, g, out):
     x = a["self"]
