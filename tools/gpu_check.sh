@@ -2,6 +2,7 @@
 # The GPU machine's checks, in the order they are worth most: the test suite, the benchmarks,
 # the fuzzer, the model zoo. Each step writes under $OUT (default logs/) and its time is bounded.
 #   STEPS="tests bench fuzz zoo" tools/gpu_check.sh
+#   STEPS=tests1 tools/gpu_check.sh; STEPS=tests2 tools/gpu_check.sh   (the full suite, in two commands)
 set -u
 OUT=${OUT:-logs}
 STEPS=${STEPS:-"tests bench"}
@@ -12,6 +13,13 @@ for step in $STEPS; do
   case $step in
     tests) timeout ${T_TESTS:-420} python3 -m pytest -q -x -p no:cacheprovider tests ${TEST_ARGS:-} 2>&1 \
              | tee "$OUT/gpu-tests.log" | tail -15 ;;
+    # the whole suite takes longer than one 600 s device command on an H100 (-n 16): two halves
+    tests1) timeout ${T_TESTS:-560} python3 -m pytest -q -p no:cacheprovider -n ${WORKERS:-16} -rfxX \
+             tests/autodiff tests/cuda tests/models tests/ops tests/ir tests/*.py 2>&1 \
+             | tee "$OUT/gpu-tests-1.log" | tail -25 ;;
+    tests2) timeout ${T_TESTS:-560} python3 -m pytest -q -p no:cacheprovider -n ${WORKERS:-16} -rfxX \
+             tests/executor tests/passes tests/codegen tests/frontend tests/fuzz tests/runtime 2>&1 \
+             | tee "$OUT/gpu-tests-2.log" | tail -25 ;;
     testsfull) timeout ${T_TESTS:-420} python3 -m pytest -q -p no:cacheprovider tests ${TEST_ARGS:-} 2>&1 \
              | tee "$OUT/gpu-tests.log" | tail -25 ;;
     bench) timeout ${T_BENCH:-300} python3 tools/bench.py --device cuda --out "$OUT" ${BENCH_ARGS:-} 2>&1 \

@@ -221,6 +221,8 @@ class TrainingReplayer(GraphReplayer):
         return entry.busy()
 
     def _replay(self, entry: _TrainEntry, fast: Callable, args: tuple) -> Any:
+        for c in self.caches:           # kept weights (of parameters that want no gradient)
+            c.refresh()
         leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] + entry.params
         outs = iter(_Replay.apply(self, entry, fast, args, *leaves))
         flat = [next(outs) if isinstance(o, torch.Tensor) else o for o in entry.outputs]
