@@ -106,3 +106,10 @@ def graphfuser_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, m
     jit_log("graph_fuser", 1, f"torch.compile backend: {name} with {len(gm.graph.nodes)} FX nodes")
     changed = {k: v for k, v in knobs.items() if config.as_dict().get(k) != v}
     return _scoped(fn, changed) if changed else fn
+
+
+def registered_backend() -> Any:
+    """What to pass as ``torch.compile(..., backend=)`` for graphfuser: its name where the package
+    is installed (the entry point registers it), the function itself in a source checkout on
+    ``PYTHONPATH`` (the tools run that way on the GPU machine)."""
+    return "graphfuser" if "graphfuser" in torch._dynamo.list_backends() else graphfuser_backend

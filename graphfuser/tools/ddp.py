@@ -110,11 +110,9 @@ def train(name: str, mode: str, steps: int, batch_size: int, amp: Optional[torch
     if mode == "inductor":
         ddp = torch.compile(ddp)
     elif mode == "graphfuser_compile":
-        # by name where the package is installed (its entry point); the function itself otherwise
-        from ..frontend.dynamo import graphfuser_backend
+        from ..frontend.dynamo import registered_backend
 
-        ddp = torch.compile(ddp, backend="graphfuser" if "graphfuser" in torch._dynamo.list_backends()
-                            else graphfuser_backend)
+        ddp = torch.compile(ddp, backend=registered_backend())
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator(device=device).manual_seed(1000 + rank)
     losses, times = [], []

@@ -128,11 +128,9 @@ def compiled(model: torch.nn.Module, backend: str) -> Any:
     if backend == "inductor-ro":
         return torch.compile(model, mode="reduce-overhead")
     if backend == "graphfuser":
-        # by name where installed (the entry point), else the function
-        from torch._dynamo import list_backends
+        from ..frontend.dynamo import registered_backend
 
-        from graphfuser import graphfuser_backend
-        return torch.compile(model, backend="graphfuser" if "graphfuser" in list_backends() else graphfuser_backend)
+        return torch.compile(model, backend=registered_backend())
     raise ValueError(backend)
 
 

@@ -132,11 +132,9 @@ def _wrap(backend: str, model: torch.nn.Module) -> Callable:
     if backend == "inductor_ro":
         return torch.compile(model, mode="reduce-overhead")
     if backend == "graphfuser_compile":
-        # by name where the package is installed (its entry point); the function itself otherwise
-        from ..frontend.dynamo import graphfuser_backend
+        from ..frontend.dynamo import registered_backend
 
-        return torch.compile(model, backend="graphfuser" if "graphfuser" in torch._dynamo.list_backends()
-                             else graphfuser_backend)
+        return torch.compile(model, backend=registered_backend())
     import graphfuser
 
     return graphfuser.script(model)

@@ -254,11 +254,10 @@ def _through_backend(model: torch.nn.Module) -> Callable:
     """``torch.compile(model, backend="graphfuser")`` (by name where the package is installed)."""
     import torch._dynamo
 
-    from ..frontend.dynamo import graphfuser_backend
+    from ..frontend.dynamo import registered_backend
 
     torch._dynamo.reset()
-    return torch.compile(model, backend="graphfuser" if "graphfuser" in torch._dynamo.list_backends()
-                         else graphfuser_backend)
+    return torch.compile(model, backend=registered_backend())
 
 
 def run_model(name: str, device: str, batch: int, do_time: bool, compile_: bool, reps: int,
