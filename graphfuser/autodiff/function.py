@@ -12,6 +12,8 @@ differentiates that, with a one-time warning: the fused backward is not itself d
 """
 from __future__ import annotations
 
+import threading
+
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -263,6 +265,17 @@ _calling_thread = [False]
 MULTITHREADING_BEFORE: list = [None]
 
 
+COMPILE_THREAD_PREFIX = "graphfuser-compile"
+_deferred = [False]
+
+
+def settle_calling_thread() -> None:
+    """What a compile thread deferred (``_backward_on_the_calling_thread``), done on this one."""
+    if _deferred[0]:
+        _deferred[0] = False
+        _backward_on_the_calling_thread()
+
+
 def _backward_on_the_calling_thread() -> None:
     """Once a CUDA group runs as an autograd node, backward passes run on the thread that calls
     them (``torch.autograd.set_multithreading_enabled(False)``), not on autograd's CUDA device
@@ -275,6 +288,11 @@ def _backward_on_the_calling_thread() -> None:
     from ..config import config
 
     if _calling_thread[0] or config.is_disabled("calling_thread_backward"):
+        return
+    if threading.current_thread().name.startswith(COMPILE_THREAD_PREFIX):
+        # the setting is per thread: a compile thread (the executor builds a graph's runners on
+        # several) leaves it to the thread that called the graph (``settle_calling_thread``)
+        _deferred[0] = True
         return
     _calling_thread[0] = True
     if torch.autograd.is_multithreading_enabled():

@@ -484,8 +484,11 @@ class ScriptedFunction(SelfChecking):
             return
         import concurrent.futures as cf
 
-        with cf.ThreadPoolExecutor(n, thread_name_prefix="graphfuser-compile") as pool:
+        from ..autodiff.function import COMPILE_THREAD_PREFIX, settle_calling_thread
+
+        with cf.ThreadPoolExecutor(n, thread_name_prefix=COMPILE_THREAD_PREFIX) as pool:
             runners = list(pool.map(make_group_runner, todo))
+        settle_calling_thread()         # per-thread autograd settings a compile thread could not make here
         for gr, runner in zip(todo, runners):
             self._runners.setdefault(gr, runner)
 

@@ -63,3 +63,24 @@ def test_threads_knob():
         assert fusion.compile_threads(10) == 4 and fusion.compile_threads(3) == 3
     with config.override(compile_threads=4, dump=["fusion_ir"]):
         assert fusion.compile_threads(10) == 1          # dumps keep the graph's order
+
+
+def test_autograd_threading_is_set_on_the_calling_thread(monkeypatch):
+    """Backward passes on the calling thread (autodiff/function.py) is a per-thread autograd
+    setting: a compile thread defers it to the thread that called the graph."""
+    from graphfuser.autodiff import function
+
+    monkeypatch.setattr(function, "_calling_thread", [False])
+    monkeypatch.setattr(function, "_deferred", [False])
+    before = torch.autograd.is_multithreading_enabled()
+    t = threading.Thread(target=function._backward_on_the_calling_thread,
+                         name=f"{function.COMPILE_THREAD_PREFIX}_0")
+    t.start()
+    t.join()
+    assert function._deferred[0] and not function._calling_thread[0]
+    assert torch.autograd.is_multithreading_enabled() == before
+    try:
+        function.settle_calling_thread()
+        assert function._calling_thread[0] and not torch.autograd.is_multithreading_enabled()
+    finally:
+        torch._C._set_multithreading_enabled(before)
