@@ -486,8 +486,16 @@ class ScriptedFunction(SelfChecking):
 
         from ..autodiff.function import COMPILE_THREAD_PREFIX, settle_calling_thread
 
+        # the calling thread's current CUDA device, which a new thread does not inherit
+        device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+        def build(group: Node) -> Callable:
+            if device is not None:
+                torch.cuda.set_device(device)
+            return make_group_runner(group)
+
         with cf.ThreadPoolExecutor(n, thread_name_prefix=COMPILE_THREAD_PREFIX) as pool:
-            runners = list(pool.map(make_group_runner, todo))
+            runners = list(pool.map(build, todo))
         settle_calling_thread()         # per-thread autograd settings a compile thread could not make here
         for gr, runner in zip(todo, runners):
             self._runners.setdefault(gr, runner)
