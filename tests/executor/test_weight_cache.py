@@ -143,3 +143,21 @@ def test_release_drops_kept_weights(kept):
         _run(s, x)
     assert weight_cache.release_weight_caches() > 0
     torch.testing.assert_close(_run(s, x), _run(m, x), **BF16)
+
+
+def test_the_race_measures_the_kept_entry_point_beside_the_default():
+    """``python -m graphfuser race --backends ...,graphfuser_compile_kept``: the backend with the
+    knob passed as a compile option (the default entry point keeps nothing)."""
+    from graphfuser.tools import race
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 32)
+    for backend, keeps in (("graphfuser_compile", False), ("graphfuser_compile_kept", True)):
+        torch._dynamo.reset()
+        m = MLP().eval()
+        fills = weight_cache.STATS["fills"]
+        f = race._wrap(backend, m)
+        for _ in range(4):
+            out = _run(f, x)
+        torch.testing.assert_close(out, _run(m, x), **BF16)
+        assert (weight_cache.STATS["fills"] > fills) == keeps
