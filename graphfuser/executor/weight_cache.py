@@ -158,16 +158,10 @@ def _explicit_casts(graph: Graph, p: Value) -> None:
             c = graph.create("prim::Constant", [], [Type(tn)], {} if value is None else {"value": value})
             block.insert_before(user, c)
             consts.append(c.output)
-        cast = graph.create("aten::to", [p] + consts, [dataclass_replace(t, dtype=out.dtype)], source=user.source)
+        cast = graph.create("aten::to", [p] + consts, [t.with_dtype(out.dtype)], source=user.source)
         cast.schema = resolve_aten("aten::to", _TO)
         block.insert_before(user, cast)
         user.replace_input(i, cast.output)
-
-
-def dataclass_replace(t: TensorType, **kw: Any) -> TensorType:
-    import dataclasses
-
-    return dataclasses.replace(t, **kw)
 
 
 def _chain(p: Value) -> list[tuple[Node, list[Node]]]:
