@@ -112,4 +112,9 @@ def registered_backend() -> Any:
     """What to pass as ``torch.compile(..., backend=)`` for graphfuser: its name where the package
     is installed (the entry point registers it), the function itself in a source checkout on
     ``PYTHONPATH`` (the tools run that way on the GPU machine)."""
-    return "graphfuser" if "graphfuser" in torch._dynamo.list_backends() else graphfuser_backend
+    from importlib.metadata import entry_points
+
+    # (read off the package metadata: ``torch._dynamo.list_backends()`` would load and register
+    # every entry point just to answer)
+    installed = any(ep.name == "graphfuser" for ep in entry_points(group="torch_dynamo_backends"))
+    return "graphfuser" if installed else graphfuser_backend
