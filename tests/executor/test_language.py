@@ -458,7 +458,7 @@ def test_hot_ops_through_python_bindings():
 def test_a_failing_host_program_under_cuda_autocast_runs_the_module_eagerly(monkeypatch):
     """Under CUDA autocast TorchScript's executor crashed the process on nn.MultiheadAttention
     models: a module whose host program raises there runs its own forward instead."""
-    from graphfuser.executor import executor
+    from graphfuser.executor import recovery
 
-    monkeypatch.setattr(executor, "_torchscript_unsafe", lambda: True)
+    monkeypatch.setattr(recovery, "_torchscript_unsafe", lambda: True)
     _failing_handler_recovers(monkeypatch, "host program raised AttributeError.*runs eagerly, unfused")
