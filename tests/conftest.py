@@ -1,3 +1,11 @@
+import os
+
+# GRAPHFUSER_TEST_GPUS=N spreads pytest-xdist workers over N GPUs of one host, one each (set
+# before anything initializes CUDA, which reads CUDA_VISIBLE_DEVICES once)
+if os.environ.get("GRAPHFUSER_TEST_GPUS") and os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(int(os.environ["PYTEST_XDIST_WORKER"][2:])
+                                             % int(os.environ["GRAPHFUSER_TEST_GPUS"]))
+
 import pytest
 import torch
 

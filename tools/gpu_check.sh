@@ -20,6 +20,20 @@ for step in $STEPS; do
     tests2) timeout ${T_TESTS:-560} python3 -m pytest -q -p no:cacheprovider -n ${WORKERS:-16} -rfxX \
              tests/executor tests/passes tests/codegen tests/frontend tests/fuzz tests/runtime 2>&1 \
              | tee "$OUT/gpu-tests-2.log" | tail -25 ;;
+    # a host of several GPUs: the whole suite in one command, xdist workers spread over the GPUs
+    # (tests/conftest.py), then the tests that need two GPUs with every GPU visible
+    testsgpus) GRAPHFUSER_TEST_GPUS=${GPUS:-2} timeout ${T_TESTS:-540} python3 -m pytest -q -p no:cacheprovider \
+             -n ${WORKERS:-28} -rfxX tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
+             timeout 120 python3 -m pytest -q -p no:cacheprovider -rfxX -k "second_device or other_device or cuda1" \
+             tests/cuda tests/runtime 2>&1 | tee "$OUT/gpu-tests-multi.log" | tail -5 ;;
+    # the torch.compile zoo (Hugging Face and torchvision / timm models, eager / Inductor /
+    # graphfuser), its model list split over the GPUs, one process each
+    hfzoo) i=0; for models in ${HF_PARTS:-"gpt2,bert,llama,mistral qwen2,t5,vit,whisper"}; do
+             CUDA_VISIBLE_DEVICES=$i timeout ${T_ZOO:-560} python3 -m graphfuser.tools.hf_zoo --device cuda \
+               --models "$models" --out "$OUT/hf-zoo-part$i" ${HF_ARGS:-} > "$OUT/hf-zoo-part$i.log" 2>&1 &
+             i=$((i + 1)); done; wait; tail -3 "$OUT"/hf-zoo-part*.log ;;
+    race) timeout ${T_RACE:-560} python3 -m graphfuser race --device cuda --gpus ${GPUS:-2} --out "$OUT" \
+             ${RACE_ARGS:-} 2>&1 | tail -40 ;;
     testsfull) timeout ${T_TESTS:-420} python3 -m pytest -q -p no:cacheprovider tests ${TEST_ARGS:-} 2>&1 \
              | tee "$OUT/gpu-tests.log" | tail -25 ;;
     bench) timeout ${T_BENCH:-300} python3 tools/bench.py --device cuda --out "$OUT" ${BENCH_ARGS:-} 2>&1 \

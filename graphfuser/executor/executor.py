@@ -47,6 +47,7 @@ from .hostgen import HostProgram, build_program
 from .profile import ProfileRecord
 from .source import Captured, UnsupportedError
 from .weight_cache import keep_weights
+from .weight_casts import batch_weight_casts
 
 _state = threading.local()
 _TRAINING = operator.attrgetter("training")
@@ -351,6 +352,7 @@ class ScriptedFunction(Recovering, SelfChecking):
         split_biases(g, self._module)
         pad_gemms(g)
         keep_weights(g, self._module, self._captured.static_inputs)
+        batch_weight_casts(g, self._module, self._captured.static_inputs)
         functionalize(g)
         sink_views(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)

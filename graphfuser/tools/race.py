@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from typing import Any, Callable, Optional
@@ -213,8 +214,10 @@ def _summarize(row: dict[str, Any]) -> None:
 
 
 # -- the whole race ------------------------------------------------------------------------------
-def _child(args: argparse.Namespace, name: str, mode: str, out: str) -> dict[str, Any]:
+def _child(args: argparse.Namespace, name: str, mode: str, out: str, gpu: Optional[int] = None) -> dict[str, Any]:
     env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     tmp = tempfile.mkdtemp(prefix="race-")
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "GRAPHFUSER_CACHE_DIR"):
         env[var] = os.path.join(tmp, var.lower())
@@ -245,7 +248,9 @@ def markdown(record: dict[str, Any]) -> str:
     lines = [f"# race: {record['gpu']} (torch {record['torch']})", "",
              "ms per call (inference) or per SGD step (training), median of interleaved rounds; cold: seconds "
              f"to the end of the first {COLD_CALLS} calls with empty caches. graphfuser_over_best: the faster "
-             "graphfuser entry point over Inductor's better mode.", "",
+             "graphfuser entry point over Inductor's better mode."
+             + (f" Rows ran {record['gpus']} at a time, each in its own process on its own GPU of one host."
+                if record.get("gpus") else ""), "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     ratios = []
     for r in record["rows"]:
@@ -273,6 +278,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--out", default="logs")
     p.add_argument("--tag", default="")
+    p.add_argument("--gpus", type=int, default=1, help="rows run this many at a time, one GPU each")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -289,15 +295,48 @@ def main(argv: Optional[list[str]] = None) -> int:
     tag = gpu.replace("NVIDIA ", "").replace(" ", "_") + (f"-{args.tag}" if args.tag else "")
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"race-{args.device}-{tag}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, mode) in enumerate(rows):
-            row = _child(args, name, mode, os.path.join(tmp, f"{i}.json"))
-            record["rows"].append(row)
+    if args.gpus > 1:
+        record["gpus"] = args.gpus
+    done: dict[int, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def one(i: int, gpu: Optional[int]) -> None:
+        name, mode = rows[i]
+        row = _child(args, name, mode, os.path.join(tmp, f"{i}.json"), gpu)
+        with lock:
+            done[i] = row
+            record["rows"] = [done[k] for k in sorted(done)]     # the list's order, rows as they finish
             print(json.dumps(row), flush=True)
             with open(path + ".json", "w") as f:
                 json.dump(record, f, indent=1)
             with open(path + ".md", "w") as f:
                 f.write(markdown(record))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.gpus > 1:
+            # one row per GPU at a time, each in its own process (CUDA_VISIBLE_DEVICES): the
+            # rows' timings share the host's cores, not a GPU
+            import queue
+
+            todo: "queue.Queue[int]" = queue.Queue()
+            for i in range(len(rows)):
+                todo.put(i)
+
+            def worker(gpu: int) -> None:
+                while True:
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    one(i, gpu)
+            threads = [threading.Thread(target=worker, args=(g,)) for g in range(args.gpus)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            for i in range(len(rows)):
+                one(i, None)
     print(markdown(record))
     return 0
 

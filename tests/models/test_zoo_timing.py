@@ -1,4 +1,5 @@
 """The zoo's timing interleaves the backends and takes the median of rounds (CPU, no models)."""
+import json
 import time
 
 from graphfuser.tools.zoo import time_interleaved
@@ -47,3 +48,33 @@ def test_zoo_row_through_the_backend(monkeypatch):
     assert r.status == "ok", (r.error, r.warnings)
     assert r.groups >= 1 and r.max_rel_err <= 1e-3
     assert r.graphfuser_ms is not None and r.eager_ms is not None and r.jit_ms is not None
+
+
+def test_race_spreads_rows_over_gpus(monkeypatch, tmp_path):
+    """``race --gpus 2``: each row's process gets one GPU (CUDA_VISIBLE_DEVICES), two rows run at
+    a time, and the record keeps the rows in the list's order."""
+    import threading
+    import time as _time
+
+    from graphfuser.tools import race
+
+    seen, live, peak = [], [0], [0]
+    lock = threading.Lock()
+
+    def child(args, name, mode, out, gpu=None):
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+            seen.append((name, gpu))
+        _time.sleep(0.05)
+        with lock:
+            live[0] -= 1
+        return {"model": name, "mode": mode, "eager_ms": 1.0, "inductor_ms": 1.0, "graphfuser_compile_ms": 1.0}
+
+    monkeypatch.setattr(race, "_child", child)
+    rows = "a:infer-fp32,b:infer-fp32,c:infer-bf16,d:train-bf16"
+    assert race.main(["--device", "cpu", "--rows", rows, "--gpus", "2", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "race-cpu-cpu.json").read_text())
+    assert [r["model"] for r in record["rows"]] == ["a", "b", "c", "d"] and record["gpus"] == 2
+    assert {g for _, g in seen} == {0, 1} and peak[0] == 2
+    assert "2 at a time" in (tmp_path / "race-cpu-cpu.md").read_text()
