@@ -14,7 +14,8 @@ host program as before:
 
 - the graph (checked once, ``ineligible_reason``) has no in-place write into a graph input (the
   static input copy would take it; writes into module buffers replay in place, at the address the
-  key checks), no print or SetAttr, no write into a list or dict that is neither its own nor a
+  key checks: a TorchScript graph's attributes, and the parameters and buffers a Dynamo graph
+  takes as static arguments, which are never copied), no print or SetAttr, no write into a list or dict that is neither its own nor a
   module attribute, no call into Python (``prim::CallMethod`` / ``CallFunction`` / ``PythonOp``;
   a ``PythonOp`` its frontend marks free of effects is allowed: ``_pure_call``),
   and reads module attributes only through ``prim::GetAttr`` chains from the module;
@@ -127,11 +128,15 @@ def _constant_false(v: Value) -> bool:
     return v.is_constant and v.constant() is False
 
 
-def ineligible_reason(graph: Graph, has_module: bool) -> Optional[str]:
+def ineligible_reason(graph: Graph, has_module: bool, static: tuple[int, ...] = ()) -> Optional[str]:
     """Why replaying a captured call of ``graph`` could differ from running it (None: it cannot).
-    ``has_module``: the graph's first input is the scripted module. Random ops are checked when a
-    call is captured (``GraphReplayer._capture``): only a call that draws makes a difference, and a
-    dropout in eval or a stochastic depth's untaken branch draws nothing."""
+    ``has_module``: the graph's first input is the scripted module. ``static``: input positions
+    that hold the module's parameters and buffers (a Dynamo graph's): like a TorchScript graph's
+    ``prim::GetAttr`` reads, a replay reads and writes them in place (batch norm's running
+    statistics, ``num_batches_tracked += 1``), never through a static copy. Random ops are checked
+    when a call is captured (``GraphReplayer._capture``): only a call that draws makes a
+    difference, and a dropout in eval or a stochastic depth's untaken branch draws nothing."""
+    held = frozenset(graph.inputs[i] for i in static if i < len(graph.inputs))
     chained = {graph.inputs[0]} if has_module and graph.inputs else set()
     depth = 0
     for n in graph.all_nodes():
@@ -151,17 +156,17 @@ def ineligible_reason(graph: Graph, has_module: bool) -> Optional[str]:
             return f"Python call {k}" + (f" ({what})" if what else "")
         if k in _SIDE_EFFECTS:
             return f"side effect {k}"
-        if k in _CONTAINER_WRITES and _origin(n.inputs[0], graph) not in ("fresh", "attr"):
+        if k in _CONTAINER_WRITES and _origin(n.inputs[0], graph, held) not in ("fresh", "attr"):
             return f"{k} into a list or dict that is not made by the graph or held by the module"
         if k in _RUNNING_STATS and len(n.inputs) > 5 and not _constant_false(n.inputs[5]) \
-                and any(not (v.is_constant and v.constant() is None) and _origin(v, graph) != "attr"
+                and any(not (v.is_constant and v.constant() is None) and _origin(v, graph, held) != "attr"
                         for v in n.inputs[3:5]):
             return f"running-stats update of an input by {k}"
         if k == "prim::GetAttr":
             if n.inputs[0] not in chained:
                 return "attribute of an object that is not a submodule"
             chained.add(n.outputs[0])
-        if _mutating(n) and _origin(n.inputs[0], graph) in ("input", "unknown"):
+        if _mutating(n) and _origin(n.inputs[0], graph, held) in ("input", "unknown"):
             return f"in-place {k} on a value that may be an input"
     return "an autocast region left open" if depth else None
 
@@ -170,20 +175,23 @@ def _subgraphs(n: Node) -> list[Graph]:
     return [n.subgraph] if n.subgraph is not None else []
 
 
-def _origin(v: Value, graph: Graph) -> str:
+def _origin(v: Value, graph: Graph, held: frozenset = frozenset()) -> str:
     """Where the memory of ``v`` comes from: "fresh" (made by this graph), "attr" (a module
-    attribute: replay writes it in place at the same address, as the host program does), "input"
-    or "unknown" (a graph input, or a value read out of a list, tuple or control flow). Follows
-    every op that may return a view or its input."""
+    attribute, or an input in ``held``, the module tensors a Dynamo graph takes as inputs: replay
+    writes it in place at the same address, as the host program does), "input" or "unknown" (a
+    graph input, or a value read out of a list, tuple or control flow). Follows every op that may
+    return a view or its input."""
     for _ in range(64):
         node = v.node
         if node is None:
+            if v in held:
+                return "attr"
             return "input" if v in graph.inputs else "unknown"
         if node.kind == "prim::GetAttr":
             return "attr"
         if node.kind == "prim::If":
             k = node.outputs.index(v)
-            kinds = {_origin(b.returns[k], graph) for b in node.blocks}
+            kinds = {_origin(b.returns[k], graph, held) for b in node.blocks}
             return kinds.pop() if len(kinds) == 1 else "unknown"
         if node.kind in ("prim::ListConstruct", "prim::DictConstruct", "prim::TupleConstruct"):
             return "fresh"
@@ -296,7 +304,8 @@ class GraphReplayer:
         # buffers, as a frontend that passes them in says): keyed by identity and address like
         # module attributes, read in place by the graph, never copied into static inputs
         self.static = frozenset(static)
-        self._pinned: list = []
+        self._pinned: list = []         # those of the last capture that are parameters (checked unwritten)
+        self._held_buffers: list = []   # and its other module tensors (written in place, put back after a warm-up)
         self.name = name
         self.chains = _chains(graph, module is not None)
         self.warm = warm
@@ -478,7 +487,7 @@ class GraphReplayer:
         statics = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
                    if isinstance(a, torch.Tensor) and i not in self.static else None for i, a in enumerate(args)]
         call_args = tuple(s if s is not None else a for s, a in zip(statics, args))
-        self._pinned = [a for i, a in enumerate(args) if i in self.static and isinstance(a, torch.Tensor)]
+        self._hold(args)
         try:
             gen = torch.cuda.default_generators[torch.cuda.current_device()]
             before, cpu_state = gen.get_offset(), torch.default_generator.get_state()
@@ -521,8 +530,15 @@ class GraphReplayer:
         while len(self.entries) > self.max_graphs:
             self.entries.popitem(last=False)
 
+    def _hold(self, args: tuple) -> None:
+        """Sort the static arguments of a call being captured: parameters (and any tensor that
+        requires grad), which a call must not write, and buffers, which it may (running stats)."""
+        held = [a for i, a in enumerate(args) if i in self.static and isinstance(a, torch.Tensor)]
+        self._pinned = [a for a in held if isinstance(a, torch.nn.Parameter) or a.requires_grad]
+        self._held_buffers = [a for a in held if not (isinstance(a, torch.nn.Parameter) or a.requires_grad)]
+
     def _buffers(self) -> list:
-        return list(self.module.buffers()) if self.module is not None else []
+        return (list(self.module.buffers()) if self.module is not None else []) + self._held_buffers
 
     def _parameters(self) -> list:
         return (list(self.module.parameters()) if self.module is not None else []) + self._pinned
@@ -555,7 +571,7 @@ def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, de
 
     if device_type != "cuda" or config.is_disabled("cuda_graphs") or not torch.cuda.is_available():
         return None
-    why = ineligible_reason(graph, module is not None)
+    why = ineligible_reason(graph, module is not None, static)
     if why is not None:
         jit_log("executor", 1, f"{name}: no CUDA graph replay: {why}")
         return None
@@ -568,5 +584,5 @@ def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, de
     if wants and not config.is_disabled("cuda_graphs_training"):
         from .cuda_graphs_train import TrainingReplayer
 
-        replayer.training = TrainingReplayer(graph, module, name)
+        replayer.training = TrainingReplayer(graph, module, name, static=static)
     return replayer

@@ -14,7 +14,9 @@ captures a callable: one warm-up forward + ``torch.autograd.grad`` on a side str
 accumulated; module buffers are put back), then the forward into one graph and the backward
 (``autograd.grad`` of the outputs that require grad, from static incoming gradients, with respect
 to the arguments and the module parameters that require grad) into a second graph on the same
-memory pool. A replayed call copies its arguments into the static inputs, replays the forward
+memory pool. A replayed call copies its arguments into the static inputs (except the parameters
+and buffers a Dynamo graph takes as arguments: read and written in place, as a TorchScript
+graph's module attributes; batch norm's running stats update the module's own), replays the forward
 graph and returns clones of the outputs from one autograd node (``_Replay``) whose inputs are the
 arguments and parameters requiring grad. Its backward copies the incoming gradients into the
 static ones (zeros where an output got none), replays the backward graph and returns copies of the
@@ -245,16 +247,40 @@ class TrainingReplayer(GraphReplayer):
     def _capture(self, fast: Callable, args: tuple, key: tuple, host: float) -> None:
         if self._key(args) != key:
             return
-        statics = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a.detach())
-                   .requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else None for a in args]
-        call_args = tuple(s if s is not None else a for s, a in zip(statics, args))
+        # an argument is copied into a static input before each replay, except the module's
+        # parameters and buffers a Dynamo graph takes as arguments (``self.static``): read and
+        # written in place as a TorchScript graph's attributes are, a parameter through an alias
+        # leaf (``_alias_parameters`` says why), whose gradient is the parameter's
+        self._hold(args)
+        statics: list = []
+        call: list = []
+        arg_leaves: list = []
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                statics.append(None)
+                call.append(a)
+                continue
+            if i in self.static:
+                statics.append(None)
+                if a.requires_grad:
+                    a = torch.nn.Parameter(a.detach(), requires_grad=True) if a.is_leaf else a
+                    arg_leaves.append(a)
+                call.append(a)
+                continue
+            st = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a.detach()) \
+                .requires_grad_(a.requires_grad)
+            statics.append(st)
+            call.append(st)
+            if st.requires_grad:
+                arg_leaves.append(st)
+        call_args = tuple(call)
         params = [t for t in self._read_tensors() if t.requires_grad]
         swapped: list = []
         try:
-            if any(not p.is_leaf for p in params):
+            if any(not p.is_leaf for p in params + self._pinned if p.requires_grad):
                 raise RuntimeError("a module tensor that requires grad is not a leaf")
             aliases = self._alias_parameters(params, swapped)
-            leaves = [s for s in statics if s is not None and s.requires_grad] + aliases
+            leaves = arg_leaves + aliases
             gen = torch.cuda.default_generators[torch.cuda.current_device()]
             before, cpu_state = gen.get_offset(), torch.default_generator.get_state()
             versions = [(t, t._version) for t in self._parameters()]

@@ -343,3 +343,25 @@ def test_autocast_weight_casts_are_captured_not_read_from_the_cache():
                 a[0].weight.mul_(1.25)               # (an optimizer step between evaluations)
                 a[2].weight.mul_(0.9)
     assert STATS["replays"] > before, STATS
+
+
+def test_backend_graphs_update_running_stats_in_place_when_replayed():
+    """The torch.compile backend's graph takes the module's buffers as arguments: batch norm in
+    training under no_grad writes them (running stats, num_batches_tracked += 1); a replay writes
+    the module's own buffers, as the host program does, and the capture's warm-up call leaves no
+    extra update behind."""
+    from graphfuser.frontend.dynamo import graphfuser_backend
+
+    m = _net(dropout=False).train()
+    twin = copy.deepcopy(m)
+    torch._dynamo.reset()
+    f = torch.compile(m, backend=graphfuser_backend)
+    before = STATS["replays"]
+    with torch.no_grad():
+        for _ in range(8):
+            y = torch.randn(4, 3, 8, 8, device="cuda")
+            _close(f(y), twin(y))
+    assert STATS["replays"] > before, STATS
+    for a, b in zip(m.buffers(), twin.buffers()):
+        _close(a.float(), b.float())
+    assert int(m[1].num_batches_tracked) == int(twin[1].num_batches_tracked) == 8

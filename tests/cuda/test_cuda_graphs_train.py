@@ -44,10 +44,21 @@ def _mlp():
                          nn.Linear(32, 4)).cuda().train()
 
 
-def _pair(make):
+def _pair(make, frontend="script"):
+    """The model, its eager twin, and the model through ``graphfuser.script`` or the
+    ``torch.compile`` backend (whose graphs take the parameters and buffers as arguments: they
+    replay in place, never through static copies, so running stats update the module's own)."""
     m = make()
     twin = copy.deepcopy(m)
+    if frontend == "compile":
+        from graphfuser.frontend.dynamo import graphfuser_backend
+
+        torch._dynamo.reset()
+        return m, twin, torch.compile(m, backend=graphfuser_backend)
     return m, twin, graphfuser.script(m)
+
+
+FRONTENDS = pytest.mark.parametrize("frontend", ["script", "compile"])
 
 
 def _replays() -> int:
@@ -82,9 +93,10 @@ def _same(a: nn.Module, b: nn.Module):
         torch.testing.assert_close(p.float(), q.float(), **TOL, msg=lambda m: f"{n}: {m}")
 
 
+@FRONTENDS
 @pytest.mark.parametrize("make, shape", [(_net, (4, 3, 8, 8)), (_mlp, (16, 32))], ids=["conv_bn", "mlp"])
-def test_sgd_steps_match_eager_and_replay(make, shape):
-    m, twin, sf = _pair(make)
+def test_sgd_steps_match_eager_and_replay(make, shape, frontend):
+    m, twin, sf = _pair(make, frontend)
     opts = [torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9) for a in (m, twin)]
     before = _replays()
     for k in range(12):
@@ -93,10 +105,11 @@ def test_sgd_steps_match_eager_and_replay(make, shape):
     assert _replays() > before, STATS
 
 
-def test_gradient_accumulation_and_input_grads():
+@FRONTENDS
+def test_gradient_accumulation_and_input_grads(frontend):
     """No zero_grad between steps: replayed gradients accumulate into .grad (copies, not the
     static buffers the next replay overwrites); an input that requires grad gets its gradient."""
-    m, twin, sf = _pair(_mlp)
+    m, twin, sf = _pair(_mlp, frontend)
     before = _replays()
     for k in range(10):
         x = torch.randn(16, 32, device="cuda", requires_grad=True)
@@ -108,9 +121,10 @@ def test_gradient_accumulation_and_input_grads():
     assert _replays() > before
 
 
-def test_two_forwards_before_one_backward():
+@FRONTENDS
+def test_two_forwards_before_one_backward(frontend):
     """A siamese loss: the second call runs while the first replay's backward is pending."""
-    m, twin, sf = _pair(_mlp)
+    m, twin, sf = _pair(_mlp, frontend)
     for k in range(10):
         a, b = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
         (sf(a) - sf(b)).square().mean().backward()
@@ -265,8 +279,9 @@ def test_double_backward_gradient_penalty():
     _same(m, twin)
 
 
-def test_autocast_steps_with_changing_weights():
-    m, twin, sf = _pair(_mlp)
+@FRONTENDS
+def test_autocast_steps_with_changing_weights(frontend):
+    m, twin, sf = _pair(_mlp, frontend)
     opts = [torch.optim.SGD(a.parameters(), lr=0.2) for a in (m, twin)]
     before = _replays()
     for k in range(12):
@@ -285,8 +300,9 @@ def test_autocast_steps_with_changing_weights():
     assert _replays() > before
 
 
-def test_frozen_parameters_and_eval_mode_changes():
-    m, twin, sf = _pair(_net)
+@FRONTENDS
+def test_frozen_parameters_and_eval_mode_changes(frontend):
+    m, twin, sf = _pair(_net, frontend)
     opts = [torch.optim.SGD(a.parameters(), lr=0.05) for a in (m, twin)]
     for k in range(18):
         if k == 6:

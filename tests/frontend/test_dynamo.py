@@ -406,3 +406,25 @@ def test_replay_takes_pure_python_calls_and_reads_parameters_in_place():
     cap = rec.fns[0]._captured
     assert [cap.arg_names[i] for i in cap.static_inputs] == [n for n in cap.arg_names if "parameters" in n]
     assert len(cap.static_inputs) == 2
+
+
+def test_replay_takes_batch_norm_training_that_writes_its_buffers_in_place():
+    """A Dynamo graph of batch norm in training writes the module's buffers, which it takes as
+    static arguments (running stats, ``num_batches_tracked += 1``): replay writes them in place,
+    as a TorchScript graph's attributes, so the graph is eligible given its static inputs, and
+    not without them (where a static copy would take the writes)."""
+    from graphfuser.executor.cuda_graphs import ineligible_reason
+
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).train()
+    torch._dynamo.reset()
+    rec = Recorder()
+    c = torch.compile(m, backend=rec)
+    x = torch.randn(2, 3, 6, 6)
+    for _ in range(3):
+        c(x).sum().backward()
+    f = rec.fns[0]
+    g = f.graph
+    static = f._captured.static_inputs
+    assert any("num_batches_tracked" in f._captured.arg_names[i] for i in static)
+    assert ineligible_reason(g, False, static) is None
+    assert "in-place" in ineligible_reason(g, False) or "running-stats" in ineligible_reason(g, False)
