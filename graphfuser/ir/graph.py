@@ -196,6 +196,7 @@ class Graph:
     def __init__(self) -> None:
         self._names: set[str] = set()
         self._counter = 0
+        self._suffix: dict[str, int] = {}      # the next ".k" to try per base name (no rescans from 1)
         self.block = Block(self)
 
     # -- construction ------------------------------------------------------------------
@@ -213,9 +214,10 @@ class Graph:
             name = hint
             if name in self._names:
                 base = name.rsplit(".", 1)[0] if "." in name and name.rsplit(".", 1)[1].isdigit() else name
-                k = 1
+                k = self._suffix.get(base, 1)
                 while f"{base}.{k}" in self._names:
                     k += 1
+                self._suffix[base] = k + 1
                 name = f"{base}.{k}"
         self._names.add(name)
         return name
