@@ -44,8 +44,8 @@ def main() -> None:
     many = replay_ms(lambda: batched(*ws))
     assert all(torch.equal(a, b) for a, b in zip(batched(*ws), [w.to(torch.bfloat16) for w in ws]))
     print(f"{torch.cuda.get_device_name()}: {len(ws)} casts, {nbytes / 1e6:.0f} MB moved; "
-          f"one kernel each {one:.3f} ms ({nbytes / one / 1e9:.0f} GB/s), "
-          f"batched {many:.3f} ms ({nbytes / many / 1e9:.0f} GB/s)")
+          f"one kernel each {one:.3f} ms ({nbytes / one / 1e9:.0f} TB/s), "
+          f"batched {many:.3f} ms ({nbytes / many / 1e9:.0f} TB/s)")
 
 
 if __name__ == "__main__":
