@@ -396,3 +396,16 @@ def test_softmax_backward_sums_in_float(fn):
     assert graphfuser.last_executed_optimized_graph() is not None
     assert torch.isfinite(b.grad).all()
     torch.testing.assert_close(a.grad, b.grad, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("expr", ["torch.var(x * 1.0, [-2], unbiased=True, keepdim=True)",
+                                  "torch.std(x * 1.0, [-2], True, True)",
+                                  "torch.var_mean(x * 1.0, [-2], unbiased=True, keepdim=True)[0]"])
+def test_var_gradient_of_data_near_the_largest_float(expr):
+    # fuzz graph 82 (CPU seed 33293): (x - mean) * 2 * grad overflowed before the division by the
+    # degrees of freedom; eager scales the incoming gradient by 2 / dof first (2.4e38, not inf)
+    fn = make_function(["x"], [expr])
+    x = torch.zeros(1, 1, 5, 7)
+    x[..., 0, 3], x[..., 1, 3], x[..., 2, 3] = 3.0e38, -3.0e38, 1.0e38
+    x[..., :, 5] = torch.tensor([1.0, -2.0, 3.0, 0.5, 2.0])
+    check_grads(fn, [_leaf(x)], F32)
