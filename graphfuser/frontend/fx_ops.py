@@ -81,6 +81,12 @@ FUNCTIONAL: dict[Callable, _F] = {
 }
 if hasattr(F, "rms_norm"):
     FUNCTIONAL[F.rms_norm] = _F("aten::rms_norm")
+# the adaptive average pools (torchvision's and timm's classifier heads): the wrapper's size
+# argument resolved as ``_list_with_default`` does for a plain int or sequence of ints; a None
+# entry (keep the input's size) stays a Python call
+_POOL_RANK = {"aten::adaptive_avg_pool1d": 1, "aten::adaptive_avg_pool2d": 2, "aten::adaptive_avg_pool3d": 3}
+FUNCTIONAL[F.adaptive_avg_pool2d] = _F("aten::adaptive_avg_pool2d", _ACT)
+FUNCTIONAL[F.adaptive_avg_pool3d] = _F("aten::adaptive_avg_pool3d", _ACT)
 
 # methods taking a size as separate ints (``x.view(2, 3)``) as well as one sequence
 VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "tile", "new_zeros", "new_ones",
@@ -149,6 +155,15 @@ def _functional_call(fn: Callable, spec: _F, args: tuple, kwargs: dict) -> Optio
         if pad is not None and not (isinstance(pad, int) and pad >= 0):
             return None     # eager's wrapper resolves a negative index against the weight first
         named["padding_idx"] = -1 if pad is None else pad
+    if aten in _POOL_RANK:
+        size = named.get("output_size")
+        if isinstance(size, int):
+            named["output_size"] = [size] * _POOL_RANK[aten]
+        elif not (isinstance(size, (list, tuple)) and len(size) == _POOL_RANK[aten]
+                  and all(isinstance(k, int) for k in size)):
+            return None
+        else:
+            named["output_size"] = list(size)
     if spec.extra is not None:
         named.update(spec.extra())
     out = {spec.rename.get(k, k): v for k, v in named.items()}

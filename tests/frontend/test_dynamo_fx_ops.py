@@ -53,6 +53,9 @@ def resolved(op, target, args, kwargs=None):
     (("call_method", "to", (T, "cpu")), "aten::to.prim_Device"),
     (("call_method", "mean", (T, -1), {"keepdim": True}), "aten::mean.dim"),
     (("call_method", "add_", (T, T)), "aten::add_.Tensor"),
+    (("call_function", F.adaptive_avg_pool2d, (torch.ones(1, 2, 4, 4), 1)), "aten::adaptive_avg_pool2d"),
+    (("call_function", F.adaptive_avg_pool2d, (torch.ones(1, 2, 4, 4), (2, 1))), "aten::adaptive_avg_pool2d"),
+    (("call_function", F.adaptive_avg_pool3d, (torch.ones(1, 2, 4, 4, 4), 2)), "aten::adaptive_avg_pool3d"),
 ])
 def test_calls_resolve_to_the_overload_torchscript_picks(call, expected):
     got = resolved(*call)
@@ -81,6 +84,13 @@ def test_arguments_come_in_schema_order_with_defaults():
     ("call_function", F.embedding, (torch.ones(2, dtype=torch.long), T), {"padding_idx": -1}),
     ("call_method", "__setitem__", (T, 0, 1.0)),
     ("call_method", "add", (T, T), {"out": T}),
+    ("call_function", F.adaptive_avg_pool2d, (torch.ones(1, 2, 4, 4), (None, 2))),   # None: the input's size
 ])
 def test_calls_without_an_aten_spelling_stay_python_calls(call):
     assert resolved(*call) is None
+
+
+def test_adaptive_pool_sizes_become_the_schema_list():
+    x = torch.ones(1, 2, 4, 4)
+    assert resolved("call_function", F.adaptive_avg_pool2d, (x, 3))[1][1] == [3, 3]
+    assert resolved("call_function", F.adaptive_avg_pool2d, (x,), {"output_size": (2, 1)})[1][1] == [2, 1]

@@ -127,3 +127,35 @@ def test_no_plan_under_grad_and_gradients_are_eagers():
             assert p.grad.stride() == q.grad.stride(), name
         torch.testing.assert_close(m.bn1.running_mean, ref.bn1.running_mean)
     assert _planned(sf) == 0
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_the_backends_graph_gets_the_plan_too(layout):
+    """Through ``torch.compile(backend=graphfuser)`` the classifier's head is a call of
+    ``F.adaptive_avg_pool2d``, now the aten op TorchScript sees, so the convolutions are planned as
+    through ``graphfuser.script`` (a Python call reading the feature map used to block the plan:
+    resnet50 ran 7.81 ms through the backend against 6.37 through script, H100)."""
+    import gc
+
+    from graphfuser.executor.executor import ScriptedFunction
+    from graphfuser.frontend.dynamo import graphfuser_backend
+
+    m = _model(Classifier)
+    x = torch.randn(2, 3, 9, 11)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    f = torch.compile(m, backend=graphfuser_backend)
+    with torch.no_grad(), config.override(disable=["fallback"]):
+        for _ in range(5):
+            torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
+    def live():
+        for o in gc.get_objects():
+            try:
+                if type(o) is ScriptedFunction:
+                    yield o
+            except ReferenceError:      # a dead weak proxy
+                continue
+    sfs = [o for o in live() if o._optimized is not None
+           and any(n.kind == "aten::conv2d" for n in o._optimized.all_nodes())]
+    assert sfs and _planned(sfs[-1]) == 2, [str(s._optimized) for s in sfs]
