@@ -66,6 +66,21 @@ def _dynamo_answers(fn: Any, case: dict, call: int, device: str, outs: list, ga:
     return _agrees_with((_flat(ref), args), outs, ga, low_eps)
 
 
+def _dynamo_raises_alike(fn: Any, case: dict, call: int, device: str, err: BaseException) -> bool:
+    """Dynamo alone (its ``eager`` backend) raises the exception type graphfuser's call raised,
+    where eager does not (Dynamo's fake tensors refuse ``x.copy_(x)`` into an expanded tensor)."""
+    torch._dynamo.reset()
+    args = make_args(case, call, device)
+    try:
+        with autocast_of(case, device):
+            torch.compile(fn, backend="eager")(*args)
+    except Exception as e:  # noqa: BLE001
+        return type(e) is type(err)
+    finally:
+        torch._dynamo.reset()
+    return False
+
+
 def _live_graphs(sf: Any) -> list:
     """The optimized graphs of a case: the scripted function's, or every graph the backend made."""
     if frontend() == "script":
@@ -378,6 +393,11 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                 if ts and err_e is None and _ts.scripted_raises_alike(fn, case, call, device, err_g):
                     deviations.append({"deviation": "torchscript_semantics", "call": call,
                                        "detail": f"raised {type(err_g).__name__}, as torch.jit.script's function does"})
+                    continue
+                if not ts and err_e is None and _dynamo_raises_alike(fn, case, call, device, err_g):
+                    deviations.append({"deviation": "dynamo_semantics", "call": call,
+                                       "detail": f"raised {type(err_g).__name__}, as torch.compile's own eager "
+                                                 "backend does"})
                     continue
                 if err_e is None:
                     msg = f"{type(err_g).__name__}: {str(err_g).splitlines()[0][:400] if str(err_g) else ''}"

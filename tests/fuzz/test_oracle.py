@@ -497,3 +497,19 @@ def test_gradient_spread_covers_an_ill_conditioned_gradient():
 def test_gradient_spread_does_not_cover_a_wrong_gradient_of_a_tame_graph():
     findings = _grad_findings(lambda a: torch.sin(a) * 3.0, lambda a: torch.sin(a) * (3.0 + 3e-4))
     assert findings and findings[0].get("category") == "wrong_grad", findings
+
+
+def test_an_error_dynamo_itself_raises_is_its_deviation_not_a_crash(monkeypatch):
+    """Through the compile frontend, a call that raises as Dynamo's own eager backend raises
+    (its fake tensors refuse a copy_ into an expanded tensor, which eager runs) is a
+    ``dynamo_semantics`` deviation; one that Dynamo runs is still graphfuser's crash."""
+    from graphfuser.fuzz import oracle
+
+    monkeypatch.setenv("GRAPHFUSER_FUZZ_FRONTEND", "compile")
+    expanded = {"name": "x1", "kind": "tensor", "dtype": "uint8", "shape": [7], "layout": "expanded",
+                "fill": "zeros", "requires_grad": False}
+    case = _case("    x1.copy_(x1)\n    return x0 * 2\n", [X, expanded])
+    res = run_case(case, "cpu", "/tmp", "dynamo-raises")
+    assert res["findings"] == [], res["findings"]
+    assert any(d["deviation"] == "dynamo_semantics" for d in res["deviations"])
+    assert not oracle._dynamo_raises_alike(lambda a, b: a * 2, case, 0, "cpu", RuntimeError("x"))
