@@ -28,10 +28,14 @@ for step in $STEPS; do
              tests/cuda tests/runtime 2>&1 | tee "$OUT/gpu-tests-multi.log" | tail -5 ;;
     # the torch.compile zoo (Hugging Face and torchvision / timm models, eager / Inductor /
     # graphfuser), its model list split over the GPUs, one process each
-    hfzoo) i=0; for models in ${HF_PARTS:-"gpt2,bert,llama,mistral qwen2,t5,vit,whisper"}; do
-             CUDA_VISIBLE_DEVICES=$i timeout ${T_ZOO:-560} python3 -m graphfuser.tools.hf_zoo --device cuda \
-               --models "$models" --out "$OUT/hf-zoo-part$i" ${HF_ARGS:-} > "$OUT/hf-zoo-part$i.log" 2>&1 &
-             i=$((i + 1)); done; wait; tail -3 "$OUT"/hf-zoo-part*.log ;;
+    hfzoo) parts=(${HF_PARTS:-"gpt2,bert,llama,mistral qwen2,t5,vit,whisper"}); n=${GPUS:-2}
+           # part i runs on GPU i % n; the parts of one GPU one after another, the GPUs at once
+           for g in $(seq 0 $((n - 1))); do
+             ( for i in "${!parts[@]}"; do [ $((i % n)) -eq "$g" ] || continue
+                 CUDA_VISIBLE_DEVICES=$g timeout ${T_ZOO:-560} python3 -m graphfuser.tools.hf_zoo --device cuda \
+                   --models "${parts[$i]}" --out "$OUT/hf-zoo-part$i" ${HF_ARGS:-} > "$OUT/hf-zoo-part$i.log" 2>&1
+               done ) &
+           done; wait; for f in "$OUT"/hf-zoo-part*.log; do tail -n 3 "$f"; done ;;
     race) timeout ${T_RACE:-560} python3 -m graphfuser race --device cuda --gpus ${GPUS:-2} --out "$OUT" \
              ${RACE_ARGS:-} 2>&1 | tail -40 ;;
     testsfull) timeout ${T_TESTS:-420} python3 -m pytest -q -p no:cacheprovider tests ${TEST_ARGS:-} 2>&1 \

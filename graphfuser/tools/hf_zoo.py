@@ -263,12 +263,53 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(out: str, rows: list[dict], device: str) -> None:
-    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+def summary(rows: list[dict]) -> str:
+    """One line per model and dtype, the issue's columns: steady ms of each backend, graphfuser
+    over Inductor's better mode, and cold seconds to the first fused output (the third call;
+    Inductor's default mode) with their ratio."""
+    by: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        if "error" not in r:
+            by.setdefault((r["model"], r["dtype"]), {})[r["backend"]] = r
+    cols = ["model", "dtype", "eager_ms", "inductor_ms", "inductor_ro_ms", "graphfuser_ms", "graphfuser_over_best",
+            "graphfuser_cold_s", "inductor_cold_s", "cold_ratio", "graphfuser_max_diff", "inductor_max_diff"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for (model, dtype), b in by.items():
+        ms = {k: b[k]["steady_ms"] for k in ("eager", "inductor", "inductor-ro", "graphfuser") if k in b}
+        cold_key = "cold_first_s" if dtype.endswith("train") else "cold_fused_s"
+        gf_cold = b.get("graphfuser", {}).get(cold_key)
+        ind_cold = b.get("inductor", {}).get(cold_key)
+        best = min([ms[k] for k in ("inductor", "inductor-ro") if k in ms], default=None)
+        cells = [model, dtype, ms.get("eager"), ms.get("inductor"), ms.get("inductor-ro"), ms.get("graphfuser"),
+                 ms["graphfuser"] / best if best and "graphfuser" in ms else None, gf_cold, ind_cold,
+                 gf_cold / ind_cold if gf_cold and ind_cold else None,
+                 b.get("graphfuser", {}).get("max_diff"), b.get("inductor", {}).get("max_diff")]
+        lines.append("| " + " | ".join("-" if c is None else f"{c:.3g}" if isinstance(c, float) else str(c)
+                                        for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _write(out: str, rows: list[dict], device: str, meta: "dict | None" = None) -> None:
+    meta = meta or {"torch": torch.__version__,
+                    "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
     with open(out + ".json", "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     with open(out + ".md", "w") as f:
-        f.write(f"# torch.compile zoo ({meta['device']}, torch {meta['torch']})\n\n" + table(rows))
+        f.write(f"# torch.compile zoo ({meta['device']}, torch {meta['torch']})\n\n" + summary(rows)
+                + "\nEvery row:\n\n" + table(rows))
+
+
+def merge(paths: list[str], out: str) -> list[dict]:
+    """The rows of several runs (the parts of a model list run on separate GPUs) in one record."""
+    rows: list[dict] = []
+    meta = None
+    for p in paths:
+        with open(p) as f:
+            d = json.load(f)
+        meta = meta or d.get("meta")
+        rows += d["rows"]
+    _write(out, rows, "cpu", meta)
+    return rows
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -284,7 +325,12 @@ def main(argv: "list[str] | None" = None) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--train-iters", type=int, default=5)
     p.add_argument("--out", default="logs/hf_compile_zoo")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="write the rows of these runs' JSON records into one record at --out, and stop")
     a = p.parse_args(argv)
+    if a.merge:
+        print(summary(merge(a.merge, a.out)))
+        return 0
     rows: list[dict] = []
 
     def attempt(fn: Callable[[], dict], what: dict) -> None:

@@ -78,3 +78,31 @@ def test_race_spreads_rows_over_gpus(monkeypatch, tmp_path):
     assert [r["model"] for r in record["rows"]] == ["a", "b", "c", "d"] and record["gpus"] == 2
     assert {g for _, g in seen} == {0, 1} and peak[0] == 2
     assert "2 at a time" in (tmp_path / "race-cpu-cpu.md").read_text()
+
+
+def test_hf_zoo_merges_parts_and_sums_up_each_model(tmp_path):
+    """``hf_zoo --merge``: the parts run on separate GPUs in one record, with a line per model and
+    dtype giving graphfuser over Inductor's better mode and the cold-start ratio."""
+    from graphfuser.tools import hf_zoo
+
+    def row(model, dtype, backend, ms, cold):
+        return {"model": model, "dtype": dtype, "backend": backend, "steady_ms": ms, "cold_fused_s": cold,
+                "cold_first_s": cold / 2, "max_diff": 0.0}
+    parts = [[row("gpt2", "bf16", "eager", 10.0, 0.1), row("gpt2", "bf16", "inductor", 5.0, 20.0),
+              row("gpt2", "bf16", "inductor-ro", 4.0, 12.0), row("gpt2", "bf16", "graphfuser", 6.0, 4.0)],
+             [row("vit", "fp32", "eager", 3.0, 0.1), {"model": "vit", "dtype": "fp32", "backend": "inductor",
+                                                       "error": "RuntimeError: x"}]]
+    paths = []
+    for k, rows in enumerate(parts):
+        p = tmp_path / f"part{k}.json"
+        p.write_text(json.dumps({"meta": {"torch": "t", "device": "GPU"}, "rows": rows}))
+        paths.append(str(p))
+    out = str(tmp_path / "all")
+    assert hf_zoo.main(["--merge", *paths, "--out", out]) == 0
+    record = json.loads((tmp_path / "all.json").read_text())
+    assert len(record["rows"]) == 6 and record["meta"]["device"] == "GPU"
+    md = (tmp_path / "all.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("| gpt2 | bf16"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[6] == "1.5" and cells[9] == "0.2"      # 6 / 4 ms; 4 / 20 s
+    assert "| vit | fp32 | 3 | - |" in md and "RuntimeError" in md
