@@ -104,5 +104,5 @@ def test_hf_zoo_merges_parts_and_sums_up_each_model(tmp_path):
     md = (tmp_path / "all.md").read_text()
     line = next(x for x in md.splitlines() if x.startswith("| gpt2 | bf16"))
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[6] == "1.5" and cells[9] == "0.2"      # 6 / 4 ms; 4 / 20 s
+    assert cells[6] == "1.5" and cells[9] == "0.2" and cells[10] == "-"     # 6 / 4 ms; 4 / 20 s; no dynamo row
     assert "| vit | fp32 | 3 | - |" in md and "RuntimeError" in md
