@@ -208,3 +208,13 @@ def philox_dropouts(model: torch.nn.Module) -> None:
                 scale = 0.0 if m.p >= 1 else 1.0 / (1.0 - m.p)
                 return (x.to(ct) * torch.where(keep, scale, 0.0).to(ct)).to(x.dtype)
             m.forward = forward
+
+
+def bf16_training_output(f, x, calls: int = 3):
+    """``f(x)`` under CPU bf16 autocast with grad, ``calls`` times (profiling, then the optimized
+    program): the last output, for a backward."""
+    out = None
+    for _ in range(calls):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = f(x)
+    return out

@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import graphfuser
+from helpers import bf16_training_output
 from graphfuser.config import config
 from graphfuser.executor import weight_casts
 
@@ -108,10 +109,7 @@ def test_grad_keeps_each_cast():
     m = Net()
     s = graphfuser.script(m)
     x = torch.randn(8, 32)
-    for _ in range(3):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = s(x)
-    out.float().sum().backward()
+    bf16_training_output(s, x).float().sum().backward()
     assert _batched(graphfuser.last_executed_optimized_graph()) == 0
     assert all(p.grad is not None for p in m.parameters())
 
