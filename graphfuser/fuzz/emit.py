@@ -288,12 +288,19 @@ def _pick_writable(s: _State) -> Optional[Var]:
     return cands[s.d(_st().integers(0, len(cands) - 1))] if cands else None
 
 
+def _writable_or_mul(s: _State) -> Optional[Var]:
+    """``_pick_writable``; where nothing may be written, a ``mul`` is emitted instead (None)."""
+    v = _pick_writable(s)
+    if v is None:
+        _emit_op(s, "mul")
+    return v
+
+
 def _emit_inplace(s: _State, op: Optional[str] = None) -> None:
     st = _st()
     d = s.d
-    t = _pick_writable(s)
+    t = _writable_or_mul(s)
     if t is None:
-        _emit_op(s, "mul")
         return
     op = op or d(st.sampled_from(INPLACE))
     if op in ("mul_", "add_", "sub_", "div_"):
@@ -317,9 +324,8 @@ def _emit_alias(s: _State, how: Optional[str] = None) -> None:
     """An op that may return its input or a view of it, then an in-place write to the base."""
     st = _st()
     d = s.d
-    h = _pick_writable(s)
+    h = _writable_or_mul(s)
     if h is None:
-        _emit_op(s, "mul")
         return
     how = how or d(st.sampled_from(ALIASES))
     shape = h.shape
