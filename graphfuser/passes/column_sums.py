@@ -58,13 +58,19 @@ def rows_contiguous(nodes: list[Node], axes: Axes) -> bool:
     (its dims of size 1 aside): a row is then one run of memory, and the column sums walk it as
     the row kernel does. A layer norm over [7, 5] of a [N, 5, 7, 5] input whose last two dims are
     transposed has its innermost dim reduced, yet the [7, 5] weight gradient would walk the row
-    against its memory order (fuzz graph 5420 of seed 9595: the lowering could not store it)."""
+    against its memory order (fuzz graph 5420 of seed 9595: the lowering could not store it).
+    Never for an empty row input."""
     for n in nodes:
         if axes.node_reduced.get(n) and axes.node_reduced[n] == axes.reduced:
             row = lookup(n.kind)
             v = bind(row, n)[0].get(row.promote[0]) if row.promote else None
             t = v.type if v is not None else None
             if not isinstance(t, TensorType) or not t.stride_order or t.sizes is None:
+                return False
+            if 0 in t.sizes:
+                # an empty tensor's strides say nothing of a layout: its inputs' stride orders
+                # disagree, and the lowering finds no input to walk the rows along (fuzz graph
+                # 983 of seed 33402: a lerp's gradients over a batch of 0)
                 return False
             dims = axes.of.get(v, ())
             order = [d for d in t.stride_order if d < len(dims) and t.sizes[d] != 1]

@@ -235,3 +235,34 @@ def test_layer_norm_gradients_of_rows_against_memory_order():
             _layer_norm_of_transposed_rows(*ref).square().sum().backward()
             for a, e in zip(ins, ref):
                 torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-4)
+
+
+
+_EMPTY_BATCH_LERP = {
+    "source": "import torch\n\n\ndef fn(x0: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor):\n"
+              "    v0 = torch.matmul(x0, x3.to(x0.dtype))\n    v0.clamp_(min=-1.0)\n"
+              "    v1 = torch.lerp(x1, x1, x0)\n    v2 = x1.rsqrt()\n    return (v2, v1)\n",
+    "inputs": [
+        {"name": "x0", "kind": "tensor", "dtype": "bfloat16", "shape": ["B", 1, 1], "layout": "dense",
+         "fill": "huge_mean", "requires_grad": True},
+        {"name": "x1", "kind": "tensor", "dtype": "bfloat16", "shape": [0, 1], "layout": "expanded",
+         "fill": "nan_inf", "requires_grad": True},
+        {"name": "x2", "kind": "tensor", "dtype": "bool", "shape": [1, 0, 0], "layout": "dense",
+         "fill": "nan_inf", "requires_grad": False},
+        {"name": "x3", "kind": "tensor", "dtype": "float32", "shape": [1, 1], "layout": "dense",
+         "fill": "edge", "requires_grad": True}],
+    "calls": [[0, False]] * 7, "ops": ["inplace:clamp_", "lerp", "matmul", "rsqrt"], "seed": 24,
+    "autocast": "bfloat16"}
+
+
+def test_column_sums_of_empty_gradients_stay_apart_from_rows(tmp_path):
+    # fuzz graph 983 (seed 33402): the backward of a lerp over a batch of 0 under bf16 autocast,
+    # a row sum and a column sum of empty tensors in one group; the empty tensors' strides gave
+    # the partition a contiguous row and the lowering none ("column sums need a row kernel whose
+    # reduced axes are the contiguous ones"). Empty row inputs no longer take column sums.
+    from graphfuser.config import config
+    from graphfuser.fuzz.oracle import run_case
+
+    with config.override(disable=["fallback"], repro_dir=str(tmp_path)):
+        result = run_case(_EMPTY_BATCH_LERP, "cpu", str(tmp_path), "empty_lerp")
+    assert result["findings"] == []
