@@ -15,9 +15,12 @@ eager would cast it::
 The casts are op-table rows (``cast`` kind), so they fuse: a fused group containing ``exp``
 computes it in float32 as eager does under autocast, and a LayerNorm group feeding a linear
 writes its output in bf16 instead of float32 (the linear's cast is fused into the producer).
-A lower-precision cast is inserted only where the argument comes from a fusible op (elsewhere
-autocast's own cast, still enabled while the host program runs, does the same work and keeps
-its cache of cast weights). Ops outside groups run under the live autocast state, for which
+A lower-precision cast is inserted only where the argument comes from a fusible op, directly or
+through views (elsewhere autocast's own cast, still enabled while the host program runs, does the
+same work and keeps its cache of cast weights); through views the cast goes under them and the
+views are repeated on its result (``cast(view(ln)) = view(cast(ln))``), so GPT-2's layer norms,
+read by its ``Conv1D`` as ``x.view(-1, x.size(-1))``, write bf16 as Llama's do: 38 unfused casts
+of activations per call on GPT-2 at 8 x 512 tokens (0.52 ms of 4.4 on an H100) before. Ops outside groups run under the live autocast state, for which
 the explicit casts are no-ops; the nodes cast nothing on devices autocast is not enabled for,
 so the graph stays right for every input its guards let through.
 
@@ -66,6 +69,38 @@ def _cast(block: Block, node: Node, v: Value, kind: str, enabled: dict[str, bool
 
 def _fusible_source(v: Value) -> bool:
     return v.node is not None and lookup(v.node.kind) is not None
+
+
+# shape ops a cast commutes with (they move elements, never change them)
+_VIEWS = {"aten::view", "aten::reshape", "aten::_unsafe_view", "aten::flatten", "aten::unsqueeze",
+          "aten::squeeze", "aten::transpose", "aten::t", "aten::permute", "aten::expand",
+          "aten::contiguous", "aten::slice", "aten::select", "aten::narrow"}
+
+
+def _viewed_fusible(v: Value) -> list[Node]:
+    """The chain of views (outermost last) between ``v`` and a fusible op's result, or []:
+    GPT-2's ``Conv1D`` reads its layer norm through ``x.view(-1, x.size(-1))``."""
+    chain: list[Node] = []
+    while v.node is not None and v.node.kind in _VIEWS and v.node.inputs and len(v.node.outputs) == 1:
+        chain.append(v.node)
+        v = v.node.inputs[0]
+        if _fusible_source(v):
+            return chain[::-1]
+    return []
+
+
+def _cast_below_views(block: Block, node: Node, chain: list[Node], kind: str, enabled: dict, dtypes: dict) -> Value:
+    """Cast the fusible result under ``chain`` and repeat the views on the cast value: the cast
+    then fuses into the producing group, whose output is written in the reduced dtype (half
+    the bytes), where a cast of the view would run on its own, unfused, on every call."""
+    v = _cast(block, node, chain[0].inputs[0], kind, enabled, dtypes)
+    for view in chain:
+        copy = block.graph.create(view.kind, [v] + list(view.inputs[1:]), [TENSOR], dict(view.attrs),
+                                  source=view.source)
+        copy.schema = view.schema
+        block.insert_before(node, copy)
+        v = copy.output
+    return v
 
 
 _ENTER, _EXIT = "_enter_autocast", "_exit_autocast"
@@ -157,7 +192,13 @@ def _rewrite_block(block: Block, dtypes: dict) -> int:
             if not any(enabled.values()):
                 continue
             for i, v in enumerate(list(node.inputs)):
-                if not v.type.is_tensor or (which == "lower" and not _fusible_source(v)):
+                if not v.type.is_tensor:
+                    continue
+                if which == "lower" and not _fusible_source(v):
+                    chain = _viewed_fusible(v)
+                    if chain:
+                        node.replace_input(i, _cast_below_views(block, node, chain, kind, enabled, dtypes))
+                        done += 1
                     continue
                 node.replace_input(i, _cast(block, node, v, kind, enabled, dtypes))
                 done += 1

@@ -221,6 +221,37 @@ def test_pass_inserts_device_conditional_casts():
     assert "_autocast" not in str(g3)
 
 
+
+def _conv1d_of_layer_norm(x, w, b, wf, bf):
+    # GPT-2's Conv1D: addmm of the layer norm's result through a view
+    h = F.layer_norm(x, (x.shape[-1],), w, b)
+    y = torch.addmm(bf, h.view(-1, h.size(-1)), wf)
+    return y.view(x.shape[0], x.shape[1], -1) + 1.0, x * 2.0
+
+
+@pytest.mark.parametrize("front", ["script", "compile"])
+def test_reduced_cast_goes_under_views_into_the_producer(front):
+    # the addmm's cast of a viewed layer norm fuses into the layer norm's group: the group
+    # writes bf16, and no cast runs outside a group
+    torch.manual_seed(2)
+    args = (torch.randn(3, 5, 16), torch.randn(16), torch.randn(16), torch.randn(16, 24), torch.randn(24))
+    sf = graphfuser.script(_conv1d_of_layer_norm) if front == "script" else \
+        torch.compile(_conv1d_of_layer_norm, backend="graphfuser")
+    with config.override(disable=["fallback"]), torch.no_grad(), torch.autocast("cpu", dtype=BF):
+        for _ in range(4):
+            out, ref = sf(*args), _conv1d_of_layer_norm(*args)
+            for o, r in zip(out, ref):
+                assert o.dtype == r.dtype
+                torch.testing.assert_close(o, r, **_BF_TOL)
+        g = sf.graph_for(*args) if front == "script" else graphfuser.last_executed_optimized_graph()
+    groups = fusion_groups(g)
+    assert groups
+    ln = [n for n in groups if any(m.kind == "aten::layer_norm" for m in n.subgraph.all_nodes())]
+    assert ln and any(o.type.dtype == BF for o in ln[0].outputs), str(g)
+    outside = [n.kind for n in g.all_nodes() if n.kind in ("aten::to", "aten::_autocast_to_reduced_precision")]
+    assert not outside, str(g)
+
+
 # -- training under autocast ---------------------------------------------------------------------
 class _Block(torch.nn.Module):
     def __init__(self) -> None:
