@@ -5,8 +5,12 @@ A small model at batch 64 spends more time in the host program (one Python call 
 per fused launch) than on the GPU: mobilenet_v3_small runs 1.3 ms of kernels in ~3 ms of host
 time. Once a specialization is steady, the host program of a no-grad CUDA call is captured into a
 CUDA graph (``torch.cuda.CUDAGraph``) and later calls with the same signature copy their inputs
-into the graph's static input buffers, replay it and return clones of its static outputs: the
-same kernels with the same arguments, launched by the driver in one call.
+into the graph's static input buffers, replay it and hand out its static outputs: the same
+kernels with the same arguments, launched by the driver in one call. An output is handed out
+uncopied, as an alias of the graph's memory, and that graph is replayed again only once no
+caller holds the alias or a view of it; a caller that holds its last result while calling again
+gets a second graph of the signature (``_Variant``), and one that keeps every result gets copies
+(see ``GraphReplayer._replay``): a 412 MB logits tensor is not copied on every call.
 
 Replay is only the same program when nothing the host program decides can differ between the
 captured call and a later one. So a call replays only when all of these hold, else it runs the
@@ -34,7 +38,7 @@ host program as before:
   attribute (a cache being filled: the write is a host effect a replay would skip) is not
   captured — the call after it has another key (the filled cache), and that one is.
 
-A replay copies every tensor argument into the static inputs and clones every output: GPU time
+A replay copies every tensor argument into the static inputs (and may clone its outputs): GPU time
 that the saved host time must pay for, and replay only helps a call whose host time exceeds its
 GPU time. So a signature is captured only when the host time of its first steady call exceeds
 what the copies take plus the least GPU time of a program reading its inputs and writing its
@@ -284,14 +288,52 @@ def _dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
 
 
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
+MAX_VARIANTS = 2    # graphs per signature whose outputs are handed out without a copy
+HELD_LIMIT = 2      # calls that found every variant's outputs still held before the signature clones
+
+
+def _use_count(t: torch.Tensor) -> int:
+    """Tensors sharing ``t``'s storage, plus one for the storage object this call makes."""
+    return _USE_COUNT(t.untyped_storage()._cdata)
+
+
+class _Variant:
+    """One captured graph of a signature and its static outputs. Its outputs are handed out as
+    aliases (``detach``: the caller's tensor shares the static memory); the variant is free
+    again once no tensor but its own shares that memory (the caller dropped its result and every
+    view of it), which the storage's use count tells."""
+    __slots__ = ("graph", "outputs", "tensors", "ptrs", "counts")
+
+    def __init__(self, graph: Any, outputs: list) -> None:
+        self.graph, self.outputs = graph, outputs
+        self.tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
+        self.ptrs = [t.data_ptr() for t in self.tensors]
+        self.counts = [_use_count(t) for t in self.tensors] if _USE_COUNT is not None else []
+
+    def free(self) -> bool:
+        return all(_use_count(t) == c for t, c in zip(self.tensors, self.counts))
+
+    def moved(self) -> bool:
+        """A caller grew a handed-out output in place (``resize_``): its storage moved, the
+        graph still writes the old address."""
+        return any(t.data_ptr() != p for t, p in zip(self.tensors, self.ptrs))
+
+
 class _Entry:
-    __slots__ = ("graph", "inputs", "outputs", "treedef", "host", "trials", "best")
+    __slots__ = ("variants", "inputs", "treedef", "host", "trials", "best", "clones", "held", "limit")
 
     def __init__(self, graph: Any, inputs: list, outputs: list, treedef: Any, host: float) -> None:
-        self.graph, self.inputs, self.outputs, self.treedef = graph, inputs, outputs, treedef
+        self.variants = [_Variant(graph, outputs)]
+        self.inputs, self.treedef = inputs, treedef
         self.host = host                # host seconds of the steady call the capture followed
         self.trials = 0                 # replays timed so far; -1 once the graph is kept
         self.best = float("inf")        # the fastest of them
+        # outputs handed out as copies (the first variant's outputs never leave): where the
+        # storage use count is not there, or after callers kept every variant's outputs
+        self.clones = _USE_COUNT is None
+        self.held = 0                   # calls that found every variant's outputs held
+        self.limit = MAX_VARIANTS       # variants this signature may capture
 
 
 class GraphReplayer:
@@ -333,6 +375,7 @@ class GraphReplayer:
     # larger one; every call then goes straight to the host program, without computing a key
     # (a tiny fusion: 13.5-14.9 us per call with the key against 8.5-9.0 us without, H200)
     off = False
+    _untimed = False        # the replay just made captured a variant first (not timed)
     training: "Optional[GraphReplayer]" = None      # the replayer of this specialization's calls under grad
 
     def _key(self, args: tuple) -> Optional[tuple]:
@@ -404,10 +447,11 @@ class GraphReplayer:
         entry = self.entries.get(key)
         if entry is not None and not self._busy(entry):
             start = time.perf_counter() if entry.trials >= 0 else 0.0
+            self._untimed = False
             with self.lock:
                 out = self._replay(entry, fast, args)
             self.entries.move_to_end(key)
-            if entry.trials >= 0:
+            if entry.trials >= 0 and not self._untimed:
                 self._judge(key, entry, time.perf_counter() - start)
             return out
         if entry is not None or key in self.failed:
@@ -435,16 +479,73 @@ class GraphReplayer:
         return False
 
     def _replay(self, entry: _Entry, fast: Callable, args: tuple) -> Any:
+        """Replay a variant of ``entry`` whose outputs no caller holds and hand its outputs out
+        without copying them (Inductor's CUDA graph trees hand out their static outputs too, but
+        a later replay overwrites what the caller still holds). A caller that holds the last
+        result while making the next call (``y = f(x)`` in a loop) gets a second variant, so
+        replays alternate between two sets of outputs; a caller that keeps results (appends
+        them to a list) finds both held, runs the host program, and after ``HELD_LIMIT`` such
+        calls the signature hands out copies of one variant's outputs, as replay did before."""
+        if not entry.variants:          # a variant for copies could not be captured
+            return fast(*args)
         for c in self.caches:
             c.refresh()
+        if entry.clones:
+            variant = entry.variants[0]
+        else:
+            if any(v.moved() for v in entry.variants):
+                entry.variants = [v for v in entry.variants if not v.moved()]
+            variant = next((v for v in entry.variants if v.free()), None)
+            if variant is None and len(entry.variants) < entry.limit:
+                variant = self._another_variant(entry, fast, args)
+                self._untimed = True
+            if variant is None:
+                entry.held += 1
+                STATS["held_outputs"] = STATS.get("held_outputs", 0) + 1
+                if entry.held >= HELD_LIMIT:
+                    self._to_clones(entry, fast, args)
+                return fast(*args)
         for s, a in zip(entry.inputs, args):
             if s is not None:
                 s.copy_(a)
-        entry.graph.replay()
-        # non-tensor outputs (a None aux output, a size) are kept as captured
-        outs = [o.clone() if isinstance(o, torch.Tensor) else o for o in entry.outputs]
+        variant.graph.replay()
         STATS["replays"] += 1
+        # non-tensor outputs (a None aux output, a size) are kept as captured
+        if entry.clones:
+            outs = [o.clone() if isinstance(o, torch.Tensor) else o for o in variant.outputs]
+        else:
+            outs = [o.detach() if isinstance(o, torch.Tensor) else o for o in variant.outputs]
         return torch.utils._pytree.tree_unflatten(outs, entry.treedef)
+
+    def _another_variant(self, entry: _Entry, fast: Callable, args: tuple) -> Optional[_Variant]:
+        """Capture the signature's program again, into its own memory pool (its outputs must not
+        share memory with another variant's intermediates); the program was checked, warmed and
+        captured once already. None (and no more variants) if that fails."""
+        call_args = tuple(s if s is not None else a for s, a in zip(entry.inputs, args))
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, capture_error_mode="thread_local"), autocast_cache_off():
+                out = fast(*call_args)
+            flat, _ = torch.utils._pytree.tree_flatten(out)
+            why = self._outputs_unfit(flat, entry.inputs)
+            if why:
+                raise RuntimeError(why)
+        except Exception as e:  # noqa: BLE001 - the signature keeps the variants it has
+            entry.limit = len(entry.variants)
+            jit_log("executor", 1, f"{self.name}: no further CUDA graph variant: {type(e).__name__}: {e}")
+            torch.cuda.synchronize()
+            return None
+        variant = _Variant(g, flat)
+        entry.variants.append(variant)
+        STATS["variants"] = STATS.get("variants", 0) + 1
+        return variant
+
+    def _to_clones(self, entry: _Entry, fast: Callable, args: tuple) -> None:
+        """Callers keep the outputs: capture a variant whose outputs never leave, hand out
+        copies of them from now on, and drop the others (their memory stays with the callers)."""
+        entry.variants, entry.limit, entry.clones = [], 1, True
+        if self._another_variant(entry, fast, args) is not None:
+            jit_log("executor", 1, f"{self.name}: callers keep replayed outputs: copies from now on")
 
     def _copied_bytes(self, args: tuple, out: Any) -> int:
         """Bytes a replayed call copies: its tensor arguments in, its outputs out."""

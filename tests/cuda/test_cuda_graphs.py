@@ -47,6 +47,40 @@ def test_replay_matches_eager_on_new_values_and_outputs_do_not_alias():
         _close(got, want)
 
 
+
+def test_replayed_outputs_are_handed_out_uncopied_and_never_overwritten():
+    # a caller holding the last result while making the next call gets two alternating sets of
+    # static outputs; a result (or a view of it) still held is never written by a replay
+    m = _net(dropout=False).eval()
+    sf = graphfuser.script(m)
+    variants = STATS.get("variants", 0)
+    with torch.no_grad():
+        prev, ptrs = None, []
+        for _ in range(12):
+            x = torch.randn(4, 3, 16, 16, device="cuda")
+            y = sf(x)
+            want = m(x)
+            _close(y, want)
+            if prev is not None:
+                _close(*prev)          # the result held during this call is intact
+            prev = (y, want)
+            ptrs.append(y.data_ptr())
+        assert ptrs[-1] == ptrs[-3] != ptrs[-2] == ptrs[-4], "replays should alternate between two output sets"
+        assert STATS.get("variants", 0) == variants + 1
+        x = torch.randn(4, 3, 16, 16, device="cuda")
+        kept, kept_want = sf(x)[1], m(x)[1]     # only a view of the result is kept
+        for _ in range(4):
+            x = torch.randn(4, 3, 16, 16, device="cuda")
+            _close(sf(x), m(x))
+        _close(kept, kept_want)
+        grown = sf(x)
+        grown.resize_(4096)             # a caller grows its result: its storage moves
+        del grown
+        for _ in range(4):
+            x = torch.randn(4, 3, 16, 16, device="cuda")
+            _close(sf(x), m(x))
+
+
 class _WithAux(nn.Module):
     """googlenet / inception_v3 in eval: a named tuple whose aux outputs are None."""
 
