@@ -75,6 +75,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from ..ir.graph import Graph, Node, Value
+from .handlers import PyArg
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..passes.autocast import region_switch
@@ -143,8 +144,16 @@ def ineligible_reason(graph: Graph, has_module: bool, static: tuple[int, ...] = 
     held = frozenset(graph.inputs[i] for i in static if i < len(graph.inputs))
     chained = {graph.inputs[0]} if has_module and graph.inputs else set()
     depth = 0
+    modes: list[bool] = []
     for n in graph.all_nodes():
         k = n.kind
+        mode = _grad_switch(n)
+        if mode is not None:
+            # a grad-mode region the graph opens and closes (a Dynamo graph's ``with
+            # torch.no_grad():``, Hugging Face's rotary embeddings): like an autocast region, it
+            # decides which ops autograd records, the same at every call of the specialization
+            modes.append(mode)
+            continue
         switch = region_switch(n)
         if switch:
             # an autocast region the graph opens and closes: it decides how the captured ops
@@ -172,7 +181,24 @@ def ineligible_reason(graph: Graph, has_module: bool, static: tuple[int, ...] = 
             chained.add(n.outputs[0])
         if _mutating(n) and _origin(n.inputs[0], graph, held) in ("input", "unknown"):
             return f"in-place {k} on a value that may be an input"
+    if modes and modes[-1] == modes[0]:
+        return "a grad-mode switch the graph does not undo"
     return "an autocast region left open" if depth else None
+
+
+def _grad_switch(n: Node) -> Optional[bool]:
+    """The constant mode of a ``torch._C._set_grad_enabled(mode)`` call, else None. Dynamo
+    switches only where the mode changes, and switches back before the graph ends: the first
+    switch's mode is the opposite of the call's, the last one's the call's own."""
+    call = n.attrs.get("call") if n.kind == "prim::PythonOp" else None
+    if call is None or getattr(call, "fn", None) is not torch._C._set_grad_enabled \
+            or len(call.args) != 1 or call.kwargs:
+        return None
+    x = call.args[0]
+    if isinstance(x, PyArg):
+        v = n.inputs[x.index]
+        x = v.constant() if v.is_constant else None
+    return x if isinstance(x, bool) else None
 
 
 def _subgraphs(n: Node) -> list[Graph]:

@@ -105,6 +105,36 @@ def test_sgd_steps_match_eager_and_replay(make, shape, frontend):
     assert _replays() > before, STATS
 
 
+
+class _Rotary(nn.Module):
+    """Angles under ``torch.no_grad()`` inside a training forward (Hugging Face's rotary
+    embeddings): Dynamo's graph switches grad mode off and on, which replay takes."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(32, 32)
+        self.out = nn.Linear(32, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            pos = torch.arange(x.shape[-1], device=x.device, dtype=x.dtype)
+            cos, sin = (pos * 0.1).cos(), (pos * 0.1).sin()
+        h = self.lin(x)
+        h = h * cos + torch.cat((-h[..., 16:], h[..., :16]), -1) * sin
+        return self.out(torch.nn.functional.silu(h))
+
+
+def test_grad_mode_region_steps_match_eager_and_replay():
+    torch.manual_seed(0)
+    m, twin, sf = _pair(lambda: _Rotary().cuda().train(), "compile")
+    opts = [torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9) for a in (m, twin)]
+    before = _replays()
+    for k in range(12):
+        _sgd_step(m, twin, sf, opts, torch.randn(16, 32, device="cuda"))
+    _same(m, twin)
+    assert _replays() > before, STATS
+
+
 @FRONTENDS
 def test_gradient_accumulation_and_input_grads(frontend):
     """No zero_grad between steps: replayed gradients accumulate into .grad (copies, not the

@@ -408,6 +408,40 @@ def test_replay_takes_pure_python_calls_and_reads_parameters_in_place():
     assert len(cap.static_inputs) == 2
 
 
+
+class _NoGradRegion(nn.Module):
+    """Hugging Face's rotary embedding: angles computed under ``torch.no_grad()`` in a forward
+    that trains (Dynamo hands the region over as ``_set_grad_enabled`` calls)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            angles = torch.arange(x.shape[-1], dtype=x.dtype) * 0.5
+        return (self.lin(x) * angles.cos()).sum()
+
+
+def test_replay_takes_a_grad_mode_region_the_graph_closes():
+    from graphfuser.executor.cuda_graphs import ineligible_reason
+
+    m = _NoGradRegion()
+    torch._dynamo.reset()
+    rec = Recorder()
+    c = torch.compile(m, backend=rec)
+    x = torch.randn(3, 4)
+    for _ in range(3):
+        c(x).backward()
+    f = rec.fns[0]
+    assert "_set_grad_enabled" in str(f.graph)
+    assert ineligible_reason(f.graph, False, f._captured.static_inputs) is None
+    # a switch left unmatched (a graph that ends in no_grad) stays ineligible
+    last = [n for n in f.graph.all_nodes() if "_set_grad_enabled" in str(n.attrs.get("call", ""))][-1]
+    last.owner.remove(last)         # (the host program is built: the graph is not run again)
+    assert "grad-mode" in ineligible_reason(f.graph, False, f._captured.static_inputs)
+
+
 def test_replay_takes_batch_norm_training_that_writes_its_buffers_in_place():
     """A Dynamo graph of batch norm in training writes the module's buffers, which it takes as
     static arguments (running stats, ``num_batches_tracked += 1``): replay writes them in place,
