@@ -33,9 +33,12 @@ for step in $STEPS; do
            for g in $(seq 0 $((n - 1))); do
              ( for i in "${!parts[@]}"; do [ $((i % n)) -eq "$g" ] || continue
                  CUDA_VISIBLE_DEVICES=$g timeout ${T_ZOO:-560} python3 -m graphfuser.tools.hf_zoo --device cuda \
-                   --models "${parts[$i]}" --out "$OUT/hf-zoo-part$i" ${HF_ARGS:-} > "$OUT/hf-zoo-part$i.log" 2>&1
+                   --models "${parts[$i]}" --out "/tmp/hf-zoo-part$i" ${HF_ARGS:-} > "/tmp/hf-zoo-part$i.log" 2>&1
+                 cp "/tmp/hf-zoo-part$i.json" "$OUT/" 2>/dev/null
                done ) &
-           done; wait; for f in "$OUT"/hf-zoo-part*.log; do tail -n 3 "$f"; done ;;
+           # only the JSON records go to $OUT (the device machine sends back 8 files at most;
+           # --merge writes the table from them)
+           done; wait; for f in /tmp/hf-zoo-part*.log; do tail -n 3 "$f"; done ;;
     race) timeout ${T_RACE:-560} python3 -m graphfuser race --device cuda --gpus ${GPUS:-2} --out "$OUT" \
              ${RACE_ARGS:-} 2>&1 | tail -40 ;;
     testsfull) timeout ${T_TESTS:-420} python3 -m pytest -q -p no:cacheprovider tests ${TEST_ARGS:-} 2>&1 \
