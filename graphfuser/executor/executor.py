@@ -35,6 +35,7 @@ from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, f
                       functionalize, insert_autocast, insert_guards, pad_gemms, partition, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
 from ..passes.attention import apply_attention, plan_attention
+from ..passes.rotary import apply_rotary, plan_rotary
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
@@ -181,6 +182,9 @@ class ScriptedFunction(Recovering, SelfChecking):
         attention = getattr(self, "_attention_plan", None)
         if attention:
             apply_attention(self._work, attention)
+        rotary = getattr(self, "_rotary_plan", None)
+        if rotary:
+            apply_rotary(self._work, rotary)
         plan = getattr(self, "_conv_plan", None)
         if plan:
             apply_conv_layouts(self._work, plan)
@@ -356,10 +360,12 @@ class ScriptedFunction(Recovering, SelfChecking):
             # and which attention patterns become SDPA (passes/attention.py: its result's layout
             # differs from the matmul's, so what follows is profiled again too)
             self._attention_plan = plan_attention(g, self._autocast is not None) or False
-            if self._conv_plan or self._attention_plan:
+            # and which rotary embeddings lose their cat (passes/rotary.py): new nodes to profile
+            self._rotary_plan = plan_rotary(g, self._captured.fixed_sizes) or False
+            if self._conv_plan or self._attention_plan or self._rotary_plan:
                 self._reset()
                 if not self._conv_plan:
-                    # the attention rewrite changes no input or parameter layout: one more
+                    # the attention and rotary rewrites change no input or parameter layout: one more
                     # profiling call records the rewritten graph's types (a convolution plan
                     # changes layouts everywhere after it and profiles a full round again)
                     self._calls = max(0, config.profiling_runs - 1)

@@ -30,7 +30,10 @@ class Captured:
     ``scripted``: the frontend's own unfused runner of the whole program (what ``torch.jit.script``
     returned; a Dynamo graph module's forward), run where the host program cannot run a call;
     ``static_inputs``: positions of arguments whose tensors stay put between calls (parameters and
-    buffers a frontend passes as arguments): CUDA graph replay reads them in place, uncopied."""
+    buffers a frontend passes as arguments): CUDA graph replay reads them in place, uncopied.
+    ``fixed_sizes``: every argument's sizes are those profiled for the life of the program (a
+    Dynamo graph without symbolic sizes: Dynamo guards each size and compiles anew for another),
+    so a rewrite may rely on a profiled size (``passes/rotary.py``)."""
 
     graph: Graph
     module: Optional[torch.nn.Module]
@@ -39,3 +42,4 @@ class Captured:
     name: str
     scripted: Any = None
     static_inputs: tuple[int, ...] = ()
+    fixed_sizes: bool = False

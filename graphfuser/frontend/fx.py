@@ -397,4 +397,18 @@ def capture(gm: torch.fx.GraphModule, name: str = "dynamo_graph") -> Captured:
     # parameters and buffers: Dynamo passes them in without guarding their identity
     static = tuple(i for i, n in enumerate(p for p in gm.graph.nodes if p.op == "placeholder")
                    if (n.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type") is not None)
-    return Captured(g, None, names, {}, name, gm, static)
+    return Captured(g, None, names, {}, name, gm, static, fixed_sizes=_fixed_sizes(gm))
+
+
+def _fixed_sizes(gm: torch.fx.GraphModule) -> bool:
+    """No placeholder is a symbolic size or a tensor with one (Dynamo compiled ``gm`` for these
+    sizes and guards them all), and every placeholder has an example value to tell."""
+    for p in gm.graph.nodes:
+        if p.op != "placeholder":
+            continue
+        v = p.meta.get("example_value", p.meta.get("val"))
+        if v is None or isinstance(v, torch.SymInt):
+            return False
+        if isinstance(v, torch.Tensor) and not all(isinstance(s, int) for s in v.shape):
+            return False
+    return True

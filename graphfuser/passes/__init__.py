@@ -20,6 +20,8 @@ After profiling:
 0-. plan_conv_layouts  first round only: the channels-last plan (or none)
 0-. plan_attention  first round only: which hand-written attention patterns become SDPA
                   (passes/attention.py; applied, as the layout plan is, before profiling again)
+0-. plan_rotary   first round only: which rotary embeddings lose their cat (passes/rotary.py;
+                  applied likewise)
 
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)
