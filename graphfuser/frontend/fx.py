@@ -222,6 +222,8 @@ class _Converter:
     def call(self, n: torch.fx.Node) -> None:
         if n.op == "call_function" and n.target is operator.getitem and self.basic_index(n):
             return
+        if n.op == "call_function" and n.target is torch.nn.functional.cross_entropy and self.cross_entropy(n):
+            return
         if n.op in ("call_function", "call_method"):
             found = aten_call(n.op, n.target, tuple(n.args), dict(n.kwargs), self.example)
             if found is not None and self.aten(n, *found):
@@ -230,6 +232,43 @@ class _Converter:
         if n.op == "call_module":
             target = self.gm.get_submodule(n.target)
         self.values[n] = self.python(n, n.op, target, tuple(n.args), dict(n.kwargs), _effects(n.op, n.target))
+
+    def cross_entropy(self, n: torch.fx.Node) -> bool:
+        """``F.cross_entropy`` of class indices without label smoothing on a float32 / float64
+        input: the ops eager's ``cross_entropy_loss`` runs, ``nll_loss_nd(log_softmax(x, c), t,
+        weight, reduction, ignore_index)`` (c: the class dim, 1, or 0 for a 1-d input), so the
+        log-softmax fuses with what makes its input (a language model's ``logits.float()``: one
+        kernel reads the bf16 logits, where eager writes and reads a float32 copy first). Under
+        autocast a float32 input is what both forms compute on. Other calls stay Python calls."""
+        import inspect
+
+        try:
+            bound = inspect.signature(torch.nn.functional.cross_entropy).bind(*n.args, **n.kwargs)
+        except TypeError:
+            return False
+        bound.apply_defaults()
+        a = bound.arguments
+        x, t = self.example(a["input"]), self.example(a["target"])
+        reductions = {"none": 0, "mean": 1, "sum": 2}
+        if not (isinstance(x, torch.Tensor) and isinstance(t, torch.Tensor) and x.dim() >= 1
+                and x.dtype in (torch.float32, torch.float64) and not t.dtype.is_floating_point
+                and a["size_average"] is None and a["reduce"] is None and a["label_smoothing"] == 0.0
+                and a["reduction"] in reductions and isinstance(a["ignore_index"], int)
+                and not isinstance(a["weight"], (torch.Tensor, list, tuple))):
+            return False
+        weight = self.value(a["weight"]) if isinstance(a["weight"], torch.fx.Node) else self.constant(None)
+        lsm = self.g.create("aten::log_softmax", [self.value(a["input"]), self.constant(1 if x.dim() > 1 else 0),
+                                                  self.constant(None)], [TENSOR], {}, _source(n), [None])
+        lsm.schema = resolve_aten("aten::log_softmax", _LOG_SOFTMAX)
+        self.g.block.append(lsm)
+        loss = self.g.create("aten::nll_loss_nd", [lsm.output, self.value(a["target"]), weight,
+                                                   self.constant(reductions[a["reduction"]]),
+                                                   self.constant(a["ignore_index"])],
+                             [type_of(self.example(n))], {}, _source(n), [n.name])
+        loss.schema = resolve_aten("aten::nll_loss_nd", _NLL_LOSS_ND)
+        self.g.block.append(loss)
+        self.values[n] = loss.output
+        return True
 
     def basic_index(self, n: torch.fx.Node) -> bool:
         """``x[:, :t, None, 0]`` on a tensor: the views TorchScript spells it with (``aten::slice``,
@@ -342,6 +381,9 @@ def _has_node(x: Any) -> bool:
 _SLICE = ("aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1)"
           " -> Tensor(a)")
 _SELECT = "aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"
+_LOG_SOFTMAX = "aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
+_NLL_LOSS_ND = ("aten::nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, "
+                "SymInt ignore_index=-100) -> Tensor")
 _UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
 
 

@@ -12,7 +12,9 @@ broadcasting does anyway)::
                                                 %y = aten::add(%x, %v)
 
 The views now read group inputs, where they are free on the host (metadata only), and the mul and
-add fuse (ConvNeXt's layer scale before its residual, attention's head permutes). The rewritten
+add fuse (ConvNeXt's layer scale before its residual, attention's head permutes). A ``view`` /
+``reshape`` of a one-input op or cast whose input no fusible op makes moves above it instead
+(``_Sinker.sink_reshape``): ``logits.float().view(-1, vocab)`` feeding a log-softmax. The rewritten
 op takes the view's profiled type, so its result has the values and strides the view had.
 
 Applied only when the pointwise result has no other use (it would otherwise be computed twice)
@@ -24,6 +26,8 @@ partition; repeats until nothing moves, so a view sinks through a whole chain.
 from __future__ import annotations
 
 from dataclasses import replace
+
+import torch
 from typing import Optional
 
 from ..ops.aten import resolve_aten
@@ -130,6 +134,8 @@ class _Sinker:
             return False
         if len(src.uses) != 1 or src in block.returns or any(src in n.nested_returns() for n in block.nodes):
             return False
+        if view.kind in _RESHAPES:
+            return self.sink_reshape(block, view, prod, row.kind)
         steps = _view_plan(view)
         if steps is None:
             return False
@@ -164,6 +170,59 @@ class _Sinker:
         return True
 
 
+    def sink_reshape(self, block: Block, view: Node, prod: Node, kind: str) -> bool:
+        """``view(f(x), sizes)`` of a one-tensor pointwise op or cast ``f`` (no broadcasting: ``x``
+        has the result's shape) becomes ``f(reshape(x, sizes))``, made where the view was (its
+        sizes may be computed after ``f``): a language model's loss reads ``logits.float()``
+        through ``.view(-1, vocab)``, and the cast now fuses with the log-softmax after it.
+        Only where ``x`` comes from no fusible op (else ``f`` fuses with that op already), a user
+        of the view is fusible, and ``f``'s result then has the view's strides (``reshape`` of a
+        dense ``x`` that the view could view is that same view)."""
+        data = range(1) if kind == "cast" else range(len(prod.inputs))
+        tensors = [i for i in data if prod.inputs[i].type.is_tensor]
+        others = [i for i in range(len(prod.inputs)) if i not in tensors and prod.inputs[i].type.is_tensor]
+        if len(tensors) != 1 or others or len(view.inputs) != 2:
+            return False
+        x, out = prod.inputs[tensors[0]], view.outputs[0]
+        if (x.node is not None and lookup(x.node.kind) is not None) or \
+                not any(lookup(user.kind) is not None for user, _ in out.uses):
+            # ``f`` joins the group of what makes ``x`` already (autocast's cast of a layer norm
+            # read through a view, passes/autocast.py), or nothing after the view would take it
+            return False
+        xt, pt, vt = x.type, prod.outputs[0].type, out.type
+        if not all(isinstance(t, TensorType) and t.complete and t.strides is not None for t in (xt, pt, vt)):
+            return False
+        if xt.sizes != pt.sizes or tuple(xt.strides) != tuple(pt.strides):
+            return False
+        try:
+            meta = torch.empty_strided(xt.sizes, xt.strides, dtype=xt.dtype, device="meta").reshape(vt.sizes)
+        except RuntimeError:
+            return False
+        if tuple(meta.stride()) != tuple(vt.strides):
+            return False
+        rt = replace(xt, sizes=tuple(vt.sizes), strides=tuple(meta.stride()), stride_order=vt.stride_order,
+                     contiguity=vt.contiguity)
+        reshaped = self.graph.create("aten::reshape", [x, view.inputs[1]], [rt], source=view.source)
+        reshaped.schema = resolve_aten("aten::reshape", _RESHAPE)
+        block.insert_before(view, reshaped)
+        inputs = list(prod.inputs)
+        inputs[tensors[0]] = reshaped.output
+        moved = self.graph.create(prod.kind, inputs, [vt.with_dtype(pt.dtype)], dict(prod.attrs), source=prod.source)
+        moved.schema = prod.schema
+        block.insert_before(view, moved)
+        for user, i in list(out.uses):
+            user.replace_input(i, moved.output)
+        block.replace_return_everywhere(out, moved.output)
+        block.remove(view)
+        block.remove(prod)
+        jit_log("graph_fuser", 1, f"sank {view.kind} below {moved.where()}")
+        return True
+
+
+_RESHAPES = ("aten::view", "aten::reshape")
+_RESHAPE = "aten::reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)"
+
+
 def _sink_block(sinker: _Sinker, block: Block) -> int:
     moved = 0
     for node in list(block.nodes):
@@ -173,7 +232,7 @@ def _sink_block(sinker: _Sinker, block: Block) -> int:
     while changed:
         changed = False
         for node in list(block.nodes):
-            if node.owner is block and node.kind in ("aten::permute", "aten::transpose", "aten::unsqueeze") \
+            if node.owner is block and node.kind in ("aten::permute", "aten::transpose", "aten::unsqueeze") + _RESHAPES \
                     and sinker.try_sink(block, node):
                 moved += 1
                 changed = True

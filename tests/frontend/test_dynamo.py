@@ -462,3 +462,69 @@ def test_replay_takes_batch_norm_training_that_writes_its_buffers_in_place():
     assert any("num_batches_tracked" in f._captured.arg_names[i] for i in static)
     assert ineligible_reason(g, False, static) is None
     assert "in-place" in ineligible_reason(g, False) or "running-stats" in ineligible_reason(g, False)
+
+
+# -- F.cross_entropy as the ops eager runs -------------------------------------------------------
+def _lm_loss(logits, target, reduction="mean", weight=None, smoothing=0.0):
+    # a language model's loss: the bf16 logits made float32, then cross entropy over the vocabulary
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), target.view(-1), weight=weight,
+                           ignore_index=-100, reduction=reduction, label_smoothing=smoothing)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cross_entropy_fuses_its_log_softmax_and_matches_eager(reduction, weighted):
+    from graphfuser.config import config
+
+    g = torch.Generator().manual_seed(3)
+    weight = torch.rand(11, generator=g) + 0.5 if weighted else None
+    torch._dynamo.reset()
+    c = torch.compile(_lm_loss, backend="graphfuser")
+    with config.override(disable=["fallback"]):
+        for step in range(5):
+            logits = (torch.randn(2, 7, 11, generator=g) * 4).bfloat16().requires_grad_()
+            target = torch.randint(0, 11, (2, 7), generator=g)
+            target[0, ::3] = -100                       # ignored positions
+            if step == 4:
+                target[:] = -100                        # every position ignored: eager's 0 / 0
+            got = c(logits, target, reduction, weight)
+            graph = graphfuser.last_executed_optimized_graph()     # the forward's (before backward)
+            ref_logits = logits.detach().clone().requires_grad_()
+            ref = _lm_loss(ref_logits, target, reduction, weight)
+            torch.testing.assert_close(got, ref, equal_nan=True)
+            gl = torch.randn_like(ref, dtype=torch.float32) if reduction == "none" else torch.ones_like(ref)
+            torch.testing.assert_close(torch.autograd.grad(got, logits, gl)[0],
+                                       torch.autograd.grad(ref, ref_logits, gl)[0], equal_nan=True)
+    assert "functional.cross_entropy" not in str(graph) and "aten::nll_loss_nd" in str(graph)
+    # the float32 copy of the logits and the log-softmax are one group (no float32 copy written)
+    groups = [n for n in graph.all_nodes() if n.kind.endswith("FusionGroup")]
+    assert any({"aten::to", "aten::log_softmax"} <= {m.kind for m in gr.subgraph.all_nodes()} for gr in groups), str(graph)
+
+
+def test_cross_entropy_forms_it_does_not_take_stay_python_calls():
+    torch._dynamo.reset()
+    rec = Recorder()
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(3, 5, 6, generator=g)
+    target = torch.randint(0, 6, (3, 5), generator=g)
+    smoothed = torch.compile(lambda x, t: _lm_loss(x, t, smoothing=0.1), backend=rec)
+    torch.testing.assert_close(run_steady(smoothed, logits, target), _lm_loss(logits, target, smoothing=0.1))
+    assert "functional.cross_entropy" in str(rec.fns[0].graph)
+    torch._dynamo.reset()
+    probs = torch.softmax(torch.randn(4, 6, generator=g), -1)
+    soft = torch.compile(lambda x, p: F.cross_entropy(x, p), backend="graphfuser")
+    torch.testing.assert_close(run_steady(soft, logits[0, :4], probs), F.cross_entropy(logits[0, :4], probs))
+
+
+def test_cross_entropy_target_out_of_range_raises_as_eager_does():
+    torch._dynamo.reset()
+    c = torch.compile(_lm_loss, backend="graphfuser")
+    logits, target = torch.randn(2, 3, 5), torch.randint(0, 5, (2, 3))
+    for _ in range(4):
+        torch.testing.assert_close(c(logits, target), _lm_loss(logits, target))
+    bad = target.clone()
+    bad[1, 2] = 5
+    with pytest.raises(IndexError, match="out of bounds"):
+        _lm_loss(logits, bad)
+    with pytest.raises(IndexError, match="out of bounds"):
+        c(logits, bad)

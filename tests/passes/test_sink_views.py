@@ -86,3 +86,19 @@ def test_new_sizes_after_profiling():
         ref = layer_scale_residual(x, gamma, o)
         torch.testing.assert_close(out, ref)
         assert out.stride() == ref.stride()
+
+
+def cast_viewed_into_log_softmax(x):
+    # a language model's loss: logits made float32, viewed as rows, log-softmax over the vocabulary
+    return torch.log_softmax(x.float().view(-1, x.shape[-1]), -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_view_of_a_cast_moves_above_it_into_the_consumer_group(device):
+    sf = check(cast_viewed_into_log_softmax, make_input(3, 5, 7, dtype=torch.bfloat16, device=device))
+    _groups_hold(sf, "aten::to", "aten::log_softmax")
+    for shape in ((2, 4, 7), (1, 3, 11)):               # new sizes reuse the program
+        x = make_input(*shape, dtype=torch.bfloat16, device=device)
+        out, ref = sf(x), cast_viewed_into_log_softmax(x)
+        torch.testing.assert_close(out, ref)
+        assert out.stride() == ref.stride()
