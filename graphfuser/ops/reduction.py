@@ -247,9 +247,23 @@ def arg_expr(call: OpCall, name: str = "self") -> Expr:
     return call.x(name)
 
 
+def dtype_input(call: OpCall) -> Expr:
+    """The input of ``sum`` / ``prod`` as eager reads it: with ``dtype=`` an fp16 / bf16 other than
+    the input's, each element is converted to it first (eager reduces ``self.to(dtype)``), rounded
+    as a cast row rounds: ``torch.sum(x, dtype=torch.float16)`` of a float32 [1e5, -1e5, 3] is
+    inf - inf = NaN in eager, where the unrounded sum gave 3. (``mean`` with such a dtype converts
+    to float32 instead, eager's accumulator: ``arg_expr``.)"""
+    x = arg_expr(call)
+    given = scalar_type(call.args.get("dtype"))
+    src = call.types.get("self")
+    if given in (torch.float16, torch.bfloat16) and (src is None or src.dtype != given):
+        x = call.b.call("round_half" if given == torch.float16 else "round_bf16", x)
+    return x
+
+
 def _sum(call: OpCall) -> Expr:
     """sum(self)"""
-    return call.b.reduce("sum", arg_expr(call), call.compute)
+    return call.b.reduce("sum", dtype_input(call), call.compute)
 
 
 def mean_of(call: OpCall, x: Expr) -> Expr:
@@ -264,7 +278,7 @@ def _mean(call: OpCall) -> Expr:
 
 def _prim_reduce(op: str):
     def lower(call: OpCall) -> Expr:
-        return call.b.reduce(op, arg_expr(call), call.compute)
+        return call.b.reduce(op, dtype_input(call), call.compute)
     lower.__doc__ = f"{op}(self)"
     return lower
 

@@ -266,3 +266,29 @@ def test_column_sums_of_empty_gradients_stay_apart_from_rows(tmp_path):
     with config.override(disable=["fallback"], repro_dir=str(tmp_path)):
         result = run_case(_EMPTY_BATCH_LERP, "cpu", str(tmp_path), "empty_lerp")
     assert result["findings"] == []
+
+
+def _sum_to_half(x):
+    return torch.sum(x * 1.0, [0], keepdim=True, dtype=torch.float16), torch.sum(x * 2.0, None, dtype=torch.bfloat16)
+
+
+def _mean_to_half(x):
+    return torch.mean(x * 1.0, None, keepdim=True, dtype=torch.float16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_sum_with_a_half_dtype_converts_each_element_first(dtype):
+    # eager's sum(x, dtype=float16) reduces x.to(float16): 1e5 and -1e5 become inf and -inf, the
+    # sum NaN; the kernel summed them unrounded, in float32, to 3. mean(x, dtype=float16) converts
+    # to float32 instead (eager's accumulator): 1 (looked at while judging fuzz graph 1908 of seed
+    # 33411, whose float32 partial sums overflow in another order than eager's)
+    from graphfuser.config import config
+
+    x = torch.tensor([[1e5, 1.0], [-1e5, 2.0], [3.0, 1e39 if dtype == torch.float64 else 7e4]], dtype=dtype)
+    with config.override(disable=["fallback"]):
+        for fn in (_sum_to_half, _mean_to_half):
+            sf = graphfuser.script(fn)
+            for _ in range(4):
+                got, ref = sf(x), fn(x)
+                for g, r in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):
+                    torch.testing.assert_close(g, r, equal_nan=True)
