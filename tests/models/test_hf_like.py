@@ -51,6 +51,11 @@ def test_inference_at_two_shapes(name):
             for _ in range(4):                   # profiling (the attention rewrite adds one call), then fused
                 torch.testing.assert_close(c(ids, mask), m(ids, mask))
             assert groups(graphfuser.last_executed_optimized_graph()) >= 3
+            if name == "llama" and batch == 2:
+                # the first shape's graph has fixed sizes: its rotary embeddings lose their cat
+                # (passes/rotary.py); the later shapes' graph has symbolic ones and keeps it
+                g = str(graphfuser.last_executed_optimized_graph()).split("\nwith ")[0]
+                assert g.count("aten::unflatten(") >= 6 and g.count("aten::cat(") <= 1, g
         compiles, graphs = cache.STATS["compiles"], len(backend_calls)
         ids, mask = inputs(4, 21)                # a third shape: no new graph, no new kernel
         for _ in range(3):
