@@ -30,8 +30,9 @@ def _hypothesis_settings(n: int, phases: tuple) -> Any:
                     suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
 
 
-def generate(n: int, seed: int, max_ops: int = 5, batch: int = 6) -> list[dict]:
-    """``n`` distinct cases drawn by hypothesis from ``gen.cases()`` (deterministic in ``seed``).
+def generate(n: int, seed: int, max_ops: int = 5, batch: int = 6, focus: Optional[str] = None) -> list[dict]:
+    """``n`` distinct cases drawn by hypothesis from ``gen.cases()`` (deterministic in ``seed``);
+    ``focus``: an op every case starts with (a composite a pass rewrites, a row under suspicion).
 
     hypothesis mutates recent examples, so one long run yields runs of near-duplicates; short
     runs with derived seeds, deduplicated by source and inputs, give a diverse campaign."""
@@ -42,7 +43,7 @@ def generate(n: int, seed: int, max_ops: int = 5, batch: int = 6) -> list[dict]:
 
     out: list[dict] = []
     seen: set[str] = set()
-    strategy = cases(max_ops=max_ops)
+    strategy = cases(max_ops=max_ops, focus=focus)
     j = 0
     while len(out) < n and j < 20 * n + 100:
         @_hypothesis_settings(batch, (Phase.generate,))
@@ -59,10 +60,10 @@ def generate(n: int, seed: int, max_ops: int = 5, batch: int = 6) -> list[dict]:
     return out[:n]
 
 
-def cases_at(seed: int, graphs: list[int], max_ops: int = 5) -> list[dict]:
+def cases_at(seed: int, graphs: list[int], max_ops: int = 5, focus: Optional[str] = None) -> list[dict]:
     """The cases a campaign from ``seed`` runs as its graphs number ``graphs`` (generation is
     deterministic: the first ``max(graphs) + 1`` cases are generated again)."""
-    cases = generate(max(graphs) + 1, seed, max_ops)
+    cases = generate(max(graphs) + 1, seed, max_ops, focus=focus)
     return [cases[i] for i in graphs]
 
 
@@ -163,13 +164,13 @@ def shrink(case: dict, category: str, worker: Worker, seconds: float, seed: int,
 
 def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: float = 60.0,
         knobs: Optional[dict] = None, shrink_classes: int = 12, shrink_seconds: float = 60.0,
-        max_ops: int = 5, progress: Optional[Callable[[str], None]] = None) -> dict:
+        max_ops: int = 5, progress: Optional[Callable[[str], None]] = None, focus: Optional[str] = None) -> dict:
     """Generate and run ``graphs`` cases; return counts, fusion rate, coverage and classes."""
     from ..ops import ROWS
 
     say = progress or (lambda s: None)
     t0 = time.time()
-    cases = generate(graphs, seed, max_ops)
+    cases = generate(graphs, seed, max_ops, focus=focus)
     say(f"generated {len(cases)} graphs in {time.time() - t0:.1f} s")
     workers = [Worker(device, timeout, knobs) for _ in range(max(1, jobs))]
     try:
@@ -219,7 +220,7 @@ def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: flo
             w.close()
     runnable = len(cases) - eager_only - invalid
     float64 = float64_summary(results)
-    return {"device": device, "graphs": len(cases), "seed": seed, "knobs": knobs or {},
+    return {"device": device, "graphs": len(cases), "seed": seed, "knobs": knobs or {}, "focus": focus,
             "frontend": os.environ.get("GRAPHFUSER_FUZZ_FRONTEND", "script"), "seconds": round(run_s, 1),
             "counts": {c: counts.get(c, 0) for c in CATEGORIES},
             "failed_graphs": sum(1 for r in results if r["findings"]),

@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rerun the failing graphs recorded in a fuzz-<device>.json report (with --graph: only those)")
     p.add_argument("--frontend", default="script", choices=("script", "compile"),
                    help="the entry point the graphs go through: graphfuser.script, or torch.compile's backend")
+    p.add_argument("--focus", default=None, metavar="OP",
+                   help="every graph starts with this op (e.g. rotary, cross_entropy: patterns a pass rewrites)")
     p.add_argument("--emulate-precision", action="store_true",
                    help="turn on emulate_precision_casts where the config has it (pointwise chains exact)")
 
@@ -48,7 +50,8 @@ def run_args(args: argparse.Namespace) -> int:
     if args.graph is not None or args.replay is not None:
         return _replay(args, knobs)
     res = campaign.run(args.graphs, args.seed, args.device, args.jobs, args.timeout, knobs, args.shrink,
-                       args.shrink_seconds, args.max_ops, progress=lambda s: print(f"fuzz: {s}", file=sys.stderr))
+                       args.shrink_seconds, args.max_ops, progress=lambda s: print(f"fuzz: {s}", file=sys.stderr),
+                       focus=args.focus)
     md, js = report.write(res, args.out, args.repros or os.path.join(args.out, "fuzz-repros"))
     print(f"{res['graphs']} graphs: {res['failed_graphs']} failing; "
           + ", ".join(f"{k} {v}" for k, v in res["counts"].items() if v)
@@ -74,7 +77,7 @@ def _replay(args: argparse.Namespace, knobs: dict) -> int:
                   "rerun them with --seed and --graph", file=sys.stderr)
         todo = [(g, c) for g, c in sorted(recorded.items()) if c is not None and (wanted is None or g in wanted)]
     else:
-        todo = list(zip(wanted, campaign.cases_at(args.seed, wanted, args.max_ops)))
+        todo = list(zip(wanted, campaign.cases_at(args.seed, wanted, args.max_ops, args.focus)))
     worker = Worker(args.device, args.timeout, knobs)
     failed = 0
     try:

@@ -7,7 +7,7 @@ from typing import Optional
 
 from .vocab import (
     FLOAT_DTYPES, FLOAT_LITERALS, UNARY_FLOAT, UNARY_ANY, BINARY, TORCH_NAMES, OPERATORS, BOOL_RESULT,
-    SPECIAL, REDUCTIONS, NORMS, INPLACE, ALIASES, TENSOR_ONLY
+    SPECIAL, REDUCTIONS, NORMS, COMPOSITES, INPLACE, ALIASES, TENSOR_ONLY
 )
 from .state import (
     Var, _State, _st, _kind, _bcast, _concrete, _new_var, _pick, _add_input, _other, _result_kind,
@@ -58,6 +58,8 @@ def _emit_op(s: _State, op: str) -> bool:
         return _emit_reduction(s, op)
     elif op in NORMS:
         return _emit_norm(s, op)
+    elif op in COMPOSITES:
+        return _emit_composite(s, op)
     if line is None:
         return False
     v = _new_var(s, out[0], out[1])
@@ -276,6 +278,47 @@ def _emit_norm(s: _State, op: str) -> bool:
                 line = f"F.instance_norm({a.name}, {rm}, {rv}, {w}, {b}, True, 0.1, {eps})"
         out = shape
     v = _new_var(s, out, "f")
+    s.lines.append(f"{v.name} = {line}")
+    s.ops.append(op)
+    return True
+
+
+def _emit_composite(s: _State, op: str) -> bool:
+    """``rotary``: ``a * cos + cat((-a[..., h:], a[..., :h]), -1) * sin`` over a float operand's
+    last dim (even, not the batch dim), cos / sin inputs of that width, broadcast or full;
+    ``cross_entropy``: ``F.cross_entropy(a.float().view(-1, D), targets)`` with targets in range
+    and some ignored (-100), each reduction."""
+    st = _st()
+    d = s.d
+    a = _pick(s, "f", known_shape=True, min_rank=2)
+    if a is None:
+        return False
+    shape = a.shape
+    width = shape[-1]
+    if not isinstance(width, int) or width < 1 or (op == "rotary" and width % 2):
+        return False
+    if op == "rotary":
+        h = width // 2
+        lead = tuple(1 if d(st.booleans()) else x for x in shape[:-1])
+        names = []
+        for _ in range(2):
+            if "B" in lead:     # full-size cos / sin follow the batch: inputs, not parameters
+                c = _add_input(s, lead + (width,), a.dtype if a.dtype in FLOAT_DTYPES else "float32", fill="normal")
+                s.pool.remove(c)
+                names.append(c.name)
+            else:
+                names.append(_param(s, list(lead) + [width], a))
+        cos, sin = names
+        line = (f"{a.name} * {cos} + torch.cat((-{a.name}[..., {h}:], {a.name}[..., :{h}]), -1) * {sin}")
+        v = _new_var(s, shape, "f")
+    else:
+        reduction = d(st.sampled_from(('"mean"', '"sum"', '"none"')))
+        rows = f"{a.name}.float().reshape(-1, {width})"
+        n = f"{a.name}.numel() // {width}"
+        idx = f"torch.arange({n}, device={a.name}.device)"
+        target = f"torch.where({idx} % 3 == 1, {idx} * 0 - 100, {idx} % {width})"
+        line = f"F.cross_entropy({rows}, {target}, ignore_index=-100, reduction={reduction})"
+        v = _new_var(s, None, "f")
     s.lines.append(f"{v.name} = {line}")
     s.ops.append(op)
     return True

@@ -97,7 +97,9 @@ def write(res: dict, out_dir: str, repro_dir: str) -> tuple[str, str]:
 def render_markdown(res: dict) -> str:
     n = res["graphs"]
     lines = [f"# graphfuser fuzz: {res['device']}", "",
-             f"{n} graphs from seed {res['seed']} in {res['seconds']} s; knobs {res['knobs'] or 'default'}. "
+             f"{n} graphs from seed {res['seed']}"
+             + (f", each starting with {res['focus']}" if res.get("focus") else "")
+             + f" in {res['seconds']} s; knobs {res['knobs'] or 'default'}. "
              "Each graph runs 7 calls (profiling, fused, then a new batch size and/or layout) through "
              + ("`torch.compile(backend=graphfuser)`" if res.get("frontend") == "compile" else "`graphfuser.script`")
              + " and through eager; values are judged against a float64 reference.", "",

@@ -43,9 +43,12 @@ SPECIAL = ("leaky_relu", "hardtanh", "gelu", "silu", "softplus", "clamp", "clamp
 REDUCTIONS = ("sum", "mean", "prod", "amax", "amin", "var", "std", "var_mean", "std_mean", "sum_to_size")
 NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "layer_norm", "native_layer_norm", "rms_norm",
          "batch_norm", "instance_norm", "group_norm")
+# patterns a pass rewrites as a whole: a rotary embedding (passes/rotary.py) and a language
+# model's loss (frontend/fx.py's cross_entropy, passes/sink_views.py)
+COMPOSITES = ("rotary", "cross_entropy")
 # Every op-table row, simplest first (hypothesis shrinks towards the front).
 OPS = ("add", "mul") + tuple(o for o in BINARY if o not in ("add", "mul")) + UNARY_ANY + UNARY_FLOAT + SPECIAL \
-    + REDUCTIONS + NORMS
+    + REDUCTIONS + NORMS + COMPOSITES
 INPLACE = ("mul_", "add_", "sub_", "div_", "clamp_", "relu_", "exp_", "neg_", "sigmoid_", "copy_", "fill_")
 ALIASES = ("float", "to_same", "contiguous", "view", "reshape", "slice", "unsqueeze", "t", "expand", "dropout",
            "type_as", "squeeze")

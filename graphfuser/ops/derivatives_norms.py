@@ -55,8 +55,11 @@ def _var_grad(d, a, g, x) -> Any:
     dof = d.sub(n, _correction(a))
     # the scale first, as eager's (2 / dof) * grad: (x - mean) * 2 * grad before the division
     # overflows for data near float32's largest (fuzz graph 82 of CPU seed 33293: inf where
-    # eager's and the float64 gradient are 2.4e38)
-    r = d.mul(_centered(d, x, mean, dims), d.div(d.mul(gu, 2.0), dof))
+    # eager's and the float64 gradient are 2.4e38), and so does 2 * grad for an fp16 grad past
+    # 32752 (fuzz graph 139 of CPU seed 33433: inf * 0 = NaN where eager's gradient is 0): the
+    # division first, in the gradient's own precision (a float32 2 / dof would round a float64
+    # gradient), then the exact doubling
+    r = d.mul(_centered(d, x, mean, dims), d.mul(d.div(gu, dof), 2.0))
     if a.get("dim") is None or d.rank(x) == 0:
         # a full reduction with dof <= 0: eager's grad * (NaN where x is the mean, else inf). Where
         # x - mean is 0, not only where x == mean: a comparison reads x rounded to its dtype, the

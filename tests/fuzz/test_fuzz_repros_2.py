@@ -292,3 +292,26 @@ def test_sum_with_a_half_dtype_converts_each_element_first(dtype):
                 got, ref = sf(x), fn(x)
                 for g, r in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):
                     torch.testing.assert_close(g, r, equal_nan=True)
+
+
+def _var_then_matmul(x0, x1):
+    v1 = torch.var(x0, [2, 3], unbiased=True, keepdim=True)
+    return torch.matmul(v1, x1.to(v1.dtype)), 2 * x0
+
+
+def test_var_backward_scales_an_fp16_gradient_before_doubling_it():
+    # fuzz graph 139 (CPU seed 33433): the variance of constant fp16 rows gets a gradient of
+    # 40000 through the matmul; 2 * 40000 is past fp16's range, and inf * (x - mean = 0) made the
+    # input's gradient NaN where eager's (2 / dof) * grad * 0 is 0
+    from graphfuser.config import config
+
+    sf = graphfuser.script(_var_then_matmul)
+    x1 = torch.tensor([[40000.0]])
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            xs = [torch.full((1, 2, 16, 1), 10000.0, dtype=torch.float16).expand(3, 2, 16, 1).detach()
+                  .requires_grad_() for _ in range(2)]
+            outs = sf(xs[0], x1), _var_then_matmul(xs[1], x1)
+            grads = [torch.autograd.grad(o, x, [torch.ones_like(t) for t in o])[0] for o, x in zip(outs, xs)]
+            assert not grads[0].isnan().any()
+            torch.testing.assert_close(grads[0], grads[1])
