@@ -14,7 +14,7 @@ import graphfuser
 from graphfuser.config import ConfigError, config
 from graphfuser.executor.executor import ScriptedFunction
 from graphfuser.frontend import fx as fx_frontend
-from graphfuser.frontend.dynamo import graphfuser_backend, knobs_for
+from graphfuser.frontend.dynamo import graphfuser_backend, knobs_for, registered_backend
 from graphfuser.runtime import cache
 
 
@@ -479,7 +479,7 @@ def test_cross_entropy_fuses_its_log_softmax_and_matches_eager(reduction, weight
     g = torch.Generator().manual_seed(3)
     weight = torch.rand(11, generator=g) + 0.5 if weighted else None
     torch._dynamo.reset()
-    c = torch.compile(_lm_loss, backend="graphfuser")
+    c = torch.compile(_lm_loss, backend=registered_backend())
     with config.override(disable=["fallback"]):
         for step in range(5):
             logits = (torch.randn(2, 7, 11, generator=g) * 4).bfloat16().requires_grad_()
@@ -512,13 +512,13 @@ def test_cross_entropy_forms_it_does_not_take_stay_python_calls():
     assert "functional.cross_entropy" in str(rec.fns[0].graph)
     torch._dynamo.reset()
     probs = torch.softmax(torch.randn(4, 6, generator=g), -1)
-    soft = torch.compile(lambda x, p: F.cross_entropy(x, p), backend="graphfuser")
+    soft = torch.compile(lambda x, p: F.cross_entropy(x, p), backend=registered_backend())
     torch.testing.assert_close(run_steady(soft, logits[0, :4], probs), F.cross_entropy(logits[0, :4], probs))
 
 
 def test_cross_entropy_target_out_of_range_raises_as_eager_does():
     torch._dynamo.reset()
-    c = torch.compile(_lm_loss, backend="graphfuser")
+    c = torch.compile(_lm_loss, backend=registered_backend())
     logits, target = torch.randn(2, 3, 5), torch.randint(0, 5, (2, 3))
     for _ in range(4):
         torch.testing.assert_close(c(logits, target), _lm_loss(logits, target))

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import graphfuser
 from graphfuser.config import config
+from graphfuser.frontend.dynamo import registered_backend
 from graphfuser.ops.autocast import autocast_state, policy
 from graphfuser.passes.autocast import insert_autocast
 from helpers import TOLERANCES, fallback_counter, fusion_groups, parse
@@ -236,7 +237,7 @@ def test_reduced_cast_goes_under_views_into_the_producer(front):
     torch.manual_seed(2)
     args = (torch.randn(3, 5, 16), torch.randn(16), torch.randn(16), torch.randn(16, 24), torch.randn(24))
     sf = graphfuser.script(_conv1d_of_layer_norm) if front == "script" else \
-        torch.compile(_conv1d_of_layer_norm, backend="graphfuser")
+        torch.compile(_conv1d_of_layer_norm, backend=registered_backend())
     with config.override(disable=["fallback"]), torch.no_grad(), torch.autocast("cpu", dtype=BF):
         for _ in range(4):
             out, ref = sf(*args), _conv1d_of_layer_norm(*args)

@@ -7,6 +7,7 @@ import torch
 
 import graphfuser
 from graphfuser.config import config
+from graphfuser.frontend.dynamo import registered_backend
 from helpers import TOLERANCES, fusion_groups
 
 
@@ -45,7 +46,7 @@ def _inputs(b=2, heads=4, kv=2, seq=8, dim=16, dtype=torch.float32, fill="randn"
 def _front(fn, front):
     if front == "compile":
         torch._dynamo.reset()
-        return torch.compile(fn, backend="graphfuser")
+        return torch.compile(fn, backend=registered_backend())
     return graphfuser.script(fn)
 
 
@@ -111,7 +112,7 @@ def test_cat_stays_under_grad_and_with_the_knob():
     args = _inputs()
     q = args[0].detach().requires_grad_()
     torch._dynamo.reset()
-    sf = torch.compile(rope, backend="graphfuser")
+    sf = torch.compile(rope, backend=registered_backend())
     for _ in range(4):
         out = sf(q, *args[1:])
     ref = rope(q, *args[1:])
