@@ -35,6 +35,7 @@ from ..executor.source import Captured, UnsupportedError
 from ..ir.graph import Graph, Value
 from ..ir.types import BOOL, FLOAT, INT, NONE, STR, TENSOR, Type
 from ..ops.aten import DTYPE_CODES, resolve_aten
+from .fx_losses import cross_entropy_rows, takes_rows
 from .fx_ops import DEFAULT, aten_call, match_schema
 
 _MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
@@ -256,6 +257,10 @@ class _Converter:
                 and a["reduction"] in reductions and isinstance(a["ignore_index"], int)
                 and not isinstance(a["weight"], (torch.Tensor, list, tuple))):
             return False
+        if a["weight"] is None and takes_rows(x, t):
+            self.values[n] = cross_entropy_rows(self, n, _source(n), self.value(a["input"]), self.value(a["target"]),
+                                                a["reduction"], a["ignore_index"], x.device)
+            return True
         weight = self.value(a["weight"]) if isinstance(a["weight"], torch.fx.Node) else self.constant(None)
         lsm = self.g.create("aten::log_softmax", [self.value(a["input"]), self.constant(1 if x.dim() > 1 else 0),
                                                   self.constant(None)], [TENSOR], {}, _source(n), [None])
