@@ -9,14 +9,18 @@ gradient into it and reads it back with the saved log-softmax. For a 2-d input o
     m = amax(x, 1, keepdim).detach()          the shift; no gradient (the loss does not depend on it)
     sh = x - m                                eager's log-softmax computes the same difference
     s = sum(exp(sh), 1, keepdim)
-    hit = arange(C) == t[:, None]             the target's column
-    lsm_t = sum(where(hit, sh, 0), 1, keepdim) - log(s)      eager's log_softmax(x)[n, t[n]], bit for bit
+    hit = arange(C, int32) == t[:, None]      the target's column
+    lsm_t = (sum(where(hit, x, 0), 1, keepdim) - m) - log(s)     eager's log_softmax(x)[n, t[n]], bit for bit
     nll = where(t[:, None] != ignore_index, -lsm_t, 0)
     loss = nll.squeeze(1) | nll.sum() | nll.sum() / (t != ignore_index).sum()     none | sum | mean
 
-The partition makes one group of the rows (one read of the logits, the ``.float()`` before it
-included) and autodiff one backward group, ``g * (exp(sh) / s - hit)`` recomputed from the
-logits: no float32 copy, no zero fill, no scatter. The sum over rows is a small group of its own.
+The partition makes one group of the rows, the ``.float()`` before it included. Its kernel reads
+the logits once: the target's column is picked from ``x`` (``x[t] - m`` after the sum, the same
+subtraction as eager's), so the pick is no second-phase reduction after the max, and the max and
+the sum of exponentials share one online pass (``codegen/reduction/pairs.py``). The column
+indices are int32: an int64 index would halve the kernel's vector width. Autodiff makes one
+backward group, ``g * (exp(sh) / s - hit)`` recomputed from the logits: no float32 copy, no
+zero fill, no scatter. The sum over rows is a small group of its own.
 
 Eager raises for a target outside ``[0, C)`` that is not ``ignore_index``; here the targets are
 checked by ``aten::_assert_async``, which raises on the CPU and, as eager's kernel does, fails a
@@ -33,7 +37,7 @@ import torch
 
 from ..ir.graph import Value
 from ..ir.types import INT, TENSOR, Type
-from ..ops.aten import resolve_aten
+from ..ops.aten import DTYPE_CODES, resolve_aten
 
 if TYPE_CHECKING:
     from .fx import _Converter
@@ -94,8 +98,10 @@ def cross_entropy_rows(fx: "_Converter", n: torch.fx.Node, source: Optional[str]
     sh = op("sub", x, m, 1)
     s = op("sum_dim", op("exp", sh), one, keep, none)
     c = op("size", x, 1, out=INT)
-    hit = op("eq", op("arange", c, none, none, fx.constant(device, Type("Device")), none), op("unsqueeze", t, 1))
-    lsm_t = op("sub", op("sum_dim", op("where", hit, sh, 0.0), one, keep, none), op("log", s), 1)
+    columns = op("arange", c, fx.constant(DTYPE_CODES[torch.int32]), none, fx.constant(device, Type("Device")), none)
+    hit = op("eq", columns, op("unsqueeze", t, 1))
+    picked = op("sub", op("sum_dim", op("where", hit, x, 0.0), one, keep, none), m, 1)
+    lsm_t = op("sub", picked, op("log", s), 1)
     valid = op("ne_s", op("unsqueeze", t, 1), ignore_index)
     nll = op("where", valid, op("neg", lsm_t), 0.0)
     in_range = op("and", op("ge_s", t, 0), op("lt_s", t, c))
