@@ -31,7 +31,7 @@ DISABLE_OPTIONS = (
     "fallback", "fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng", "compile_cache",
     "bias_decomposition", "batch_norm_training", "fused_rng", "cuda_graphs", "column_sums",
     "calling_thread_backward", "conv_layout", "cuda_batch_norm_training", "cuda_graphs_training",
-    "attention_rewrite", "gemm_padding", "weight_cast_batching", "rotary_rewrite",
+    "attention_rewrite", "gemm_padding", "weight_cast_batching", "rotary_rewrite", "padded_outputs",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
                   "cuda_batch_norm_training", "lineinfo", "fused_rng", "conv_layout_training", "weight_cache")   # on by default, accepted:

@@ -374,7 +374,7 @@ class ScriptedFunction(Recovering, SelfChecking):
         fill_numbers(g)
         batch_norm_training(g)
         split_biases(g, self._module)
-        pad_gemms(g)
+        pad_gemms(g, padded_returns=self._captured.loose_output_strides)
         keep_weights(g, self._module, self._captured.static_inputs)
         batch_weight_casts(g, self._module, self._captured.static_inputs)
         functionalize(g)

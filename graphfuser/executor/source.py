@@ -33,7 +33,10 @@ class Captured:
     buffers a frontend passes as arguments): CUDA graph replay reads them in place, uncopied.
     ``fixed_sizes``: every argument's sizes are those profiled for the life of the program (a
     Dynamo graph without symbolic sizes: Dynamo guards each size and compiles anew for another),
-    so a rewrite may rely on a profiled size (``passes/rotary.py``)."""
+    so a rewrite may rely on a profiled size (``passes/rotary.py``).
+    ``loose_output_strides``: the entry point promises the values of what it returns, not their
+    strides (``torch.compile``: Inductor returns a padded GEMM's output as a strided view of its
+    padded buffer), so a padded linear's result may leave uncopied (``passes/gemm_pad.py``)."""
 
     graph: Graph
     module: Optional[torch.nn.Module]
@@ -43,3 +46,4 @@ class Captured:
     scripted: Any = None
     static_inputs: tuple[int, ...] = ()
     fixed_sizes: bool = False
+    loose_output_strides: bool = False

@@ -444,7 +444,7 @@ def capture(gm: torch.fx.GraphModule, name: str = "dynamo_graph") -> Captured:
     # parameters and buffers: Dynamo passes them in without guarding their identity
     static = tuple(i for i, n in enumerate(p for p in gm.graph.nodes if p.op == "placeholder")
                    if (n.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type") is not None)
-    return Captured(g, None, names, {}, name, gm, static, fixed_sizes=_fixed_sizes(gm))
+    return Captured(g, None, names, {}, name, gm, static, fixed_sizes=_fixed_sizes(gm), loose_output_strides=True)
 
 
 def _fixed_sizes(gm: torch.fx.GraphModule) -> bool:

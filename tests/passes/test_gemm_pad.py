@@ -93,18 +93,30 @@ def test_not_on_cpu_by_default():
     assert "constant_pad_nd" not in _optimized(s)
 
 
-def test_through_the_backend(on_cpu):
+@pytest.mark.parametrize("eager_layout", [False, True])
+def test_through_the_backend(on_cpu, eager_layout):
+    # torch.compile returns the padded result as a strided view of its padded buffer (as
+    # Inductor does); PYTORCH_NVFUSER_DISABLE=padded_outputs copies it into eager's layout
+    from graphfuser.config import config
     from graphfuser.frontend.dynamo import graphfuser_backend
 
     torch.manual_seed(0)
+    torch._dynamo.reset()
     m = Head(n=777)
     f = torch.compile(m, backend=graphfuser_backend)
-    for seq in (5, 9):
-        x = torch.randn(2, seq, 64)
-        for _ in range(3):
-            out = f(x)
-        torch.testing.assert_close(out, m(x))
-        assert out.is_contiguous()
+    with config.override(disable=["padded_outputs"] if eager_layout else []):
+        for seq in (5, 9):
+            x = torch.randn(2, seq, 64)
+            for _ in range(3):
+                out = f(x)
+            ref = m(x)
+            torch.testing.assert_close(out, ref)
+            assert out.shape == ref.shape
+            if eager_layout:
+                assert out.is_contiguous()
+            else:
+                assert out.stride() == (seq * 780, 780, 1)      # 777 padded to 780 (16 bytes of fp32)
+                assert out.view(-1, 777).shape == (2 * seq, 777)     # what a language model's loss does
 
 
 def test_knob_turns_it_off(on_cpu):
