@@ -32,7 +32,8 @@ host program as before:
   attention biases by device, filled on the first call — is part of the key);
 - the capture itself: a call that draws random numbers (advances the CUDA or CPU generator: a
   replay would repeat its draws) is not captured; a host read of a device value (``.item()``,
-  ``if x.sum() > 0``) makes capture fail; such a signature is never captured again; an output that is not dense or
+  ``if x.sum() > 0``) makes capture fail; such a signature is never captured again; an output that is not dense
+  (but for a no-grad output whose elements do not overlap: a padded layout), or
   that shares memory with an input, a module tensor or another output is not replayed (its
   aliasing could not be reproduced by a clone); a call that writes into a list or dict module
   attribute (a cache being filled: the write is a host effect a replay would skip) is not
@@ -159,6 +160,25 @@ def autocast_cache_off() -> Iterator[None]:
 
 def _dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
+
+
+def _disjoint(t: torch.Tensor) -> bool:
+    """No two elements share memory (a padded layout, a slice's; not an expanded view): what a
+    copy with the same strides can hold."""
+    span = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
+        if stride < span:
+            return False
+        span = stride * size
+    return True
+
+
+def _copy_out(t: torch.Tensor) -> torch.Tensor:
+    """A copy of a replayed output with its strides (a padded GEMM's result keeps its padding:
+    ``clone`` would make a non-dense tensor contiguous)."""
+    if _dense(t):
+        return t.clone()
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
@@ -386,7 +406,7 @@ class GraphReplayer:
         STATS["replays"] += 1
         # non-tensor outputs (a None aux output, a size) are kept as captured
         if entry.clones:
-            outs = [o.clone() if isinstance(o, torch.Tensor) else o for o in variant.outputs]
+            outs = [_copy_out(o) if isinstance(o, torch.Tensor) else o for o in variant.outputs]
         else:
             outs = [o.detach() if isinstance(o, torch.Tensor) else o for o in variant.outputs]
         return torch.utils._pytree.tree_unflatten(outs, entry.treedef)
@@ -529,7 +549,9 @@ class GraphReplayer:
                 return f"output of type {type(o).__name__}"
             if o.requires_grad and not self.grad:
                 return "an output requires grad"
-            if not _dense(o) and o.numel() > 1:
+            # (without grad a view of the program's own memory leaves as it is, padded GEMM
+            # outputs through torch.compile: passes/gemm_pad.py; its copies keep its strides)
+            if not _dense(o) and o.numel() > 1 and (self.grad or not _disjoint(o)):
                 return "an output is not dense"
             p = o.untyped_storage().data_ptr()
             if p in owners or p in seen:

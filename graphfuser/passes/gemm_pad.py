@@ -24,8 +24,8 @@ the result's dtype first, once, and the padded copy made of the cast); a product
 slice's end is the weight's size at run time, so a weight of another width later is still
 exact. The result stays a strided view of the padded output only where every consumer is a row
 of the op table (a fusion group reads strided inputs); otherwise ``contiguous`` gives eager's
-layout. A result the graph returns is copied so only for ``graphfuser.script``: through
-``torch.compile`` it leaves as the strided view (Inductor returns GPT-2's logits so, strides
+layout. A result the graph returns is copied so only for ``graphfuser.script`` and under grad: through
+``torch.compile`` without grad it leaves as the strided view (Inductor returns GPT-2's logits so, strides
 ``(25735168, 50264, 1)`` where eager's are ``(25731584, 50257, 1)``, measured), and the copy
 was 0.51 ms of GPT-2's 3.6 ms of kernels per call (bf16, 8 x 512 tokens, H100).
 ``PYTORCH_NVFUSER_DISABLE=padded_outputs`` gives eager's layout there too. The backward of the padded product (through autograd, unfused) has aligned leading
@@ -133,6 +133,9 @@ def _pad_linear(graph: Graph, node: Node, pad: int, padded_returns: bool) -> Non
     packed = [u for u, _ in users if u.kind == "prim::TupleConstruct" and _returned(block, u.output)]
     returned = _returned(block, out) or bool(packed)
     readers = [u for u, _ in users if u not in packed]
+    # (under grad the returned view would carry the slice's autograd node, and a training
+    # replay hands out dense outputs only: the copy stays)
+    padded_returns = padded_returns and not out_t.requires_grad
     if not all(lookup(u.kind) is not None for u in readers) or (not readers or returned) and not padded_returns:
         fmt = graph.create("prim::Constant", [], [Type("int")], {"value": 0})     # contiguous_format
         block.insert_after(sl, fmt)

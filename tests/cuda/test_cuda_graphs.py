@@ -399,3 +399,29 @@ def test_backend_graphs_update_running_stats_in_place_when_replayed():
     for a, b in zip(m.buffers(), twin.buffers()):
         _close(a.float(), b.float())
     assert int(m[1].num_batches_tracked) == int(twin[1].num_batches_tracked) == 8
+
+
+def test_padded_gemm_outputs_replay_as_padded_views_and_their_copies_keep_the_padding():
+    # through torch.compile a misaligned head's logits leave as a view of the padded GEMM output
+    # (passes/gemm_pad.py); replay hands that view out, and the copies made for a caller that
+    # keeps every result keep its strides
+    from graphfuser.frontend.dynamo import registered_backend
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    m = nn.Sequential(nn.LayerNorm(256), nn.Linear(256, 4099, bias=False)).cuda().eval()
+    f = torch.compile(m, backend=registered_backend())
+    before = STATS["replays"]
+    kept = []
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for i in range(12):
+            x = torch.randn(4, 64, 256, device="cuda")
+            out = f(x)
+            ref = m(x)
+            torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+            assert out.stride() == (64 * 4104, 4104, 1)         # 4099 bf16 columns padded to 4104
+            if i >= 6:
+                kept.append((out, ref))       # held results: the signature turns to copies
+    assert STATS["replays"] > before
+    for out, ref in kept:
+        torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)

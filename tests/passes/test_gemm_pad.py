@@ -105,18 +105,20 @@ def test_through_the_backend(on_cpu, eager_layout):
     m = Head(n=777)
     f = torch.compile(m, backend=graphfuser_backend)
     with config.override(disable=["padded_outputs"] if eager_layout else []):
-        for seq in (5, 9):
-            x = torch.randn(2, seq, 64)
-            for _ in range(3):
-                out = f(x)
-            ref = m(x)
-            torch.testing.assert_close(out, ref)
-            assert out.shape == ref.shape
-            if eager_layout:
-                assert out.is_contiguous()
-            else:
-                assert out.stride() == (seq * 780, 780, 1)      # 777 padded to 780 (16 bytes of fp32)
-                assert out.view(-1, 777).shape == (2 * seq, 777)     # what a language model's loss does
+        for grad in (False, True):
+            for seq in (5, 9):
+                x = torch.randn(2, seq, 64)
+                with torch.set_grad_enabled(grad):
+                    for _ in range(3):
+                        out = f(x)
+                    ref = m(x)
+                torch.testing.assert_close(out, ref)
+                assert out.shape == ref.shape
+                if eager_layout or grad:        # under grad the result is copied (a dense output)
+                    assert out.is_contiguous()
+                else:
+                    assert out.stride() == (seq * 780, 780, 1)      # 777 padded to 780 (16 bytes of fp32)
+                    assert out.view(-1, 777).shape == (2 * seq, 777)     # what a language model's loss does
 
 
 def test_knob_turns_it_off(on_cpu):
