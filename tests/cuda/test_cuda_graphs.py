@@ -419,9 +419,10 @@ def test_padded_gemm_outputs_replay_as_padded_views_and_their_copies_keep_the_pa
             out = f(x)
             ref = m(x)
             torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
-            assert out.stride() == (64 * 4104, 4104, 1)         # 4099 bf16 columns padded to 4104
+            if i >= 4:      # (profiling calls run the program as captured)
+                assert out.stride() == (64 * 4104, 4104, 1), (i, out.stride())   # 4099 bf16 columns padded to 4104
             if i >= 6:
                 kept.append((out, ref))       # held results: the signature turns to copies
-    assert STATS["replays"] > before
+    assert STATS["replays"] > before, dict(STATS)
     for out, ref in kept:
         torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
