@@ -14,7 +14,10 @@ empty Inductor, Triton and graphfuser caches, so every cold start is a real one.
 - graphfuser through both entry points: ``graphfuser.script`` (where TorchScript can take the
   model) and ``torch.compile(backend="graphfuser")``; ``graphfuser_ms`` is the faster of the two;
 - ``max_rel_err``: graphfuser's first steady output against eager's (inference rows), so a fast
-  wrong answer shows.
+  wrong answer shows;
+- ``dynamo`` (``torch.compile(backend="eager")``, run just before the backend): Dynamo's own
+  tracing and guards with no compiler behind them, the part of any ``torch.compile`` backend's
+  cold start that the backend cannot shorten. Its steady time is no contender.
 
 Writes ``logs/race-<device>-<gpu>.json`` (``{"gpu", "torch", "rows": [...]}``) and a markdown
 table beside it. torchvision, timm and transformers are imported lazily, per row.
@@ -132,6 +135,8 @@ def _wrap(backend: str, model: torch.nn.Module) -> Callable:
         return torch.compile(model)
     if backend == "inductor_ro":
         return torch.compile(model, mode="reduce-overhead")
+    if backend == "dynamo":
+        return torch.compile(model, backend="eager")
     if backend in ("graphfuser_compile", "graphfuser_compile_kept"):
         from ..frontend.dynamo import registered_backend
 
@@ -190,7 +195,8 @@ def run_row(name: str, mode: str, device: str, batch: Optional[int], backends: l
             ref = out
         elif backend.startswith("graphfuser") and ref is not None and mode.startswith("infer"):
             row[f"{backend}_max_rel_err"] = _rel_err(out, ref)
-        fns[backend] = fn
+        if backend != "dynamo":         # (its cold seconds are what it is here for)
+            fns[backend] = fn
     times = time_interleaved(fns, device, reps=reps, rounds=rounds)
     for backend, ms in times.items():
         row[f"{backend}_ms"] = round(ms, 4)
@@ -243,6 +249,8 @@ def markdown(record: dict[str, Any]) -> str:
     cols = ["model", "mode", "batch", "eager_ms", "inductor_ms", "inductor_ro_ms", "graphfuser_script_ms",
             "graphfuser_compile_ms", "graphfuser_over_best", "inductor_cold_s", "graphfuser_cold_s", "cold_ratio",
             "graphfuser_compile_max_rel_err"]
+    if any("dynamo_cold_s" in r for r in record["rows"]):
+        cols.insert(cols.index("cold_ratio"), "dynamo_cold_s")
     if any("graphfuser_compile_kept_ms" in r for r in record["rows"]):
         cols.insert(cols.index("graphfuser_over_best"), "graphfuser_compile_kept_ms")
     lines = [f"# race: {record['gpu']} (torch {record['torch']})", "",
@@ -270,8 +278,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="race", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--rows", default=None, help="model:mode list (default: the full race)")
-    p.add_argument("--backends", default="eager,inductor,inductor_ro,graphfuser_script,graphfuser_compile",
-                   help="also graphfuser_compile_kept: the backend with the opt-in weight_cache")
+    p.add_argument("--backends", default="eager,inductor,inductor_ro,graphfuser_script,dynamo,graphfuser_compile",
+                   help="also graphfuser_compile_kept: the backend with the opt-in weight_cache; dynamo: "
+                        "torch.compile(backend='eager'), Dynamo's share of a cold start")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--rounds", type=int, default=5)

@@ -106,3 +106,25 @@ def test_hf_zoo_merges_parts_and_sums_up_each_model(tmp_path):
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[6] == "1.5" and cells[9] == "0.2" and cells[10] == "-"     # 6 / 4 ms; 4 / 20 s; no dynamo row
     assert "| vit | fp32 | 3 | - |" in md and "RuntimeError" in md
+
+
+def test_race_dynamo_column_is_dynamo_alone_and_no_contender():
+    """``dynamo``: torch.compile(backend="eager") (Dynamo's share of a cold start), shown in the
+    table beside the cold ratio, never Inductor's best or graphfuser's time."""
+    import torch
+
+    from graphfuser.tools import race
+
+    torch._dynamo.reset()
+    m = torch.nn.Linear(4, 3)
+    f = race._wrap("dynamo", m)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(f(x), m(x))
+    row = {"model": "m", "mode": "infer-fp32", "batch": 2, "eager_ms": 1.0, "inductor_ms": 0.5,
+           "inductor_ro_ms": 0.4, "graphfuser_compile_ms": 0.44, "graphfuser_compile_cold_s": 1.0,
+           "inductor_cold_s": 10.0, "dynamo_cold_s": 0.9, "dynamo_ms": 0.1}
+    race._summarize(row)
+    assert row["graphfuser_over_best"] == 1.1 and row["cold_ratio"] == 0.1
+    md = race.markdown({"gpu": "cpu", "torch": torch.__version__, "rows": [row]})
+    header = next(line for line in md.splitlines() if line.startswith("| model"))
+    assert "dynamo_cold_s" in header and "| 0.9 |" in md
