@@ -335,7 +335,8 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
     contribute nothing, not zeros (TorchScript's AutogradZero specialization). ``saved``: the
     last outputs of ``sub`` are statistics the forward saves (``saved.py``); they follow the
     gradients as inputs of the backward graph, and the nodes that made them are rebuilt from
-    them (``REBUILDS``), not recomputed."""
+    them (``REBUILDS``) or, where they are a node's outputs as they are, taken as they are; either
+    way not recomputed."""
     n_out = len(sub.outputs) - saved
     diff: set[Value] = {v for v in sub.inputs if isinstance(v.type, TensorType) and v.type.requires_grad
                         and _is_float_tensor(v)}
@@ -367,6 +368,8 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
         vmap[o] = g.add_input(f"saved_{j}", TENSOR)
         d.pats[vmap[o]] = _pattern(o.type)
     for n in sub.block.nodes:        # the forward, recomputed
+        if n.outputs and all(o in vmap for o in n.outputs):
+            continue                 # saved by the forward (a long row's reduction: saved.py)
         row = lookup(n.kind)
         if row is not None and row.name in REBUILDS and all(o in vmap for o in n.outputs[1:]):
             bound, _, _ = bind(row, n)

@@ -1,5 +1,7 @@
-"""Forward values a differentiable group saves for its backward: the exception to the rule of
-``backward.py`` (save the inputs, recompute every intermediate).
+"""Forward values a differentiable group saves for its backward: the exceptions to the rule of
+``backward.py`` (save the inputs, recompute every intermediate), training batch norm's
+statistics and reductions over long rows (``_long_reduction``: saved as they are, and the
+backward takes them in place of recomputing their nodes).
 
 Recomputing a value costs arithmetic when it is a pointwise function of what the backward
 reads anyway. A training batch norm's statistics are not: rebuilding a few numbers per channel
@@ -31,12 +33,12 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def save_statistics(group: Node) -> tuple[Node, int]:
     """``(forward, saved)``: ``group`` itself and 0, or (when an input requires grad and the group
-    has training batch norms) a detached copy of ``group`` whose subgraph computes the same
-    outputs and appends ``saved`` statistics after them. The graph keeps ``group`` as it is;
-    the copy is what compiles and what the autograd node's forward runs."""
+    has training batch norms or long-row reductions) a detached copy of ``group`` whose subgraph
+    computes the same outputs and appends ``saved`` statistics after them. The graph keeps
+    ``group`` as it is; the copy is what compiles and what the autograd node's forward runs."""
     sub = group.subgraph
     if not any(v.type.is_tensor and getattr(v.type, "requires_grad", None) for v in sub.inputs) or \
-            not any(_statistics_node(n) for n in sub.block.nodes):
+            not any(_statistics_node(n) or _long_reduction(n) for n in sub.block.nodes):
         return group, 0
     copy = clone_graph(sub)
     if hasattr(sub, "writes_into"):             # (passes/in_place.py: the statistics are appended after)
@@ -48,6 +50,9 @@ def save_statistics(group: Node) -> tuple[Node, int]:
         for a, b in zip(na.outputs, nb.outputs):
             b.profiled = a.profiled
     added = sum(_rewrite(copy, n) for n in list(copy.block.nodes) if _statistics_node(n))
+    kept = [n.output for n in copy.block.nodes if _long_reduction(n) and n.output not in copy.block.returns]
+    copy.block.returns = list(copy.block.returns) + kept
+    added += len(kept)
     shadow = Node(group.kind, dict(group.attrs), group.source)
     shadow.subgraph = copy
     return shadow, added
@@ -67,6 +72,35 @@ def _statistics_node(n: Node) -> bool:
     return (_const(training) is True and rm.is_constant and _const(rm) is None and rv.is_constant
             and _const(rv) is None and eps.is_constant and isinstance(t, TensorType) and t.sizes is not None
             and len(t.sizes) >= 2 and t.dtype is not None)
+
+
+# Reductions whose rows are longer than this (elements per result) are saved, not recomputed:
+# past what a persistent kernel holds in registers (``codegen/reduction/schedule.py``: 4 chunks of
+# 8 bf16 lanes for 512 threads), each recomputation is another pass over the row in memory.
+LONG_ROW = 16384
+
+
+def _long_reduction(n: Node) -> bool:
+    """A one-output reduction (``sum``, ``amax``, ``mean``, ...) of a tensor of known sizes whose
+    rows are longer than ``LONG_ROW``, with a small result: a cross entropy's max and sum of
+    exponentials over a vocabulary (``frontend/fx_losses.py``). Its backward otherwise reads the
+    row once more to rebuild a few numbers per row (GPT-2's logits: 412 MB)."""
+    from ..ops import lookup
+    from ..ops.reduction import ReductionRow
+
+    row = lookup(n.kind)
+    if not isinstance(row, ReductionRow) or row.kind != "reduction" or len(n.outputs) != 1 or not n.inputs:
+        return False
+    x, y = n.inputs[0].type, n.output.type
+    if not (isinstance(x, TensorType) and isinstance(y, TensorType) and x.sizes is not None and y.sizes is not None
+            and y.dtype is not None and y.dtype.is_floating_point):
+        return False
+    total, out = 1, 1
+    for s in x.sizes:
+        total *= s
+    for s in y.sizes:
+        out *= s
+    return out > 0 and total // out > LONG_ROW
 
 
 def _rewrite(sub, n: Node) -> int:

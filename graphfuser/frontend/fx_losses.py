@@ -19,8 +19,9 @@ the logits once: the target's column is picked from ``x`` (``x[t] - m`` after th
 subtraction as eager's), so the pick is no second-phase reduction after the max, and the max and
 the sum of exponentials share one online pass (``codegen/reduction/pairs.py``). The column
 indices are int32: an int64 index would halve the kernel's vector width. Autodiff makes one
-backward group, ``g * (exp(sh) / s - hit)`` recomputed from the logits: no float32 copy, no
-zero fill, no scatter. The sum over rows is a small group of its own.
+backward group, ``g * (exp(sh) / s - hit)`` from the logits and the forward's ``m`` and ``s``
+(saved: a vocabulary's rows are long, ``autodiff/saved.py``), one pass: no float32 copy, no zero
+fill, no scatter. The sum over rows is a small group of its own.
 
 Eager raises for a target outside ``[0, C)`` that is not ``ignore_index``; here the targets are
 checked by ``aten::_assert_async``, which raises on the CPU and, as eager's kernel does, fails a
@@ -99,10 +100,11 @@ def cross_entropy_rows(fx: "_Converter", n: torch.fx.Node, source: Optional[str]
     s = op("sum_dim", op("exp", sh), one, keep, none)
     c = op("size", x, 1, out=INT)
     columns = op("arange", c, fx.constant(DTYPE_CODES[torch.int32]), none, fx.constant(device, Type("Device")), none)
-    hit = op("eq", columns, op("unsqueeze", t, 1))
+    t1 = op("unsqueeze", t, 1)
+    hit = op("eq", columns, t1)
     picked = op("sub", op("sum_dim", op("where", hit, x, 0.0), one, keep, none), m, 1)
     lsm_t = op("sub", picked, op("log", s), 1)
-    valid = op("ne_s", op("unsqueeze", t, 1), ignore_index)
+    valid = op("ne_s", t1, ignore_index)
     nll = op("where", valid, op("neg", lsm_t), 0.0)
     in_range = op("and", op("ge_s", t, 0), op("lt_s", t, c))
     op("assert", op("all", op("or", in_range, op("eq_s", t, ignore_index))), TARGET_MESSAGE, out=None)

@@ -554,6 +554,33 @@ def test_cross_entropy_forms_it_does_not_take_stay_python_calls():
     torch.testing.assert_close(run_steady(soft, logits[0, :4], probs), F.cross_entropy(logits[0, :4], probs))
 
 
+def test_cross_entropy_over_a_long_row_saves_its_statistics_for_the_backward():
+    # a vocabulary's rows (longer than saved.LONG_ROW): the forward saves the max and the sum of
+    # exponentials, and the backward group is pointwise (no reduction over the row again)
+    from graphfuser.autodiff.saved import LONG_ROW
+
+    torch._dynamo.reset()
+    width = LONG_ROW + 11
+    c = torch.compile(_lm_loss, backend=registered_backend())
+    g = torch.Generator().manual_seed(6)
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            logits = (torch.randn(2, 3, width, generator=g) * 3).bfloat16().requires_grad_()
+            target = torch.randint(0, width, (2, 3), generator=g)
+            target[0, 1] = -100
+            got = c(logits, target)
+            graph = str(graphfuser.last_executed_optimized_graph())
+            ref_logits = logits.detach().clone().requires_grad_()
+            ref = _lm_loss(ref_logits, target)
+            torch.testing.assert_close(got, ref)
+            torch.testing.assert_close(torch.autograd.grad(got, logits)[0], torch.autograd.grad(ref, ref_logits)[0])
+    lines = graph[graph.index("backward:"):].splitlines()[1:]
+    # (the backward section is indented under its group; the next unindented line ends it)
+    backward = "\n".join(lines[:next((i for i, line in enumerate(lines) if not line.startswith(" ")), len(lines))])
+    assert "%saved_0" in backward and "%saved_1" in backward
+    assert "aten::amax" not in backward and "aten::exp" in backward, backward
+
+
 def test_cross_entropy_target_out_of_range_raises_as_eager_does():
     torch._dynamo.reset()
     c = torch.compile(_lm_loss, backend=registered_backend())
