@@ -108,7 +108,11 @@ def _rewrite(sub, n: Node) -> int:
     sizes = tuple(s if d == 1 else 1 for d, s in enumerate(x.sizes))
     strides = tuple(1 if d >= 1 else sizes[1] for d in range(len(sizes)))
     order, contig = layout_of(sizes, strides)
-    stat = TensorType(dtype=torch.float32 if x.dtype in _HALF else x.dtype, sizes=sizes, strides=strides,
+    # float64 for float32 on the CPU: the dtype the statistics accumulate in there (ops/norms.py's
+    # _batch_stats_acc), so that the backward rebuilds the forward's deviations exactly
+    cpu32 = x.dtype == torch.float32 and x.device is not None and x.device.type == "cpu"
+    stat = TensorType(dtype=torch.float32 if x.dtype in _HALF else torch.float64 if cpu32 else x.dtype,
+                      sizes=sizes, strides=strides,
                       stride_order=order, contiguity=contig, device=x.device, requires_grad=False)
     new = sub.create("graphfuser::batch_norm_train", [n.inputs[i] for i in (0, 1, 2, 7)],
                      [n.output.type, stat, stat, stat], source=n.source)

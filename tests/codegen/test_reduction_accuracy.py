@@ -97,3 +97,33 @@ def test_cpu_var_and_std_accumulate_in_float64_as_eager():
     for g, w in zip(got[1], want[1]):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
     assert "CpuFusionGroup" in str(graphfuser.last_executed_optimized_graph())
+
+
+def _near_range_norms(x, w, b):
+    # (the instance norm over each channel's 3 values, as one sample's spatial dim)
+    per_channel = x.permute(1, 0, 2, 3).reshape(1, 2, 3, 1) * 1.0
+    return F.batch_norm(x, None, None, w, b, True, 0.1, 1e-12) * 1.0, F.instance_norm(per_channel, eps=1e-12)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_cpu_batch_statistics_of_float32_near_its_range_stay_finite(grad):
+    # fuzz graph 1382 (CPU seed 33421): a channel of [3e38, 0.33, 0.15]. Its float32 shifted sum
+    # (-6e38) overflowed and the statistics went NaN; eager's CPU batch norm accumulates float32
+    # in float64, so graphfuser does too: the float64 reference's values and gradients
+    x = torch.tensor([3e38, 0.33, 0.15, 1e38, -2e38, 0.5]).view(3, 2, 1, 1).requires_grad_(grad)
+    w = torch.tensor([0.7, -1.3]).requires_grad_(grad)
+    b = torch.tensor([-0.17, 0.4]).requires_grad_(grad)
+    sf = graphfuser.script(_near_range_norms)
+    for _ in range(4):
+        got = sf(x, w, b)
+    ref = _near_range_norms(x.double(), w.double(), b.double())
+    for g, r in zip(got, ref):
+        assert g.dtype == torch.float32 and bool(torch.isfinite(g).all())
+        torch.testing.assert_close(g.double(), r, rtol=1e-5, atol=1e-6)
+    if grad:
+        gg = torch.autograd.grad(sum(o.sum() for o in got), (x, w, b))
+        gr = torch.autograd.grad(sum(o.sum() for o in ref), (x, w, b))
+        for a, e in zip(gg, gr):
+            assert bool(torch.isfinite(a).all())
+            torch.testing.assert_close(a.double(), e.double(), rtol=1e-4, atol=1e-6)
+    assert "CpuFusionGroup" in str(graphfuser.last_executed_optimized_graph())
