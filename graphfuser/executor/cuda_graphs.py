@@ -32,8 +32,8 @@ host program as before:
   attention biases by device, filled on the first call — is part of the key);
 - the capture itself: a call that draws random numbers (advances the CUDA or CPU generator: a
   replay would repeat its draws) is not captured; a host read of a device value (``.item()``,
-  ``if x.sum() > 0``) makes capture fail; such a signature is never captured again; an output that is not dense
-  (but for a no-grad output whose elements do not overlap: a padded layout), or
+  ``if x.sum() > 0``) makes capture fail; such a signature is never captured again; an output
+  that is not dense (but for a no-grad output whose elements do not overlap: a padded layout), or
   that shares memory with an input, a module tensor or another output is not replayed (its
   aliasing could not be reproduced by a clone); a call that writes into a list or dict module
   attribute (a cache being filled: the write is a host effect a replay would skip) is not

@@ -24,12 +24,13 @@ the result's dtype first, once, and the padded copy made of the cast); a product
 slice's end is the weight's size at run time, so a weight of another width later is still
 exact. The result stays a strided view of the padded output only where every consumer is a row
 of the op table (a fusion group reads strided inputs); otherwise ``contiguous`` gives eager's
-layout. A result the graph returns is copied so only for ``graphfuser.script`` and under grad: through
-``torch.compile`` without grad it leaves as the strided view (Inductor returns GPT-2's logits so, strides
-``(25735168, 50264, 1)`` where eager's are ``(25731584, 50257, 1)``, measured), and the copy
-was 0.51 ms of GPT-2's 3.6 ms of kernels per call (bf16, 8 x 512 tokens, H100).
-``PYTORCH_NVFUSER_DISABLE=padded_outputs`` gives eager's layout there too. The backward of the padded product (through autograd, unfused) has aligned leading
-dimensions too. ``PYTORCH_NVFUSER_DISABLE=gemm_padding`` turns it off.
+layout. A result the graph returns is copied so only for ``graphfuser.script`` and under grad:
+through ``torch.compile`` without grad it leaves as the strided view, as Inductor returns GPT-2's
+logits (strides ``(25735168, 50264, 1)`` where eager's are ``(25731584, 50257, 1)``, measured);
+the copy was 0.51 ms of GPT-2's 3.6 ms of kernels per call (bf16, 8 x 512 tokens, H100).
+``PYTORCH_NVFUSER_DISABLE=padded_outputs`` gives eager's layout there too. The backward of the
+padded product (through autograd, unfused) has aligned leading dimensions too.
+``PYTORCH_NVFUSER_DISABLE=gemm_padding`` turns it off.
 """
 from __future__ import annotations
 
