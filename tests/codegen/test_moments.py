@@ -188,11 +188,15 @@ def test_finite_data_whose_squares_overflow(fn, shape):
         got = sf(x, w, b)
     assert fusion_groups(sf._optimized)
     ref = fn(x.double(), w.double(), b.double())
-    huge = (slice(0, 2),) if fn is _ln_affine else (0,)
-    bias = b.expand(2, 4) if fn is _ln_affine else b[:, None].expand(4, 2)
-    assert torch.equal(got[huge], bias), got[huge]
-    rest = (slice(2, 4),) if fn is _ln_affine else (1,)
-    torch.testing.assert_close(got[rest], ref[rest].float())
+    if fn is _gn_affine:
+        # a group norm of several groups runs as an instance norm (passes/decompose.py), whose
+        # statistics of float32 accumulate in float64 on the CPU (eager's CPU instance norm does):
+        # the float64 values, where eager's CPU group norm gives NaN
+        torch.testing.assert_close(got, ref.float())
+        return
+    huge = (slice(0, 2),)
+    assert torch.equal(got[huge], b.expand(2, 4)), got[huge]
+    torch.testing.assert_close(got[2:4], ref[2:4].float())
 
 
 def test_variance_of_finite_data_past_the_range_is_inf():
