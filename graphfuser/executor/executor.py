@@ -32,7 +32,7 @@ from ..ir.types import TensorType
 from ..ir.verify import verify
 from ..log import jit_log, jit_log_graph
 from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, fill_numbers, fold_constant_ifs,
-                      functionalize, insert_autocast, insert_guards, pad_gemms, partition, plan_conv_layouts, randomize,
+                      functionalize, insert_autocast, insert_guards, pad_gemms, partition, route_bias_gradients, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
 from ..passes.attention import apply_attention, plan_attention
 from ..passes.rotary import apply_rotary, plan_rotary
@@ -374,6 +374,7 @@ class ScriptedFunction(Recovering, SelfChecking):
         fill_numbers(g)
         batch_norm_training(g)
         split_biases(g, self._module)
+        route_bias_gradients(g)
         pad_gemms(g, padded_returns=self._captured.loose_output_strides)
         keep_weights(g, self._module, self._captured.static_inputs)
         batch_weight_casts(g, self._module, self._captured.static_inputs)

@@ -53,6 +53,19 @@ def _add(d, a, g, out):
     return {"self": g, "other": _scaled(d, g, a.get("alpha", 1))}
 
 
+@derivative("bias_grad")
+def _bias_grad(d, a, g, out):
+    """``bias``'s gradient: ``g`` summed over every dim but the last, as eager's addmm backward
+    sums it; under autocast (an fp16 / bf16 product of a float32 bias) rounded to the product's
+    dtype first, as eager's gradient of the cast bias is, then made the bias's dtype."""
+    rank = d.rank(a["self"])
+    s = d.op("aten::sum", g, list(range(rank - 1)), False) if rank > 1 else g
+    st, bt = d.ftypes.get(a["self"]), d.ftypes.get(a["bias"])
+    if st is not None and bt is not None and st.dtype != bt.dtype:
+        s = d.to(d.to(s, st.dtype), bt.dtype)
+    return {"self": g, "bias": Exact(s)}
+
+
 @derivative("sub")
 def _sub(d, a, g, out):
     return {"self": g, "other": d.neg(_scaled(d, g, a.get("alpha", 1)))}

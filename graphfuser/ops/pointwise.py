@@ -526,6 +526,39 @@ def _identity(call: OpCall) -> Expr:
     return call.x("self")
 
 
+class _BiasGrad(torch.autograd.Function):
+    """``graphfuser::bias_grad``'s eager program: ``self`` as it is, and the gradient of ``self``
+    summed to ``bias``'s shape as ``bias``'s gradient (the product's own bias gradient, which
+    ``passes/bias.py`` detached)."""
+
+    @staticmethod
+    def forward(ctx, x, bias):
+        ctx.bias_shape = bias.shape
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g.sum_to_size(ctx.bias_shape)
+
+
+def _eager_bias_grad(self, bias):
+    return _BiasGrad.apply(self, bias) if torch.is_grad_enabled() else self
+
+
+def _first(call: OpCall) -> Expr:
+    """self (``bias`` is read by the derivative only)"""
+    return call.x("self")
+
+
+# bias_grad: the identity on a linear's / addmm's result through which its bias gets its gradient
+# (passes/bias.py, route_bias_gradients): the fused backward of the group it joins sums the
+# gradient into the bias's shape in the pass it makes anyway, where eager's addmm backward reads
+# the gradient once more for its own sum
+register(OpRow("bias_grad", ("graphfuser::bias_grad",), "pointwise", ("self", "bias"), "none", ("self",),
+               decomp=_first, eager=_eager_bias_grad, float_only=True,
+               doc="self; the gradient of self, summed to bias's shape, is bias's"))
+
+
 # detach: the identity that stops gradients (ops/derivatives.py NON_DIFFERENTIABLE). The partition
 # keeps it out of a group where an in-place op writes its alias set (it returns a view in eager).
 register(OpRow("detach", ("aten::detach",), "pointwise", ("self",), "default", ("self",), decomp=_identity,

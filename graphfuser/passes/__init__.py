@@ -34,6 +34,9 @@ After profiling:
 0c. split_biases  linear / conv bias adds whose only consumer fuses leave the linear / conv (needs
                   profiled dtypes; before functionalize, which then frees in-place activations on
                   the add; the partition folds back the ones no group took)
+0c'. route_bias_gradients  under grad, a linear / addmm whose result goes on to a fused op keeps
+                  its bias in the GEMM and gets its bias gradient through graphfuser::bias_grad, summed
+                  by that op's fused backward (passes/bias.py; after split_biases)
 0d. pad_gemms    a CUDA linear whose output width breaks cuBLAS's 16-byte alignment computes into
                   a padded width and slices it back (passes/gemm_pad.py; after split_biases,
                   whose split linears it leaves alone)
@@ -54,7 +57,7 @@ After profiling:
 4. dce            drop what the rewrites left unused (after everything that replaces uses)
 """
 from .batch_norm import batch_norm_training
-from .bias import split_biases
+from .bias import route_bias_gradients, split_biases
 from .conv_layout import apply_conv_layouts, plan_conv_layouts
 from .autocast import insert_autocast
 from .dce import dce
@@ -68,9 +71,9 @@ from .simplify import fill_numbers, fold_constant_ifs
 from .sink_views import sink_views
 
 PRE_PROFILING = ("insert_autocast", "decompose", "randomize", "apply_conv_layouts")
-PIPELINE = ("plan_conv_layouts", "fold_constant_ifs", "fill_numbers", "batch_norm_training", "split_biases", "pad_gemms", "functionalize",
-            "sink_views", "partition", "insert_guards", "dce")
+PIPELINE = ("plan_conv_layouts", "fold_constant_ifs", "fill_numbers", "batch_norm_training", "split_biases",
+            "route_bias_gradients", "pad_gemms", "functionalize", "sink_views", "partition", "insert_guards", "dce")
 
 __all__ = ["PRE_PROFILING", "PIPELINE", "apply_conv_layouts", "plan_conv_layouts", "insert_autocast", "batch_norm_training", "decompose", "fill_numbers",
            "fold_constant_ifs",
-           "functionalize", "sink_views", "split_biases", "pad_gemms", "partition", "insert_guards", "wrap_group", "dce", "randomize"]
+           "functionalize", "sink_views", "split_biases", "route_bias_gradients", "pad_gemms", "partition", "insert_guards", "wrap_group", "dce", "randomize"]
