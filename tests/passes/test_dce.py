@@ -87,7 +87,8 @@ graph(%x : {F}, %c : bool):
 
 def test_pipeline_order():
     assert PIPELINE == ("plan_conv_layouts", "fold_constant_ifs", "fill_numbers", "batch_norm_training",
-                        "split_biases", "pad_gemms", "functionalize", "sink_views", "partition", "insert_guards",
+                        "split_biases", "route_bias_gradients", "pad_gemms", "functionalize", "sink_views", "partition",
+                        "insert_guards",
                         "dce")
 
 
