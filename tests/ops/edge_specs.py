@@ -129,6 +129,8 @@ EXEMPT = {
                                      "(tests/passes/test_autocast*.py)",
     "philox_dropout": "random: made by passes/random.py from dropout in training (tests/ops/test_random.py)",
     "philox_native_dropout": "random: made by passes/random.py (tests/ops/test_random.py)",
+    "bias_grad": "made by passes/bias.py under grad, the route of a linear's bias gradient "
+                 "(tests/passes/test_bias_gradients.py)",
     "philox_rand_like": "random: made by passes/random.py (tests/ops/test_random.py)",
     "philox_bernoulli": "random: made by passes/random.py (tests/ops/test_random.py)",
     "philox_bernoulli_p": "random: made by passes/random.py (tests/ops/test_random.py)",

@@ -98,3 +98,30 @@ def test_eager_program_sums_the_gradient_into_the_bias():
     gx, gb = torch.autograd.grad(y, (x, b), up)
     assert torch.equal(gx, up)
     torch.testing.assert_close(gb, up.sum((0, 1)))
+
+
+def test_groups_forward_and_backward_compile_for_cuda():
+    # the CUDA rendering of the groups graphfuser::bias_grad joins, and of their backward (the
+    # bias's column sum in the GELU's backward kernel), as NVRTC compiles them
+    from graphfuser.autodiff.function import live_groups
+    from graphfuser.executor.compiled_reduction import ReductionGroup
+    from graphfuser.runtime import nvrtc
+
+    ok, why = nvrtc.available()
+    if not ok:
+        pytest.skip(f"NVRTC unavailable: {why}")
+    torch.manual_seed(2)
+    m = Block()
+    s = graphfuser.script(m)
+    for _ in range(5):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = s(torch.randn(3, 7, 16))
+        y.float().sum().backward()
+    graphs = [s._optimized] + [getattr(dg.backward, "_optimized", None) for dg in live_groups()]
+    subs = [g.subgraph for opt in graphs if opt is not None for g in fusion_groups(opt)]
+    routed = [sub for sub in subs if sub is not None and any(n.kind == "graphfuser::bias_grad"
+                                                             for n in sub.all_nodes())]
+    assert len(routed) >= 2         # a forward group and its backward
+    for sub in routed:
+        cg = ReductionGroup(sub, "cuda", torch.device("cuda", 0), "k")
+        nvrtc.compile_cubin(cg.source, cg.variants[0][0], 90)
