@@ -184,6 +184,7 @@ def restore_unfused_bias(graph: Graph) -> int:
 # -- bias gradients --------------------------------------------------------------------------
 _VIEWS = ("aten::view", "aten::reshape", "aten::_unsafe_view", "aten::flatten", "aten::unflatten")
 _DETACH = "aten::detach(Tensor(a) self) -> Tensor(a)"
+ROUTE_DEVICES = ("cuda",)    # where eager's bias sum is a kernel of its own (tests add "cpu")
 _HALVES = (torch.float16, torch.bfloat16)
 _FLOATS = _HALVES + (torch.float32, torch.float64)
 
@@ -230,7 +231,8 @@ def route_bias_gradients(graph: Graph) -> int:
     H100, GPT-2 training in bf16 at 8 x 512 tokens: eager's 48 bias sums of its ``Conv1D``
     addmms took 0.73 ms per step.
 
-    When. The result requires grad and its only consumer, past views and eval-mode dropouts, is
+    When. On CUDA (``ROUTE_DEVICES``: on the CPU eager's sum is no launch of its own and the
+    extra group only costs compile time), the result requires grad and its only consumer, past views and eval-mode dropouts, is
     a row of the op table; the bias is a tensor that requires grad, of the result's dtype or, under
     autocast, a float32 one (its gradient is rounded to the result's dtype first, as eager's
     gradient of the cast bias is: ``ops/derivatives.py``), as wide as the result's last dim. Where no group takes ``bias_grad``, its eager program gives the same
@@ -245,6 +247,7 @@ def route_bias_gradients(graph: Graph) -> int:
             continue
         out, bt = node.output.type, b.type
         if not (isinstance(out, TensorType) and isinstance(bt, TensorType) and out.requires_grad
+                and out.device is not None and out.device.type in ROUTE_DEVICES
                 and bt.requires_grad and out.dtype in _FLOATS
                 and (bt.dtype == out.dtype or bt.dtype == torch.float32 and out.dtype in _HALVES)
                 and bt.sizes is not None and len(bt.sizes) == 1 and out.sizes and bt.sizes[0] == out.sizes[-1]):

@@ -41,6 +41,14 @@ class Block(nn.Module):
         return self.ln(x + self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 
+@pytest.fixture(autouse=True)
+def on_cpu(monkeypatch):
+    # the route is taken on CUDA (passes/bias.py ROUTE_DEVICES); here on the CPU too
+    from graphfuser.passes import bias
+
+    monkeypatch.setattr(bias, "ROUTE_DEVICES", ("cuda", "cpu"))
+
+
 def _entry(front, m):
     if front == "script":
         return graphfuser.script(m)
