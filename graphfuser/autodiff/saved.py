@@ -22,11 +22,15 @@ backward's deviations are then those of the forward, bit for bit.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..ir.clone import clone_graph
 from ..ir.graph import Node
 from ..ir.types import TensorType, layout_of
+from ..ops import lookup
+from ..ops.reduction import ReductionRow
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -85,9 +89,6 @@ def _long_reduction(n: Node) -> bool:
     rows are longer than ``LONG_ROW``, with a small result: a cross entropy's max and sum of
     exponentials over a vocabulary (``frontend/fx_losses.py``). Its backward otherwise reads the
     row once more to rebuild a few numbers per row (GPT-2's logits: 412 MB)."""
-    from ..ops import lookup
-    from ..ops.reduction import ReductionRow
-
     row = lookup(n.kind)
     if not isinstance(row, ReductionRow) or row.kind != "reduction" or len(n.outputs) != 1 or not n.inputs:
         return False
@@ -95,12 +96,8 @@ def _long_reduction(n: Node) -> bool:
     if not (isinstance(x, TensorType) and isinstance(y, TensorType) and x.sizes is not None and y.sizes is not None
             and y.dtype is not None and y.dtype.is_floating_point):
         return False
-    total, out = 1, 1
-    for s in x.sizes:
-        total *= s
-    for s in y.sizes:
-        out *= s
-    return out > 0 and total // out > LONG_ROW
+    out = math.prod(y.sizes)
+    return out > 0 and math.prod(x.sizes) // out > LONG_ROW
 
 
 def _rewrite(sub, n: Node) -> int:

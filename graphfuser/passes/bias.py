@@ -78,15 +78,7 @@ def _attribute(v: Value, module: Any) -> Any:
 def _fuses_with_consumer(v: Value) -> bool:
     """Whether ``v``'s only consumer (past eval-mode dropouts, identities once fused) is an op the
     op table fuses."""
-    while len(v.uses) == 1:
-        user, i = v.uses[0]
-        row = lookup(user.kind) or (lookup(user.kind[:-1]) if user.kind.endswith("_") and i == 0 else None)
-        if row is None or row.kind == "cast" and i != 0:
-            return False
-        if user.kind not in _IDENTITIES:
-            return True
-        v = user.output
-    return False
+    return _fusible_read(v, through_views=False) is not None
 
 
 def _bias_type(bias: Value, module: Any) -> Optional[TensorType]:
@@ -189,12 +181,12 @@ _HALVES = (torch.float16, torch.bfloat16)
 _FLOATS = _HALVES + (torch.float32, torch.float64)
 
 
-def _fusible_read(v: Value) -> Optional[Value]:
-    """The value (``v`` or a view of it, past eval-mode dropouts) that an op the op table fuses
-    reads, where that op is ``v``'s only consumer; None otherwise."""
+def _fusible_read(v: Value, through_views: bool = True) -> Optional[Value]:
+    """The value (``v``, past eval-mode dropouts and, with ``through_views``, views of it) that an
+    op the op table fuses reads, where that op is ``v``'s only consumer; None otherwise."""
     while len(v.uses) == 1:
         user, i = v.uses[0]
-        if user.kind in _VIEWS and i == 0 or user.kind in _IDENTITIES:
+        if through_views and user.kind in _VIEWS and i == 0 or user.kind in _IDENTITIES:
             v = user.output
             continue
         row = lookup(user.kind) or (lookup(user.kind[:-1]) if user.kind.endswith("_") and i == 0 else None)
@@ -232,11 +224,12 @@ def route_bias_gradients(graph: Graph) -> int:
     addmms took 0.73 ms per step.
 
     When. On CUDA (``ROUTE_DEVICES``: on the CPU eager's sum is no launch of its own and the
-    extra group only costs compile time), the result requires grad and its only consumer, past views and eval-mode dropouts, is
-    a row of the op table; the bias is a tensor that requires grad, of the result's dtype or, under
-    autocast, a float32 one (its gradient is rounded to the result's dtype first, as eager's
-    gradient of the cast bias is: ``ops/derivatives.py``), as wide as the result's last dim. Where no group takes ``bias_grad``, its eager program gives the same
-    gradients (an autograd function summing the gradient), at eager's cost.
+    extra group only costs compile time), the result requires grad and its only consumer, past
+    views and eval-mode dropouts, is a row of the op table; the bias is a tensor that requires
+    grad, of the result's dtype or, under autocast, a float32 one (its gradient is rounded to the
+    result's dtype first, as eager's gradient of the cast bias is: ``ops/derivatives.py``), as
+    wide as the result's last dim. Where no group takes ``bias_grad``, its eager program gives
+    the same gradients (an autograd function summing the gradient), at eager's cost.
     ``PYTORCH_NVFUSER_DISABLE=bias_gradients`` turns it off."""
     if config.is_disabled("bias_gradients"):
         return 0
