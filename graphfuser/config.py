@@ -32,11 +32,11 @@ DISABLE_OPTIONS = (
     "bias_decomposition", "batch_norm_training", "fused_rng", "cuda_graphs", "column_sums",
     "calling_thread_backward", "conv_layout", "cuda_batch_norm_training", "cuda_graphs_training",
     "attention_rewrite", "gemm_padding", "weight_cast_batching", "rotary_rewrite", "padded_outputs",
-    "bias_gradients",
+    "bias_gradients", "conv_layout_training",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
                   "cuda_batch_norm_training", "lineinfo", "fused_rng", "conv_layout_training", "weight_cache")   # on by default, accepted:
-# fused_rng, cuda_batch_norm_training
+# fused_rng, cuda_batch_norm_training, conv_layout_training
 DUMP_OPTIONS = (
     "fusion_ir", "kernel_ir", "cuda_kernel", "cpp_kernel", "launch_param", "kernel_args",
     "python_definition", "scheduler_params", "dump_eff_bandwidth",

@@ -85,12 +85,20 @@ LONG_ROW = 16384
 
 
 def _long_reduction(n: Node) -> bool:
-    """A one-output reduction (``sum``, ``amax``, ``mean``, ...) of a tensor of known sizes whose
-    rows are longer than ``LONG_ROW``, with a small result: a cross entropy's max and sum of
-    exponentials over a vocabulary (``frontend/fx_losses.py``). Its backward otherwise reads the
-    row once more to rebuild a few numbers per row (GPT-2's logits: 412 MB)."""
+    """A row's max or sum of exponentials (``amax`` / ``max`` / ``logsumexp``, or ``sum`` of an
+    ``exp``) over a tensor of known sizes whose rows are longer than ``LONG_ROW``, with a small
+    result: a cross entropy's over a vocabulary (``frontend/fx_losses.py``), whose backward is
+    pointwise once they are known, so that recomputing them is a pass over the row of its own
+    (GPT-2's logits: 412 MB). Other reductions are recomputed: a backward that reduces the row
+    anyway (RMSNorm's and layer norm's) rebuilds them in the same pass, and a saved ``mean`` left
+    its divisor to a count of the row's elements in a group of its own (a 300 x 20000 RMSNorm's
+    backward went from one kernel to four)."""
     row = lookup(n.kind)
     if not isinstance(row, ReductionRow) or row.kind != "reduction" or len(n.outputs) != 1 or not n.inputs:
+        return False
+    src = n.inputs[0].node
+    if n.kind not in ("aten::amax", "aten::max", "aten::logsumexp") and not (
+            n.kind == "aten::sum" and src is not None and src.kind == "aten::exp"):
         return False
     x, y = n.inputs[0].type, n.output.type
     if not (isinstance(x, TensorType) and isinstance(y, TensorType) and x.sizes is not None and y.sizes is not None

@@ -303,6 +303,11 @@ class Dialect:
     thread_reduce_pair: dict = field(default_factory=dict)     # (pair kind, axis): {a} {b} {n}
     thread_reduce2: dict = field(default_factory=dict)         # axis: two accumulators {a} {b}, one {op}
     shared_decl: str = ""
+    # several values combined across one thread axis at once ({op} {ct} {k} values in {arr},
+    # {r} per round, block {bx} x {by}, {cap} entries of {ct} of scratch), and the scratch
+    # (doubles) kernels with such a combine declare instead of shared_decl's
+    thread_reduce_k: dict = field(default_factory=dict)
+    shared_k_doubles: int = 0
     simd_reduction: dict = field(default_factory=dict)
     reduction_prelude: str = ""
     row_scratch: bool = False                           # variable-length per-row arrays (VLAs)
@@ -399,7 +404,10 @@ CUDA = Dialect(
         P.TIDy: {"put": "if (threadIdx.y == 0 && {valid}) "
                         "*reinterpret_cast<{ct}*>(gf_work + ({n} * gridDim.y + blockIdx.y) * {rows} + {row}) = {acc};",
                  "combine": "{acc} = gf_grid_combine_y<gf_op_{op}, {ct}>(gf_work + {n} * gridDim.y * {rows} + {row}, "
-                            "{rows}, {valid}, gf_smem);"},
+                            "{rows}, {valid}, gf_smem);",
+                 # the partials of several values read in one loop (their loads in flight together)
+                 "loop": "if ({valid}) for (unsigned int gf_k = threadIdx.y; gf_k < gridDim.y; gf_k += blockDim.y)",
+                 "load": "*reinterpret_cast<const volatile {ct}*>(gf_work + (long long)({n} * gridDim.y + gf_k) * {rows} + {row})"},
         "last": "if (!gf_grid_last(gf_sem + {row}, gf_smem)) {leave};",
         "sync_decl": "unsigned int gf_gen = 0;",
         "sync": "gf_grid_sync(gf_sem + blockIdx.x, gf_gen);",
@@ -415,6 +423,9 @@ CUDA = Dialect(
     thread_reduce_pair={("softmax", P.TIDx): "gf_block_online_x({a}, {b}, gf_smem);",
                         ("variance", P.TIDx): "gf_block_chan_x({n}, {a}, {b}, gf_smem);"},
     shared_decl="__shared__ double gf_smem[1024];",
+    # (32 KB: outer kernels run blocks of 1024 threads, at most two per SM whatever they declare)
+    thread_reduce_k={P.TIDy: "gf_block_reduce_y_k<gf_op_{op}, {ct}, {k}, {r}, {bx}, {by}, {cap}>({arr}, gf_smem);"},
+    shared_k_doubles=4096,
     reduction_prelude=CUDA_REDUCTION,
     constants={"GF_UNROLL_ALL": '_Pragma("unroll")', "GF_INF_F": "__int_as_float(0x7f800000)", "GF_NAN_F": "__int_as_float(0x7fffffff)",
                "GF_INF_D": "__longlong_as_double(0x7ff0000000000000LL)",

@@ -28,8 +28,10 @@ def test_bias_gelu_backward_column_sum_has_vector_variants(dtype, V):
     names = [v[0] for v in cg.variants]
     src = cg.variant_sources[tags.index(f"outer_split_v{V}")]
     assert f"float acc0[{V}];" in src and f"gf_load<{V}>(" in src and f"gf_store<{V}>(" in src
-    assert "gf_block_reduce_y<gf_op_sum>(acc0[v], gf_smem)" in src
-    assert "gf_grid_combine_y<gf_op_sum, float>(gf_work + 0 * gridDim.y * n0 + (x2 + v)" in src
+    # the V lanes combine across threadIdx.y at once, and from the blocks' partials read in one loop
+    assert f"gf_block_reduce_y_k<gf_op_sum, float, {V}, " in src and "gf_block_reduce_y<gf_op_sum>(" not in src
+    assert "gf_k1[0 * {V} + v] = gf_op_sum::f(gf_k1[0 * {V} + v], *reinterpret_cast<const volatile float*>(" \
+        "gf_work + (long long)(0 * gridDim.y + gf_k) * n0 + (x2 + v)));".format(V=V) in src
     _compile(cg, names)
     launcher = launcher_source(cg)
     compile(launcher, "<launcher>", "exec")

@@ -113,7 +113,10 @@ def test_disabled_by_its_knob():
     assert _planned(sf) == 0
 
 
-def test_no_plan_under_grad_and_gradients_are_eagers():
+@pytest.mark.parametrize("disable", [[], ["conv_layout_training"]], ids=["planned", "knob_off"])
+def test_under_grad_gradients_are_eagers(disable):
+    """Training steps get the plan too (``PYTORCH_NVFUSER_DISABLE=conv_layout_training``: not):
+    gradients, their layouts (each parameter's own) and the running statistics are eager's."""
     m = _model(Classifier).train()
     ref = _model(Classifier).train()
     sf = graphfuser.script(m)
@@ -121,12 +124,13 @@ def test_no_plan_under_grad_and_gradients_are_eagers():
     for _ in range(5):
         for mod, fn in ((m, sf), (ref, ref)):
             mod.zero_grad(set_to_none=True)
-            fn(x).square().sum().backward()
+            with config.override(disable=disable):
+                fn(x).square().sum().backward()
         for (name, p), q in zip(m.named_parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
             assert p.grad.stride() == q.grad.stride(), name
         torch.testing.assert_close(m.bn1.running_mean, ref.bn1.running_mean)
-    assert _planned(sf) == 0
+    assert _planned(sf) == (0 if disable else 2)        # both convolutions
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])

@@ -172,6 +172,38 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
   }
   return smem[threadIdx.x];
 }
+/* K values of one op, each combined across threadIdx.y at once (an outer kernel's
+   accumulators: every reduction times every vector lane), in rounds of R values through shared
+   memory: one pair of barriers per round, where a tree per value took 2 + log2(blockDim.y).
+   In a round, the threads of threadIdx.y == r add value j0 + r of their column over y, in y
+   order (identical values in every block), into res ([K][BX], at the end of the CAP entries
+   of T the scratch holds); every thread reads its column's totals at the end. A channels-last
+   batch norm's backward combines 4 reductions x 4 lanes: 16 trees of 7 barriers each (twice,
+   with the blocks' partials) were most of its time on small tensors. */
+template <typename Op, typename T, int K, int R, int BX, int BY, int CAP>
+GF_FN void gf_block_reduce_y_k(T* v, double* raw) {
+  static_assert(R >= 1 && R * BX * BY + K * BX <= CAP, "scratch too small for the rounds");
+  T* smem = reinterpret_cast<T*>(raw);
+  T* res = smem + (CAP - K * BX);
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  #pragma unroll
+  for (int j0 = 0; j0 < K; j0 += R) {
+    __syncthreads();
+    #pragma unroll
+    for (int j = j0; j < j0 + R && j < K; ++j) smem[(j - j0) * (BX * BY) + ty * BX + tx] = v[j];
+    __syncthreads();
+    if (ty < R && j0 + ty < K) {
+      const T* col = smem + ty * (BX * BY) + tx;
+      T s = col[0];
+      #pragma unroll 8
+      for (int y = 1; y < BY; ++y) s = Op::f(s, col[y * BX]);
+      res[(j0 + ty) * BX + tx] = s;
+    }
+  }
+  __syncthreads();
+  #pragma unroll
+  for (int j = 0; j < K; ++j) v[j] = res[j * BX + tx];
+}
 /* A row split across gridDim.y blocks: each block wrote its partials; the block that brings
    the row's counter to gridDim.y is the last, resets the counter for the next launch and,
    after a fence, reads every partial (threadFenceReduction). */

@@ -91,6 +91,8 @@ class RowPipeline:
         else:
             leaf_row = "i0" if self.first else "0"
             em(g["last"].format(row=leaf_row, leave="continue" if self.first else "return"))
+        if self.grid_sync and "load" in t and self.emit_batched_combines(em, self.grid_thread, reds, (t, where, valid)):
+            return
         lane = self.open_lanes(em)
         for r in reds:
             em(t["combine"].format(acc=self.acc[id(r)] + lane, ct=COMPUTE_TYPES[r.dtype], op=r.op, **where[id(r)]))
