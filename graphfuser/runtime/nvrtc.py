@@ -166,8 +166,9 @@ def _program_log(nvrtc, prog) -> str:
     return buf.rstrip(b"\x00").decode(errors="replace").strip()
 
 
-def _run_nvrtc(source: str, kernel_name: str, flags: list[str]) -> bytes:
-    """One NVRTC invocation: source -> CUBIN bytes, or :class:`CompileError` with the log."""
+def _run_nvrtc(source: str, kernel_name: str, flags: list[str], ptx: bool = False) -> bytes:
+    """One NVRTC invocation: source -> CUBIN bytes (``ptx``: the PTX text, for a virtual
+    ``compute_XY`` architecture), or :class:`CompileError` with the log."""
     from . import cache  # noqa: PLC0415 (cache imports nothing of ours; keep import cheap)
 
     nvrtc = _nvrtc_module()
@@ -188,6 +189,16 @@ def _run_nvrtc(source: str, kernel_name: str, flags: list[str]) -> bytes:
                 f"options: {' '.join(flags)}",
                 source=source, log=log, command=flags,
             )
+        if ptx:
+            err, size = nvrtc.nvrtcGetPTXSize(prog)
+            text = b" " * size
+            if err != ok or nvrtc.nvrtcGetPTX(prog, text)[0] != ok:
+                raise CompileError(f"NVRTC produced no PTX for kernel {kernel_name} ({err!r})\n{log}",
+                                   source=source, log=log, command=flags)
+            if f".entry {kernel_name}(".encode() not in text:
+                raise CompileError(f"kernel {kernel_name} is not an entry of the PTX: declare it "
+                                   f'extern "C" __global__', source=source, log=log, command=flags)
+            return text.rstrip(b"\x00")
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         if err != ok or size == 0:
             raise CompileError(f"NVRTC produced no CUBIN for kernel {kernel_name} ({err!r}); "
@@ -209,6 +220,19 @@ def _run_nvrtc(source: str, kernel_name: str, flags: list[str]) -> bytes:
         raise CompileError(f"kernel {kernel_name} is not in the compiled CUBIN: declare it "
                            f'extern "C" __global__', source=source, log=log, command=flags)
     return cubin
+
+
+def compile_ptx(source: str, kernel_name: str, arch: int, options: Sequence[str] = ()) -> bytes:
+    """Compile ``source`` to PTX for the virtual ``compute_{arch}`` (NVRTC's front end and
+    optimizer without the assembler: about a third of a CUBIN's time). What a machine without a
+    GPU checks of generated CUDA; ``kernel_name`` must be an entry. Not cached."""
+    ok, why = available()
+    if not ok:
+        raise CompileError(f"cannot compile kernel {kernel_name}: NVRTC is not available: {why}",
+                           source=source)
+    flags = build_options(clamp_arch(int(arch)), options)
+    flags[0] = flags[0].replace("=sm_", "=compute_")
+    return _run_nvrtc(source, kernel_name, flags, ptx=True)
 
 
 def compile_cubin(source: str, kernel_name: str, arch: int, options: Sequence[str] = ()) -> bytes:

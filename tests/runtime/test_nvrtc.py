@@ -87,6 +87,17 @@ def test_missing_extern_c_is_reported():
         nvrtc.compile_cubin(src, "not_there", ARCH)
 
 
+def test_compile_ptx_checks_without_the_assembler():
+    """``compile_ptx``: the virtual architecture's PTX, its entries named; the same errors."""
+    ptx = nvrtc.compile_ptx(ADD_ONE, "add_one", ARCH)
+    assert b".entry add_one(" in ptx and b".target sm_" in ptx and ptx[:4] != ELF_MAGIC
+    with pytest.raises(CompileError, match="extern"):
+        nvrtc.compile_ptx("__global__ void mangled(float* x) { x[0] = 1.0f; }\n", "mangled", ARCH)
+    with pytest.raises(CompileError) as info:
+        nvrtc.compile_ptx("extern \"C\" __global__ void broken(float* x) { x[0] = ; }\n", "broken", ARCH)
+    assert any(f.startswith("--gpu-architecture=compute_") for f in info.value.command)
+
+
 def test_fma_knob_adds_fmad_false():
     assert "--fmad=false" not in nvrtc.build_options(ARCH)
     with config.override(disable=["fma"]):

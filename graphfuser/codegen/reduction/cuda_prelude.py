@@ -175,8 +175,10 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
 /* K values of one op, each combined across threadIdx.y at once (an outer kernel's
    accumulators: every reduction times every vector lane), in rounds of R values through shared
    memory: one pair of barriers per round, where a tree per value took 2 + log2(blockDim.y).
-   In a round, the threads of threadIdx.y == r add value j0 + r of their column over y, in y
-   order (identical values in every block), into res ([K][BX], at the end of the CAP entries
+   In a round, the threads of threadIdx.y == r fold value j0 + r of their column over y in
+   registers, by gf_block_reduce_y's tree (the same values as one tree per value; with a sum
+   in y order, tests/autodiff/test_grad_accuracy.py's batch norm over 4096 rows failed its
+   bound against float64 on an H200), into res ([K][BX], at the end of the CAP entries
    of T the scratch holds); every thread reads its column's totals at the end. A channels-last
    batch norm's backward combines 4 reductions x 4 lanes: 16 trees of 7 barriers each (twice,
    with the blocks' partials) were most of its time on small tensors. */
@@ -194,10 +196,15 @@ GF_FN void gf_block_reduce_y_k(T* v, double* raw) {
     __syncthreads();
     if (ty < R && j0 + ty < K) {
       const T* col = smem + ty * (BX * BY) + tx;
-      T s = col[0];
-      #pragma unroll 8
-      for (int y = 1; y < BY; ++y) s = Op::f(s, col[y * BX]);
-      res[(j0 + ty) * BX + tx] = s;
+      T s[BY];
+      #pragma unroll
+      for (int y = 0; y < BY; ++y) s[y] = col[y * BX];
+      #pragma unroll
+      for (int n = BY; n > 1; n = (n + 1) >> 1) {
+        #pragma unroll
+        for (int y = 0; y + ((n + 1) >> 1) < n; ++y) s[y] = Op::f(s[y], s[y + ((n + 1) >> 1)]);
+      }
+      res[(j0 + ty) * BX + tx] = s[0];
     }
   }
   __syncthreads();
