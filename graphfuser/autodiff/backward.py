@@ -348,7 +348,11 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
             continue
         # outputs eager marks non-differentiable (native_layer_norm's mean and rstd) carry none
         only = getattr(DERIVATIVES.get(row.name) if row is not None else None, "differentiable_outputs", None)
-        if any(i in diff for i in n.inputs):
+        # an argument the row ignores carries no gradient: type_as's ``other`` gives a dtype only
+        # (fuzz graph 760 of seed 33552: frac(x).type_as(y) required grad where y did)
+        ins = n.inputs if row is None or not row.ignored else \
+            [v for k, v in bind(row, n)[0].items() if k not in row.ignored and isinstance(v, Value)]
+        if any(i in diff for i in ins):
             diff.update(o for k, o in enumerate(n.outputs) if _is_float_tensor(o) and (only is None or k in only))
     g = Graph()
     vmap: dict[Value, Value] = {}

@@ -409,3 +409,29 @@ def test_var_gradient_of_data_near_the_largest_float(expr):
     x[..., 0, 3], x[..., 1, 3], x[..., 2, 3] = 3.0e38, -3.0e38, 1.0e38
     x[..., :, 5] = torch.tensor([1.0, -2.0, 3.0, 0.5, 2.0])
     check_grads(fn, [_leaf(x)], F32)
+
+
+@pytest.mark.parametrize("frontend", ["script", "compile"])
+def test_type_as_takes_no_gradient_from_its_dtype_argument(frontend):
+    # fuzz graph 760 (seed 33552, through the backend): frac(x2).type_as(v0) required grad because
+    # v0 did; eager's result of type_as follows its first argument only
+    import torch.nn.functional as F
+
+    import graphfuser
+    from graphfuser.frontend.dynamo import registered_backend
+
+    def fn(x0, x2):
+        v0 = F.hardswish(x0)
+        return torch.frac(x2).type_as(v0) * 2.0, v0
+
+    torch._dynamo.reset()
+    f = graphfuser.script(fn) if frontend == "script" else torch.compile(fn, backend=registered_backend())
+    x0 = torch.randn(3, 5, 5).requires_grad_()
+    x2 = torch.randn(3, 5, 5) * 4
+    for _ in range(5):
+        a, b = f(x0, x2)
+        assert not a.requires_grad and b.requires_grad
+        torch.testing.assert_close(a, torch.frac(x2) * 2.0)
+        b.sum().backward()
+        torch.testing.assert_close(x0.grad, torch.func.grad(lambda t: F.hardswish(t).sum())(x0.detach()))
+        x0.grad = None
