@@ -22,7 +22,7 @@ When. After the first round of profiling (``plan_conv_layouts`` on the profiled 
   block's rows at once (``gf_block_reduce_y_k``). Measured on an H200, resnet50's training step
   (bf16 autocast, batch 32, SGD), kernels per step: 10.64 ms NCHW (1.31 ms of it cuDNN's
   ``nchwToNhwc`` and 0.51 ms ``nhwcToNchw`` conversions), 10.70 ms planned with a tree of
-  barriers per accumulator, 8.84 ms planned with the batched combine;
+  barriers per accumulator, 9.05 ms planned with the batched combine;
 
 - some ``conv2d`` runs on CUDA on a 4-D floating input with a weight not yet channels-last, and
   no convolution is grouped with more than one input channel per group (cuDNN's NHWC grouped

@@ -174,14 +174,14 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
 }
 /* K values of one op, each combined across threadIdx.y at once (an outer kernel's
    accumulators: every reduction times every vector lane), in rounds of R values through shared
-   memory: one pair of barriers per round, where a tree per value took 2 + log2(blockDim.y).
-   In a round, the threads of threadIdx.y == r fold value j0 + r of their column over y in
-   registers, by gf_block_reduce_y's tree (the same values as one tree per value; with a sum
-   in y order, tests/autodiff/test_grad_accuracy.py's batch norm over 4096 rows failed its
-   bound against float64 on an H200), into res ([K][BX], at the end of the CAP entries
-   of T the scratch holds); every thread reads its column's totals at the end. A channels-last
+   memory: each round folds its R values together by gf_block_reduce_y's tree (the same values
+   as one tree per value), 2 + log2(blockDim.y) barriers per round where one tree per value took
+   as many per value. Row 0 of each value goes to res ([K][BX], at the end of the CAP entries of
+   T the scratch holds); every thread reads its column's totals at the end. A channels-last
    batch norm's backward combines 4 reductions x 4 lanes: 16 trees of 7 barriers each (twice,
-   with the blocks' partials) were most of its time on small tensors. */
+   with the blocks' partials) were most of its time on small tensors. (Folding each column in
+   registers by a thread of its own measured 4% more kernel time per resnet50 step, H200; a sum
+   in y order failed tests/autodiff/test_grad_accuracy.py's bound against float64.) */
 template <typename Op, typename T, int K, int R, int BX, int BY, int CAP>
 GF_FN void gf_block_reduce_y_k(T* v, double* raw) {
   static_assert(R >= 1 && R * BX * BY + K * BX <= CAP, "scratch too small for the rounds");
@@ -194,17 +194,21 @@ GF_FN void gf_block_reduce_y_k(T* v, double* raw) {
     #pragma unroll
     for (int j = j0; j < j0 + R && j < K; ++j) smem[(j - j0) * (BX * BY) + ty * BX + tx] = v[j];
     __syncthreads();
-    if (ty < R && j0 + ty < K) {
-      const T* col = smem + ty * (BX * BY) + tx;
-      T s[BY];
-      #pragma unroll
-      for (int y = 0; y < BY; ++y) s[y] = col[y * BX];
-      #pragma unroll
-      for (int n = BY; n > 1; n = (n + 1) >> 1) {
+    #pragma unroll
+    for (int n = BY; n > 1; n = (n + 1) >> 1) {
+      const int h = (n + 1) >> 1;
+      if (ty + h < n) {
         #pragma unroll
-        for (int y = 0; y + ((n + 1) >> 1) < n; ++y) s[y] = Op::f(s[y], s[y + ((n + 1) >> 1)]);
+        for (int j = j0; j < j0 + R && j < K; ++j) {
+          T* p = smem + (j - j0) * (BX * BY) + ty * BX + tx;
+          *p = Op::f(*p, p[h * BX]);
+        }
       }
-      res[(j0 + ty) * BX + tx] = s[0];
+      __syncthreads();
+    }
+    if (ty == 0) {
+      #pragma unroll
+      for (int j = j0; j < j0 + R && j < K; ++j) res[j * BX + tx] = smem[(j - j0) * (BX * BY) + tx];
     }
   }
   __syncthreads();
