@@ -35,7 +35,8 @@ DEVIATIONS: dict[str, dict[str, str]] = {
     "dynamo_semantics": {
         "what": "through the torch.compile frontend: eager raises, or answers otherwise, where Dynamo itself "
                 "(torch.compile with its own 'eager' backend, no graphfuser) answers as graphfuser does "
-                "(integer addcdiv, which eager refuses, traces to a true division), or raises as graphfuser "
+                "(integer addcdiv, which eager refuses, traces to a true division; a float argument of -0.0 "
+                "after 0.0, which Dynamo's guard takes for the 0.0 its graph holds), or raises as graphfuser "
                 "does (a copy_ into an expanded tensor, which Dynamo's fake tensors refuse)",
         "knob": "none (inherited from Dynamo; checked per case against torch.compile(backend='eager'))",
         "when_on": "",

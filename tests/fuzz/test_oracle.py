@@ -516,3 +516,15 @@ def test_an_error_dynamo_itself_raises_is_its_deviation_not_a_crash(monkeypatch)
     assert res["findings"] == [], res["findings"]
     assert any(d["deviation"] == "dynamo_semantics" for d in res["deviations"])
     assert not oracle._dynamo_raises_alike(lambda a, b: a * 2, case, 0, "cpu", RuntimeError("x"))
+
+
+def test_infinities_of_opposite_sign_differ():
+    """The margin around an infinite eager value was infinite, which took -inf for +inf (found
+    judging fuzz graph 131 of seed 33552: a -0.0 divisor that Dynamo's graph held as 0.0)."""
+    e = torch.tensor([float("inf"), 1.0, float("-inf")])
+    for dtype in (torch.float32, torch.float16):
+        g = torch.tensor([float("-inf"), 1.0, float("-inf")], dtype=dtype)
+        assert compare_tensor(g, e.to(dtype), None, 1.2e-7, check_strides=False)[0] == "wrong_value"
+        assert compare_tensor(e.to(dtype), e.to(dtype), None, 1.2e-7, check_strides=False) is None
+        r = e.double()
+        assert compare_tensor(g, e.to(dtype), r, 1.2e-7, check_strides=False)[0] == "wrong_value"
