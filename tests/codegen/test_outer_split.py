@@ -6,6 +6,8 @@ outer reduction lets the tile's last block finish instead. NVRTC compiles every 
 the generated launchers are valid Python. GPU runs: tests/cuda/test_cuda_outer_split.py."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -50,7 +52,7 @@ def _compile(cg: ReductionGroup, names: list[str]) -> None:
             nvrtc.compile_cubin(cg.variant_sources[i], fname, 90)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize("channels_last", [True, False])
 def test_batch_norm_training_split_with_grid_barriers(dtype, channels_last):
     x = torch.randn(4, 6, 5, 3, dtype=dtype)
@@ -70,6 +72,14 @@ def test_batch_norm_training_split_with_grid_barriers(dtype, channels_last):
         phases = cg.kernel.reduction_phases()
         assert src.count("gf_grid_sync(gf_sem + blockIdx.x, gf_gen);") == phases    # one barrier per reduction pass
         assert "blockIdx.y == 0" in src                                           # one block stores row outputs
+        if channels_last:
+            # every accumulator and lane combined across threadIdx.y at once, twice (the block's
+            # values, then the blocks' partials), in rounds that fit the 32 KB scratch
+            ct = "double" if dtype == torch.float64 else "float"
+            calls = re.findall(rf"gf_block_reduce_y_k<gf_op_sum, {ct}, (\d+), (\d+), (\d+), (\d+), (\d+)>", src)
+            assert len(calls) == 2 * phases and "__shared__ double gf_smem[4096];" in src, src
+            for k, r, bx, by, cap in (map(int, c) for c in calls):
+                assert 1 <= r <= k and r * bx * by + k * bx <= cap == 4096 * 8 // (8 if ct == "double" else 4)
         _compile(cg, split)
         launcher = launcher_source(cg)
         compile(launcher, "<launcher>", "exec")
