@@ -258,7 +258,9 @@ def markdown(record: dict[str, Any]) -> str:
              f"to the end of the first {COLD_CALLS} calls with empty caches. graphfuser_over_best: the faster "
              "graphfuser entry point over Inductor's better mode."
              + (f" Rows ran {record['gpus']} at a time, each in its own process on its own GPU of one host."
-                if record.get("gpus") else ""), "",
+                if record.get("gpus") else "")
+             + (f" Merged from {len(record['parts'])} parts run one after another (`race --merge`): "
+                + ", ".join(record["parts"]) + "." if record.get("parts") else ""), "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     ratios = []
     for r in record["rows"]:
@@ -272,6 +274,37 @@ def markdown(record: dict[str, Any]) -> str:
     if errs:
         lines += ["", "Errors:"] + [f"- {m} {mode}: {e}" for m, mode, e in errs]
     return "\n".join(lines) + "\n"
+
+
+def merge(paths: list[str], out: str, device: str, tag: str = "") -> int:
+    """One record from race records of parts of a race (a device command is bounded, a full race
+    on one GPU is not): they must name the same GPU and torch; a row in several keeps the last
+    one's; rows come in the race's order (``ROWS``), others after them. Writes the merged JSON and
+    its table; the table's header says which parts it was made of."""
+    records = []
+    for p in paths:
+        with open(p) as f:
+            records.append(json.load(f))
+    kinds = {(r["gpu"], r["torch"]) for r in records}
+    if len(kinds) != 1:
+        raise SystemExit(f"race --merge: the parts ran on different GPUs or torch versions: {sorted(kinds)}")
+    gpu, version = kinds.pop()
+    rows: dict[tuple, dict] = {}
+    for r in records:
+        for row in r["rows"]:
+            rows[(row["model"], row["mode"])] = row
+    order = {key: i for i, key in enumerate(ROWS)}
+    merged = {"gpu": gpu, "torch": version, "parts": [os.path.basename(p) for p in paths],
+              "rows": sorted(rows.values(), key=lambda row: order.get((row["model"], row["mode"]), len(order)))}
+    name = gpu.replace("NVIDIA ", "").replace(" ", "_") + (f"-{tag}" if tag else "")
+    path = os.path.join(out, f"race-{device}-{name}")
+    os.makedirs(out, exist_ok=True)
+    with open(path + ".json", "w") as f:
+        json.dump(merged, f, indent=1)
+    with open(path + ".md", "w") as f:
+        f.write(markdown(merged))
+    print(markdown(merged))
+    return 0
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -288,6 +321,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--out", default="logs")
     p.add_argument("--tag", default="")
     p.add_argument("--gpus", type=int, default=1, help="rows run this many at a time, one GPU each")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="merge race records of one GPU kind (a full race in parts, one device command "
+                        "each) into race-<device>-<gpu>[-tag].json / .md under --out, in the race's row order")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -298,6 +334,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         with open(args.json, "w") as f:
             json.dump(row, f)
         return 0
+    if args.merge:
+        return merge(args.merge, args.out, args.device, args.tag)
     rows = [tuple(r.split(":")) for r in args.rows.split(",")] if args.rows else ROWS
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     record: dict[str, Any] = {"gpu": gpu, "torch": torch.__version__, "rows": []}

@@ -2,6 +2,8 @@
 import json
 import time
 
+import pytest
+
 from graphfuser.tools.zoo import time_interleaved
 
 
@@ -128,3 +130,27 @@ def test_race_dynamo_column_is_dynamo_alone_and_no_contender():
     md = race.markdown({"gpu": "cpu", "torch": torch.__version__, "rows": [row]})
     header = next(line for line in md.splitlines() if line.startswith("| model"))
     assert "dynamo_cold_s" in header and "| 0.9 |" in md
+
+
+def test_race_merges_parts_in_the_race_order(tmp_path):
+    """``race --merge``: parts of one race (one device command each) become one record and table,
+    rows in the race's order, a repeated row the later part's; parts of other GPUs are refused."""
+    from graphfuser.tools import race
+
+    def part(name, rows, gpu="NVIDIA H200"):
+        path = tmp_path / name
+        path.write_text(json.dumps({"gpu": gpu, "torch": "2.11", "rows": rows}))
+        return str(path)
+
+    (m1, k1), (m2, k2) = race.ROWS[0], race.ROWS[1]
+    a = part("a.json", [{"model": m2, "mode": k2, "graphfuser_over_best": 1.2}])
+    b = part("b.json", [{"model": m1, "mode": k1, "graphfuser_over_best": 0.9},
+                        {"model": m2, "mode": k2, "graphfuser_over_best": 1.1}])
+    assert race.main(["--merge", a, b, "--out", str(tmp_path / "out"), "--device", "cuda"]) == 0
+    record = json.loads((tmp_path / "out" / "race-cuda-H200.json").read_text())
+    assert [(r["model"], r["mode"], r["graphfuser_over_best"]) for r in record["rows"]] == [(m1, k1, 0.9), (m2, k2, 1.1)]
+    table = (tmp_path / "out" / "race-cuda-H200.md").read_text()
+    assert "Merged from 2 parts" in table and "a.json, b.json" in table and "over 2 rows: 0.995" in table
+    c = part("c.json", [], gpu="NVIDIA H100 80GB HBM3")
+    with pytest.raises(SystemExit, match="different GPUs"):
+        race.main(["--merge", a, c, "--out", str(tmp_path / "out")])
