@@ -36,7 +36,9 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "what": "through the torch.compile frontend: eager raises, or answers otherwise, where Dynamo itself "
                 "(torch.compile with its own 'eager' backend, no graphfuser) answers as graphfuser does "
                 "(integer addcdiv, which eager refuses, traces to a true division; a float argument of -0.0 "
-                "after 0.0, which Dynamo's guard takes for the 0.0 its graph holds), or raises as graphfuser "
+                "after 0.0, which Dynamo's guard takes for the 0.0 its graph holds; a gradient of addcdiv with "
+                "a value, which Dynamo rewrites as x + value * (t1 / t2), whose backward overflows where "
+                "eager's formula does not), or raises as graphfuser "
                 "does (a copy_ into an expanded tensor, which Dynamo's fake tensors refuse)",
         "knob": "none (inherited from Dynamo; checked per case against torch.compile(backend='eager'))",
         "when_on": "",

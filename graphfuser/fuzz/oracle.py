@@ -47,14 +47,9 @@ def _compiled(fn: Any) -> Any:
     return torch.compile(fn, backend=graphfuser_backend)
 
 
-def _dynamo_answers(fn: Any, case: dict, call: int, device: str, outs: list, ga: list, low_eps: float) -> bool:
-    """Dynamo alone (``torch.compile`` with its ``eager`` backend: no graphfuser), given the
-    case's calls up to ``call`` in order, gives ``outs`` at ``call`` (and leaves the inputs as
-    ``ga``): a difference from eager that the compile frontend inherits. In order, because Dynamo
-    specializes a float argument on its first value and its guard takes -0.0 for 0.0: a later
-    call with -0.0 reuses the graph that holds 0.0 (fuzz graph 131 of seed 33552: ``x / s0``
-    with ``s0 = -0.0`` gave +inf, with the eager backend too). (Resets Dynamo: the case's later
-    calls compile its graphs again.)"""
+def _dynamo_run(fn: Any, case: dict, call: int, device: str) -> Any:
+    """Dynamo's own (outputs, inputs after the call) of ``call`` (``torch.compile`` with its
+    ``eager`` backend, the case's calls before it run first, in order), or the exception it raises."""
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="eager")
     try:
@@ -65,14 +60,26 @@ def _dynamo_answers(fn: Any, case: dict, call: int, device: str, outs: list, ga:
             except Exception:  # noqa: BLE001 - an earlier call's error is that call's finding
                 pass
         args = make_args(case, call, device)
-        try:
-            with autocast_of(case, device):
-                ref = compiled(*args)
-        except Exception:  # noqa: BLE001 - Dynamo raises as eager does: not this deviation
-            return False
+        with autocast_of(case, device):
+            return _flat(compiled(*args)), args
+    except Exception as e:  # noqa: BLE001
+        return e
     finally:
         torch._dynamo.reset()
-    return _agrees_with((_flat(ref), args), outs, ga, low_eps)
+
+
+def _dynamo_answers(fn: Any, case: dict, call: int, device: str, outs: list, ga: list, low_eps: float) -> bool:
+    """Dynamo alone (``torch.compile`` with its ``eager`` backend: no graphfuser), given the
+    case's calls up to ``call`` in order, gives ``outs`` at ``call`` (and leaves the inputs as
+    ``ga``): a difference from eager that the compile frontend inherits. In order, because Dynamo
+    specializes a float argument on its first value and its guard takes -0.0 for 0.0: a later
+    call with -0.0 reuses the graph that holds 0.0 (fuzz graph 131 of seed 33552: ``x / s0``
+    with ``s0 = -0.0`` gave +inf, with the eager backend too). (Resets Dynamo: the case's later
+    calls compile its graphs again.)"""
+    run = _dynamo_run(fn, case, call, device)
+    if isinstance(run, Exception):      # Dynamo raises as eager does: not this deviation
+        return False
+    return _agrees_with(run, outs, ga, low_eps)
 
 
 def _dynamo_raises_alike(fn: Any, case: dict, call: int, device: str, err: BaseException) -> bool:
@@ -388,7 +395,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                                                        ref_floor=floor + low_eps * go, eager_noise=4.0),
                     lambda seed: perturbed_run(fn, case, call, device, seed, grad=True), PERTURBED_RUNS,
                     (lambda: _ts.ints_run(case, call, device, workdir, tag)) if ts and _ts.has_bool_scalars(case)
-                    else None)
+                    else None,
+                    None if ts else (lambda: _dynamo_run(fn, case, call, device)))
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]

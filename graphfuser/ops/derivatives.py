@@ -427,9 +427,15 @@ def _addcmul(d, a, g, out):
 
 @derivative("addcdiv")
 def _addcdiv(d, a, g, out):
+    # eager's association (``g * (value / t2)``, ``-g * (value * t1 / (t2 * t2))``): (g / t2) * value
+    # overflowed where eager's factor keeps a huge gradient finite (3e38 / 0.5 * 0.25), and rounded
+    # otherwise than eager for value=1. value / t2 as value * (1 / t2): eager's bits for a
+    # power-of-two value (1 included), within an ulp otherwise
     v = a.get("value", 1)
-    q = _scaled(d, d.div(g, a["tensor2"]), v)
-    return {"self": g, "tensor1": q, "tensor2": d.neg(d.mul(q, d.div(a["tensor1"], a["tensor2"])))}
+    t1, t2 = a["tensor1"], a["tensor2"]
+    q = d.mul(g, _scaled(d, d.op("aten::reciprocal", t2), v))
+    r = d.div(_scaled(d, t1, v), d.mul(t2, t2))
+    return {"self": g, "tensor1": q, "tensor2": d.neg(d.mul(g, r))}
 
 
 @derivative("nan_to_num")

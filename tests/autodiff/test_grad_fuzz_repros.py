@@ -435,3 +435,25 @@ def test_type_as_takes_no_gradient_from_its_dtype_argument(frontend):
         b.sum().backward()
         torch.testing.assert_close(x0.grad, torch.func.grad(lambda t: F.hardswish(t).sum())(x0.detach()))
         x0.grad = None
+
+
+def test_addcdiv_gradient_factors_associate_as_eagers():
+    """eager's ``g * (value / t2)`` and ``-g * (value * t1 / (t2 * t2))``: (g / t2) * value took an
+    inf where eager's factor keeps a huge gradient finite, and rounded otherwise for value=1."""
+    import graphfuser
+
+    def fn(x, t1, t2):
+        return torch.addcdiv(x * 1.0, t1 * 1.0, t2 * 1.0, value=0.25) * 1.0
+
+    sf = graphfuser.script(fn)
+    t2 = torch.tensor([0.5, 3.0, -0.7, 1e-3])
+    g = torch.tensor([3e38, 1.0, -2.5e38, 7.0])
+    for _ in range(5):
+        got = [torch.tensor([1.0, 2.0, 3.0, 4.0]).requires_grad_(), torch.ones(4).requires_grad_(),
+               t2.clone().requires_grad_()]
+        want = [t.detach().clone().requires_grad_() for t in got]
+        sf(*got).backward(g)
+        fn(*want).backward(g)
+        for a, b in zip(got, want):
+            assert torch.isfinite(b.grad[:3]).all()
+            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)

@@ -528,3 +528,24 @@ def test_infinities_of_opposite_sign_differ():
         assert compare_tensor(e.to(dtype), e.to(dtype), None, 1.2e-7, check_strides=False) is None
         r = e.double()
         assert compare_tensor(g, e.to(dtype), r, 1.2e-7, check_strides=False)[0] == "wrong_value"
+
+
+def test_a_gradient_dynamo_itself_gives_is_its_deviation(monkeypatch):
+    """Fuzz graph 591 of seed 33621: Dynamo rewrites ``addcdiv(x, t1, t2, value=v)`` as
+    ``x + v * (t1 / t2)``, whose backward overflows (inf - inf: NaN) where eager's addcdiv formula
+    keeps x's gradient finite (2.68e38); graphfuser's gradient is that of Dynamo's own eager
+    backend, so it is Dynamo's deviation, not a finding."""
+    monkeypatch.setenv("GRAPHFUSER_FUZZ_FRONTEND", "compile")
+    x0 = {"name": "x0", "kind": "tensor", "dtype": "int32", "shape": ["B", 1, 16], "layout": "sliced",
+          "fill": "normal", "requires_grad": False}
+    x1 = {"name": "x1", "kind": "tensor", "dtype": "float32", "shape": [2, 16], "layout": "dense",
+          "fill": "normal", "requires_grad": True}
+    x2 = {"name": "x2", "kind": "tensor", "dtype": "float32", "shape": [16, 3], "layout": "dense",
+          "fill": "edge", "requires_grad": True}
+    case = _case("    v0 = torch.addcdiv(x1, x1, x1, value=-2.0)\n    v3 = torch.matmul(v0, x2.to(v0.dtype))\n"
+                 "    v3.mul_(1)\n    return v3\n", [x0, x1, x2], calls=[[0, False]] * 7)
+    case["seed"], case["ops"] = 439, ["addcdiv", "inplace:mul_", "matmul"]
+    res = run_case(case, "cpu", "/tmp", "dynamo-addcdiv-grad")
+    assert res["findings"] == [], res["findings"]
+    assert any(d["deviation"] == "dynamo_semantics" and "grad of x1" in d["detail"] for d in res["deviations"]), \
+        res["deviations"]
