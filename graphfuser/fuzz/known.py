@@ -71,6 +71,14 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (0 is the gradient of an empty sum; eager's NaN is its formula's 0 * NaN)",
         "when_on": "",
     },
+    "hardswish_nan_grad": {
+        "what": "hardswish's gradient at a NaN input on the CPU, where eager's own kernel disagrees with "
+                "itself: its vectorized loop gives NaN for the elements of whole vector chunks (32 float32 "
+                "elements on an AVX-512 host) and the upstream gradient for the scalar tail (a tensor smaller "
+                "than one chunk: every element); graphfuser gives NaN, the vectorized answer",
+        "knob": "none (which of NaN and the upstream gradient eager gives depends on the element's position)",
+        "when_on": "",
+    },
     "welford_inf": {
         "what": "statistics of data holding an inf, where eager's own kernels disagree: a batch / instance "
                 "norm's running mean or var after the call, which eager's CUDA kernel (Welford's update, "

@@ -549,3 +549,23 @@ def test_a_gradient_dynamo_itself_gives_is_its_deviation(monkeypatch):
     assert res["findings"] == [], res["findings"]
     assert any(d["deviation"] == "dynamo_semantics" and "grad of x1" in d["detail"] for d in res["deviations"]), \
         res["deviations"]
+
+
+def test_hardswish_nan_gradient_is_eagers_own_disagreement():
+    """Fuzz graph 2640 of seed 33631: eager's CPU hardswish backward gives NaN at a NaN input in
+    its vectorized chunks and the upstream gradient in its scalar tail (a 0-dim tensor: always);
+    graphfuser's NaN is the vectorized answer. Only NaN-for-finite differences of a CPU graph
+    with hardswish are that deviation."""
+    from graphfuser.fuzz.grads import _hardswish_nan
+
+    x = torch.full((64,), float("nan"), requires_grad=True)
+    torch.nn.functional.hardswish(x).backward(torch.ones(64))
+    assert bool(x.grad.isnan().any())                       # eager's vectorized chunks: NaN
+    tail = torch.tensor(float("nan"), requires_grad=True)
+    torch.nn.functional.hardswish(tail).backward(torch.tensor(0.7))
+    assert tail.grad.item() == pytest.approx(0.7)           # eager's scalar path passes the gradient
+    case = {"ops": ["hardswish", "mul"]}
+    g, e = torch.tensor([float("nan"), 1.0]), torch.tensor([0.7, 1.0])
+    assert _hardswish_nan(case, g, e)
+    assert not _hardswish_nan({"ops": ["mul"]}, g, e)
+    assert not _hardswish_nan(case, torch.tensor([0.5, 1.0]), e)         # a finite difference: a finding
