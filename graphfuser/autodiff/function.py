@@ -173,6 +173,24 @@ class DifferentiableGroup:
                 if torch.is_grad_enabled():
                     return py_apply(*args) if functorch_active() else c_apply(*args)
                 return forward(*args)
+        # tensor inputs no gradient reaches (the operand of a comparison only) enter the Function
+        # detached, as eager's ops record no edge to them: with an edge, autograd's engine would
+        # run the node that made such an input, whose saved tensors an in-place write after it may
+        # have invalidated (fuzz graph 1829 of seed 33651: clamp_max(v0) > 0 as a where's mask,
+        # then v0.copy_(x0): "modified by an inplace operation", where eager never runs that node)
+        reach = set(plan.grad_inputs) | set(plan.zero_inputs) | set(written.values())
+        cut = [i for i in self.tensor_in if i not in reach]
+        if cut:
+            inner = run
+
+            def run(*args: Any) -> tuple:     # noqa: F811 - the same entry, some inputs detached
+                if torch.is_grad_enabled():
+                    args = list(args)
+                    for i in cut:
+                        a = args[i]
+                        if a is not None and a.requires_grad:
+                            args[i] = a.detach()
+                return inner(*args)
         self.run = run
         return fn
 

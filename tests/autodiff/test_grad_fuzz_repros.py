@@ -457,3 +457,30 @@ def test_addcdiv_gradient_factors_associate_as_eagers():
         for a, b in zip(got, want):
             assert torch.isfinite(b.grad[:3]).all()
             torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
+def test_an_input_only_compared_records_no_edge():
+    # fuzz graph 1829 (seed 33651): v2 = clamp_max(v0) is only compared (a where's mask); eager's
+    # where records no edge to it, so clamp_max's node never runs, and v0.copy_ after it is fine.
+    # The fused group took v2 with an edge: the engine ran that node, whose saved v0 copy_ had
+    # written ("modified by an inplace operation")
+    import graphfuser
+
+    def fn(x0, x1):
+        v0 = torch.clamp_max(x1, x1)
+        v1 = v0.squeeze()
+        v0.add_(1)
+        v2 = torch.clamp_max(v0, 10.0)
+        v0.copy_(x0)
+        return torch.where(v2 > 0, v1, 0)
+
+    sf = graphfuser.script(fn)
+    for _ in range(6):
+        got = [torch.tensor(5.0, requires_grad=True), torch.tensor(2.0, requires_grad=True)]
+        want = [torch.tensor(5.0, requires_grad=True), torch.tensor(2.0, requires_grad=True)]
+        a, b = sf(*got), fn(*want)
+        torch.testing.assert_close(a, b)
+        a.backward()
+        b.backward()
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.grad, w.grad)
