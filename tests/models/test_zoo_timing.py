@@ -154,3 +154,16 @@ def test_race_merges_parts_in_the_race_order(tmp_path):
     c = part("c.json", [], gpu="NVIDIA H100 80GB HBM3")
     with pytest.raises(SystemExit, match="different GPUs"):
         race.main(["--merge", a, c, "--out", str(tmp_path / "out")])
+
+
+def test_prof_bn_shapes_is_a_subcommand_and_needs_a_gpu(capsys):
+    """``python -m graphfuser prof bn-shapes``: listed among the profilers; without a GPU it says so
+    and exits 0 (it times CUDA kernels only)."""
+    from graphfuser.tools import prof
+    from graphfuser.tools.prof import bn_shapes
+
+    assert "bn-shapes" in prof.SUBCOMMANDS
+    assert sum(count for _, count in bn_shapes.RESNET50) == 53      # resnet50's batch norms
+    if not __import__("torch").cuda.is_available():
+        assert prof.main(["bn-shapes", "--device", "cpu"]) == 0
+        assert "needs a GPU" in capsys.readouterr().out

@@ -1,0 +1,81 @@
+"""Batch norm in training at every batch-norm shape of a model: kernel time of one forward +
+backward of ``relu(batch_norm(x))``, graphfuser channels-last and NCHW beside eager's, summed with
+the model's count of each shape.
+
+    python -m graphfuser prof bn-shapes --device cuda            # resnet50's shapes, bf16, batch 32
+
+Kernel time: the CUDA kernels torch.profiler records over ``--calls`` steps after warm-up, per
+step. The sum weighs each shape by how often resnet50 has it, so it stands for the model's batch
+norms (not its ReLUs: bottleneck ends add the residual first). Prints text, never asserts.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+# resnet50's 53 batch norms: (channels, height) -> how many (224 x 224 inputs, as the race's)
+RESNET50 = [((64, 112), 1), ((64, 56), 6), ((256, 56), 4), ((128, 56), 1), ((128, 28), 7), ((512, 28), 5),
+            ((256, 28), 1), ((256, 14), 11), ((1024, 14), 7), ((512, 14), 1), ((512, 7), 5), ((2048, 7), 4)]
+
+
+def bn_relu(x, w, b, rm, rv):
+    return F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5).relu()
+
+
+def _inputs(n: int, c: int, h: int, channels_last: bool, dtype: torch.dtype, device: str) -> tuple:
+    x = torch.randn(n, c, h, h, device=device, dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.rand(c, device=device).add(0.5).to(dtype).requires_grad_()
+    b = torch.randn(c, device=device).to(dtype).requires_grad_()
+    rm, rv = torch.zeros(c, device=device, dtype=dtype), torch.ones(c, device=device, dtype=dtype)
+    return (x.requires_grad_(), w, b, rm, rv), torch.randn_like(x)
+
+
+def kernel_us(fn, args: tuple, grad: torch.Tensor, calls: int) -> float:
+    """Kernel microseconds per forward + backward step (CUDA kernels in torch.profiler's record)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(4):                      # profiling runs, compile, first fused call
+        fn(*args).backward(grad)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args).backward(grad)
+        torch.cuda.synchronize()
+    total = sum(ev.device_time for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA)
+    return total / calls
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    import graphfuser
+
+    p = argparse.ArgumentParser(prog="prof bn-shapes", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--calls", type=int, default=10)
+    args = p.parse_args(argv)
+    if args.device != "cuda" or not torch.cuda.is_available():
+        print("prof bn-shapes times CUDA kernels: it needs a GPU")
+        return 0
+    dtype = getattr(torch, args.dtype)
+    backends = {"graphfuser_cl": (graphfuser.script(bn_relu), True), "graphfuser_nchw": (graphfuser.script(bn_relu), False),
+                "eager_cl": (bn_relu, True), "eager_nchw": (bn_relu, False)}
+    total = dict.fromkeys(backends, 0.0)
+    print(f"{torch.cuda.get_device_name()}, {args.dtype}, batch {args.batch}: kernel us per forward + backward")
+    print("| shape | count | " + " | ".join(backends) + " |")
+    print("|---|---:|" + "---:|" * len(backends))
+    for (c, h), count in RESNET50:
+        cells = []
+        for name, (fn, cl) in backends.items():
+            a, g = _inputs(args.batch, c, h, cl, dtype, args.device)
+            us = kernel_us(fn, a, g, args.calls)
+            total[name] += us * count
+            cells.append(f"{us:.1f}")
+        print(f"| [{args.batch}, {c}, {h}, {h}] | {count} | " + " | ".join(cells) + " |")
+    print("| resnet50 (sum x count) | | " + " | ".join(f"{v:.0f}" for v in total.values()) + " |")
+    return 0
