@@ -329,3 +329,22 @@ def test_narrow_integer_block_reductions(dtype, device):
             assert got.dtype == want.dtype and torch.equal(got, want)
     if device == "cpu":
         assert nvrtc_compile(sf) >= 1
+
+
+def test_bool_row_values_kept_as_int_read_back_as_bool():
+    # fuzz graph 1554 (seed 33671): a bool row value (isfinite of the column sums) kept in an int
+    # lane array met a bool in gf_fmin(T, T): "no matching function for call to gf_fmin(bool, int)"
+    import graphfuser
+    from graphfuser.config import config
+
+    def fn(x):
+        m = torch.fmin(x, torch.sum(x, [0, 2], keepdim=True).isfinite())
+        return m * 7, torch.fmax(m, x.sum([0, 2], keepdim=True) > 3)
+
+    sf = graphfuser.script(fn)
+    for n in (33, 67):
+        x = (torch.rand(n, 1, 1, 14) > 0.5)[..., ::2]
+        with config.override(disable=["fallback"]):
+            for _ in range(3):
+                for a, b in zip(sf(x), fn(x)):
+                    assert a.dtype == b.dtype and torch.equal(a, b)

@@ -38,19 +38,23 @@ class RowValues:
         lane = self.lane()
         names = self.base_names(lane)
         kept = self._rows_read_outside(todo) if lanes else set()
+        slots: dict[int, str] = {}
         for e in todo:
             if id(e) in kept:
-                # (bool lanes as int: GCC vectorizes no simd loop that loads a bool array)
+                # (bool lanes as int: GCC vectorizes no simd loop that loads a bool array; read
+                # back as bool, so that a template of one type (gf_fmin(T, T)) takes them beside
+                # a bool: fuzz graph 1554 of seed 33671, fmin of a bool and a row's isfinite)
                 ct = "int" if e.dtype is torch.bool else COMPUTE_TYPES[e.dtype]
                 em(f"{ct} h{len(self.hnames)}[{self.L}];")
-                self.hnames[id(e)] = f"h{len(self.hnames)}{lane}"
+                slots[id(e)] = f"h{len(self.hnames)}{lane}"
+                self.hnames[id(e)] = f"((bool){slots[id(e)]})" if e.dtype is torch.bool else slots[id(e)]
         outer = em.depth
         if lanes:
             self.open_row_lanes(em)
         for n, e in enumerate(todo):
             text = self.text(e, names, self.row_load)
             if id(e) in kept:
-                em(f"{self.hnames[id(e)]} = {text};")
+                em(f"{slots[id(e)]} = {text};")
                 names[id(e)] = self.hnames[id(e)]
                 continue
             name = f"r{p}_{n}" if lanes else f"h{len(self.hnames)}"
