@@ -484,3 +484,22 @@ def test_an_input_only_compared_records_no_edge():
         b.backward()
         for g, w in zip(got, want):
             torch.testing.assert_close(g.grad, w.grad)
+
+
+def test_addcmul_gradient_factors_associate_as_eagers():
+    # fuzz graph 77 of seed 33691: eager's g * (t2 * value); (g * t2) * value overflowed to -inf
+    import graphfuser
+
+    def fn(x, t1, t2):
+        return torch.addcmul(x * 1.0, t1 * 1.0, t2 * 1.0, value=0.25) * 1.0
+
+    sf = graphfuser.script(fn)
+    t = torch.tensor([4.0, 3.0, -7.5, 1e-3])
+    g = torch.tensor([3e38, 1.0, -2.5e38, 7.0])
+    for _ in range(5):
+        got = [torch.ones(4).requires_grad_(), t.clone().requires_grad_(), t.clone().requires_grad_()]
+        want = [v.detach().clone().requires_grad_() for v in got]
+        sf(*got).backward(g)
+        fn(*want).backward(g)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
