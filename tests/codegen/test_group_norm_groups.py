@@ -188,3 +188,19 @@ def test_half_group_norm_rounds_once_in_every_call(dtype):
         assert y.dtype == dtype
         assert int((y != ref.to(dtype)).sum()) <= y.numel() // 200
         torch.testing.assert_close(y.double(), ref, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps)
+
+
+def test_one_group_of_data_near_floats_max_on_the_cpu():
+    # fuzz graph 1018 of seed 33691: num_groups=1 is not rewritten as an instance norm; its float32
+    # statistics of a sample holding 3e38 overflowed (variance inf, output 0 everywhere). They
+    # accumulate in float64 on the CPU, as the batch and instance norms' do: float64's answer
+    def fn(x):
+        return F.group_norm(x, 1, None, None, 1e-12) * 1.0
+
+    row = torch.tensor([0.515, 0.357, 3.0e38, -2.19, 0.713, -0.0, 0.675])
+    x = torch.stack([row, torch.randn(7)]).reshape(2, 7, 1)
+    sf = graphfuser.script(fn)
+    with config.override(disable=["fallback"]):
+        for _ in range(3):
+            got = sf(x)
+    torch.testing.assert_close(got, fn(x.double()).float(), rtol=1e-5, atol=1e-6)
