@@ -437,28 +437,6 @@ def test_type_as_takes_no_gradient_from_its_dtype_argument(frontend):
         x0.grad = None
 
 
-def test_addcdiv_gradient_factors_associate_as_eagers():
-    """eager's ``g * (value / t2)`` and ``-g * (value * t1 / (t2 * t2))``: (g / t2) * value took an
-    inf where eager's factor keeps a huge gradient finite, and rounded otherwise for value=1."""
-    import graphfuser
-
-    def fn(x, t1, t2):
-        return torch.addcdiv(x * 1.0, t1 * 1.0, t2 * 1.0, value=0.25) * 1.0
-
-    sf = graphfuser.script(fn)
-    t2 = torch.tensor([0.5, 3.0, -0.7, 1e-3])
-    g = torch.tensor([3e38, 1.0, -2.5e38, 7.0])
-    for _ in range(5):
-        got = [torch.tensor([1.0, 2.0, 3.0, 4.0]).requires_grad_(), torch.ones(4).requires_grad_(),
-               t2.clone().requires_grad_()]
-        want = [t.detach().clone().requires_grad_() for t in got]
-        sf(*got).backward(g)
-        fn(*want).backward(g)
-        for a, b in zip(got, want):
-            assert torch.isfinite(b.grad[:3]).all()
-            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
-
-
 def test_an_input_only_compared_records_no_edge():
     # fuzz graph 1829 (seed 33651): v2 = clamp_max(v0) is only compared (a where's mask); eager's
     # where records no edge to it, so clamp_max's node never runs, and v0.copy_ after it is fine.
@@ -486,20 +464,32 @@ def test_an_input_only_compared_records_no_edge():
             torch.testing.assert_close(g.grad, w.grad)
 
 
-def test_addcmul_gradient_factors_associate_as_eagers():
-    # fuzz graph 77 of seed 33691: eager's g * (t2 * value); (g * t2) * value overflowed to -inf
+
+@pytest.mark.parametrize("op, t2", [
+    # eager's g * (value / t2) and -g * (value * t1 / (t2 * t2)): (g / t2) * value took an inf
+    # where eager's factor keeps a huge gradient finite, and rounded otherwise for value=1
+    ("addcdiv", [0.5, 3.0, -0.7, 1e-3]),
+    # eager's g * (t2 * value): (g * t2) * value overflowed to -inf (fuzz graph 77 of seed 33691)
+    ("addcmul", [4.0, 3.0, -1.5, 1e-3]),
+])
+def test_addc_gradient_factors_associate_as_eagers(op, t2):
     import graphfuser
 
-    def fn(x, t1, t2):
+    def addcdiv(x, t1, t2):
+        return torch.addcdiv(x * 1.0, t1 * 1.0, t2 * 1.0, value=0.25) * 1.0
+
+    def addcmul(x, t1, t2):
         return torch.addcmul(x * 1.0, t1 * 1.0, t2 * 1.0, value=0.25) * 1.0
 
+    fn = {"addcdiv": addcdiv, "addcmul": addcmul}[op]
     sf = graphfuser.script(fn)
-    t = torch.tensor([4.0, 3.0, -7.5, 1e-3])
     g = torch.tensor([3e38, 1.0, -2.5e38, 7.0])
     for _ in range(5):
-        got = [torch.ones(4).requires_grad_(), t.clone().requires_grad_(), t.clone().requires_grad_()]
-        want = [v.detach().clone().requires_grad_() for v in got]
+        got = [torch.tensor([1.0, 2.0, 3.0, 4.0]).requires_grad_(), torch.ones(4).requires_grad_(),
+               torch.tensor(t2).requires_grad_()]
+        want = [t.detach().clone().requires_grad_() for t in got]
         sf(*got).backward(g)
         fn(*want).backward(g)
         for a, b in zip(got, want):
+            assert torch.isfinite(b.grad[:3]).all()
             torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
