@@ -592,6 +592,6 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     exec(compile(src, f"<graphfuser launcher {cg.name}>", "exec"), ns)
     run = ns["run"]
     run.namespace = ns
-    if cg.target != "cpu" and not config.is_disabled("preload"):
+    if cg.target != "cpu":
         preload(run, cg.sub, ns["_load"])       # the first call's variant, on the build thread
     return run
