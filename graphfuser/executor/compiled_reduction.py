@@ -45,7 +45,6 @@ from ..ir.graph import Graph
 from ..config import config
 from ..log import dump
 from .compiled import allocation
-from .preload import preload
 
 class DeferToEager(Exception):
     """Raised inside a launcher for a call the kernel does not compute (see ``launcher_source``);
@@ -592,6 +591,4 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     exec(compile(src, f"<graphfuser launcher {cg.name}>", "exec"), ns)
     run = ns["run"]
     run.namespace = ns
-    if cg.target != "cpu":
-        preload(run, cg.sub, ns["_load"])       # the first call's variant, on the build thread
     return run
