@@ -325,3 +325,24 @@ def test_norm_grads_on_cuda(dtype):
             # rounding of such a sum is 0.125-0.25 (eager's own error against float64 is 0.21)
             with config.override(enable=["cuda_batch_norm_training"]):   # cuDNN by default on CUDA
                 check_grads(fn, inputs, dict(rtol=0.1, atol=0.3) if dtype == torch.bfloat16 else tol)
+
+
+def _bn_eval(x, rm, rv, w):
+    return torch.nn.functional.batch_norm(x, rm, rv, w, None, False, 0.1, 1e-5) * 8.0
+
+
+def test_eval_batch_norm_with_strided_running_stats_has_right_weight_gradients():
+    """Every call, profiling calls (which run eager's op) included: the weight gradient of an
+    eval-mode batch norm whose running mean and variance are stepped slices is the float64
+    formula's. Eager's CPU backward reads such statistics as dense and gave 1e32 where the
+    formula gives tens (fuzz graph 1740 of CPU seed 33711); graphfuser hands them to it dense."""
+    g = torch.Generator().manual_seed(0)
+    x, go = torch.randn(35, 8, generator=g), torch.randn(35, 8, generator=g)
+    rm, rv = torch.randn(16, generator=g)[::2], (torch.rand(16, generator=g) + 0.3)[::2]
+    ref = (go.double() * 8 * (x.double() - rm.double()) * torch.rsqrt(rv.double() + 1e-5)).sum(0)
+    sf = graphfuser.script(_bn_eval)
+    for call in range(4):
+        w = torch.ones(8, requires_grad=True)
+        (gw,) = torch.autograd.grad(sf(x, rm, rv, w), w, go)
+        torch.testing.assert_close(gw.double(), ref, rtol=1e-4, atol=1e-4, msg=f"call {call}")
+    assert rm.stride() == (2,) and rv.stride() == (2,)
