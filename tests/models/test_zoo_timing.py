@@ -3,6 +3,8 @@ import json
 import time
 
 import pytest
+import torch
+import torch._dynamo
 
 from graphfuser.tools.zoo import time_interleaved
 
@@ -167,3 +169,26 @@ def test_prof_bn_shapes_is_a_subcommand_and_needs_a_gpu(capsys):
     if not __import__("torch").cuda.is_available():
         assert prof.main(["bn-shapes", "--device", "cpu"]) == 0
         assert "needs a GPU" in capsys.readouterr().out
+
+
+def test_cold_phase_clock_counts_phases_and_restores():
+    """``prof cold``'s clock: the executor's phases of a backend's first calls are counted on the
+    calling thread, and leaving the clock puts the original functions back."""
+    from graphfuser.executor.executor import ScriptedFunction
+    from graphfuser.frontend.dynamo import registered_backend
+    from graphfuser.tools.prof.cold import PhaseClock, cold_calls
+
+    original = ScriptedFunction._profile_call
+    x = torch.randn(8, 33)
+
+    def make_step():
+        f = torch.compile(lambda t: (t * 2.0 + 1.0).relu().sum(-1), backend=registered_backend())
+        return lambda: f(x)
+
+    torch._dynamo.reset()
+    with PhaseClock() as clock:
+        cold, ends = cold_calls(make_step, "cpu")
+    assert ScriptedFunction._profile_call is original
+    assert clock.calls["profiling calls"] >= 2 and clock.calls["optimize"] == 1, clock.line()
+    assert clock.seconds["profiling calls"] >= clock.seconds["optimize"] > 0
+    assert len(ends) == 3 and ends == sorted(ends) and cold == ends[-1]

@@ -1,0 +1,155 @@
+"""Cold start by phase: where the seconds of a race row's first calls through graphfuser go.
+
+    python -m graphfuser prof cold --device cuda --rows gpt2:train-bf16,llama:infer-bf16
+
+Each row runs in a process of its own with an empty kernel cache. Eager runs the row twice first
+(CUDA, cuBLAS and cuDNN initialized, as in the race, where eager goes first); then
+``torch.compile(model, backend="graphfuser")`` wraps the model and three calls run, synchronized.
+Printed per row: the cold seconds, when each call ended, and the seconds of each phase on the
+calling thread (the build threads' own time is not counted; ``profiling calls`` holds
+``optimize``, which holds ``prebuild``), the calling thread's NVRTC runs, Python's cyclic
+collections (any thread), and last Dynamo alone (``backend="eager"``, compiled afterwards in the
+same process: what a backend cannot shorten). Never asserts.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+# phase -> (module, class or None, attribute)
+PHASES = {
+    "profiling calls": ("graphfuser.executor.executor", "ScriptedFunction", "_profile_call"),
+    "optimize": ("graphfuser.executor.executor", "ScriptedFunction", "_optimize"),
+    "prebuild": ("graphfuser.executor.executor", "ScriptedFunction", "_prebuild"),
+    "host programs": ("graphfuser.executor.executor", "ScriptedFunction", "_rebuild"),
+    "FX capture": ("graphfuser.frontend.dynamo", None, "capture"),
+    "NVRTC (calling thread)": ("graphfuser.runtime.nvrtc", None, "_run_nvrtc"),
+}
+
+
+class PhaseClock:
+    """Seconds and calls per phase while installed: the functions of ``PHASES`` wrapped (calls on
+    the calling thread only), and a ``gc.callbacks`` entry for the cyclic collector."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        self.calls: collections.Counter = collections.Counter()
+        self._undo: list[Callable[[], None]] = []
+        self._gc_start = 0.0
+
+    def _wrap(self, label: str, fn: Callable) -> Callable:
+        main = threading.main_thread()
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is not main:
+                return fn(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[label] += time.perf_counter() - t0
+                self.calls[label] += 1
+        return timed
+
+    def _collector(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.seconds["cyclic GC"] += time.perf_counter() - self._gc_start
+            self.calls["cyclic GC"] += 1
+
+    def __enter__(self) -> "PhaseClock":
+        import importlib
+
+        for label, (mod, cls, attr) in PHASES.items():
+            owner = importlib.import_module(mod)
+            owner = getattr(owner, cls) if cls else owner
+            fn = getattr(owner, attr, None)
+            if fn is None:
+                continue
+            setattr(owner, attr, self._wrap(label, fn))
+            self._undo.append(functools.partial(setattr, owner, attr, fn))
+        gc.callbacks.append(self._collector)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        gc.callbacks.remove(self._collector)
+        for undo in reversed(self._undo):
+            undo()
+
+    def line(self) -> str:
+        order = sorted(self.seconds, key=lambda k: -self.seconds[k])
+        return ", ".join(f"{k} {self.seconds[k]:.2f} s ({self.calls[k]})" for k in order)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def cold_calls(make_step: Callable[[], Callable[[], Any]], device: str, calls: int = 3) -> tuple[float, list[float]]:
+    """(seconds to the end of ``calls`` calls of the step ``make_step()`` returns, each call's end)."""
+    _sync(device)
+    t0 = time.perf_counter()
+    step = make_step()
+    ends = []
+    for _ in range(calls):
+        step()
+        _sync(device)
+        ends.append(time.perf_counter() - t0)
+    return ends[-1], ends
+
+
+def profile_row(name: str, mode: str, device: str) -> None:
+    import torch._dynamo
+
+    from ...frontend.dynamo import registered_backend
+    from ..race import build, inputs, step_fn
+
+    torch.manual_seed(0)
+    model = build(name, device)
+    model.train(mode.startswith("train"))
+    x, y = inputs(name, mode, device, None)
+    for _ in range(2):
+        step_fn(name, mode, model, model, x, y, device)()
+    with PhaseClock() as clock:
+        cold, ends = cold_calls(lambda: step_fn(name, mode, model, torch.compile(model, backend=registered_backend()),
+                                                x, y, device), device)
+    torch._dynamo.reset()
+    dynamo, _ = cold_calls(lambda: step_fn(name, mode, model, torch.compile(model, backend="eager"), x, y, device),
+                           device)
+    print(f"== {name} {mode}: cold {cold:.2f} s, calls end at {', '.join(f'{e:.2f}' for e in ends)}")
+    print(f"   {clock.line()}")
+    print(f"   Dynamo alone (backend='eager', compiled second): {dynamo:.2f} s")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--rows", default="gpt2:train-bf16,llama:infer-bf16")
+    p.add_argument("--in-process", action="store_true", help="run the rows here (default: a process per row)")
+    a = p.parse_args(argv)
+    rows = a.rows.split(",")
+    if a.in_process or len(rows) == 1:
+        os.environ.setdefault("GRAPHFUSER_CACHE_DIR", tempfile.mkdtemp(prefix="graphfuser-cold-"))
+        for row in rows:
+            name, mode = row.split(":")
+            profile_row(name, mode, a.device)
+        return 0
+    for row in rows:
+        env = dict(os.environ, GRAPHFUSER_CACHE_DIR=tempfile.mkdtemp(prefix="graphfuser-cold-"))
+        subprocess.run([sys.executable, "-m", "graphfuser", "prof", "cold", "--device", a.device, "--rows", row],
+                       env=env, check=False)
+    return 0
