@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch._dynamo
 
 import graphfuser
 from graphfuser.config import config
@@ -331,7 +332,8 @@ def _bn_eval(x, rm, rv, w):
     return torch.nn.functional.batch_norm(x, rm, rv, w, None, False, 0.1, 1e-5) * 8.0
 
 
-def test_eval_batch_norm_with_strided_running_stats_has_right_weight_gradients():
+@pytest.mark.parametrize("entry", ["script", "compile"])
+def test_eval_batch_norm_with_strided_running_stats_has_right_weight_gradients(entry):
     """Every call, profiling calls (which run eager's op) included: the weight gradient of an
     eval-mode batch norm whose running mean and variance are stepped slices is the float64
     formula's. Eager's CPU backward reads such statistics as dense and gave 1e32 where the
@@ -340,7 +342,13 @@ def test_eval_batch_norm_with_strided_running_stats_has_right_weight_gradients()
     x, go = torch.randn(35, 8, generator=g), torch.randn(35, 8, generator=g)
     rm, rv = torch.randn(16, generator=g)[::2], (torch.rand(16, generator=g) + 0.3)[::2]
     ref = (go.double() * 8 * (x.double() - rm.double()) * torch.rsqrt(rv.double() + 1e-5)).sum(0)
-    sf = graphfuser.script(_bn_eval)
+    if entry == "script":
+        sf = graphfuser.script(_bn_eval)
+    else:
+        from graphfuser.frontend.dynamo import registered_backend
+
+        torch._dynamo.reset()
+        sf = torch.compile(_bn_eval, backend=registered_backend())
     for call in range(4):
         w = torch.ones(8, requires_grad=True)
         (gw,) = torch.autograd.grad(sf(x, rm, rv, w), w, go)
