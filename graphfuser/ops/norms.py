@@ -168,7 +168,14 @@ def _normalize_parts(call: OpCall, acc: Optional[torch.dtype] = None) -> tuple[E
     var = b.div(m2, b.reduction_size(acc or call.compute))
     rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
     # (x - k) - s1 / N: x - mean without the rounding of mean (see shifted_moments)
-    return _affine(call, b.mul(b.sub(d, c), rstd)), c, mean, rstd
+    y = b.mul(b.sub(d, c), rstd)
+    if call.device_type != "cpu":
+        # finite data whose sums overflow (M2 inf, rstd 0, c inf or NaN): 0, eager's CUDA value
+        # (x - mean) * 0 with its Welford mean; eager's CPU kernels give NaN there, as d - c does
+        # (a float32 layer norm of edge values gave NaN where eager's CUDA kernel gave the bias:
+        # fuzz graph 23 of CUDA seed 33802, through torch.compile)
+        y = b.where(b.call("and", b.call("isinf", m2), b.call("isnan", y)), call.const(0, acc or call.compute), y)
+    return _affine(call, y), c, mean, rstd
 
 
 def _layer_norm(call: OpCall) -> Expr:

@@ -68,3 +68,35 @@ def test_new_sizes_reuse_the_kernel():
         torch.testing.assert_close(sf_i(x, w, b), inorm(x, w, b), **TOL[torch.float32])
         torch.testing.assert_close(sf_g(x, w, b), gnorm(x, w, b), **TOL[torch.float32])
     assert compiled.STATS["builds"] == builds
+
+
+def _ln_shift(x, w, b):
+    return F.layer_norm(x * 1.0, [x.shape[-1]], w, b, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("width", [5, 4096])
+def test_layer_norm_of_rows_whose_sums_overflow(dtype, width):
+    """Rows of finite values whose sums overflow float32 (two 3e38 after a first element of 0.5:
+    the shifted sum is inf): eager's CUDA layer norm gives the bias there (its Welford mean stays
+    finite, its variance is inf, its rstd 0), and so does the kernel (it had made those rows NaN,
+    as for data holding an inf); rows holding an inf or a NaN stay NaN, ordinary rows keep their
+    values."""
+    import graphfuser
+    from graphfuser.config import config
+
+    x = torch.randn(6, width, device="cuda")
+    x[0, :3] = torch.tensor([0.5, 3e38, 3e38])
+    x[1, :3] = torch.tensor([-1.0, -3e38, -3e38])
+    x[2, 2] = float("inf")
+    x[3, 0] = float("nan")
+    x = x.to(dtype)
+    w, b = r(width, dtype=dtype), r(width, dtype=dtype)
+    sf = graphfuser.script(_ln_shift)
+    with config.override(disable=["fallback"]):
+        for _ in range(3):
+            out = sf(x, w, b)
+    assert fusion_groups(sf._optimized)
+    ref = _ln_shift(x, w, b)
+    torch.testing.assert_close(out[:2], b.expand(2, width), **TOL[dtype])
+    torch.testing.assert_close(out, ref, equal_nan=True, **TOL[dtype])
