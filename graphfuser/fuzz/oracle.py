@@ -460,7 +460,7 @@ def _rounded_pipeline_agrees(fn, case: dict, call: int, device: str, cache: list
     if not cache:
         args = make_args(case, call, device)
         try:
-            with torch.no_grad(), autocast_of(case, device), ExactMoments(), RoundedIntermediates():
+            with torch.no_grad(), autocast_of(case, device), ExactMoments(stages=True), RoundedIntermediates():
                 cache.append((_flat(fn(*args)), args))
         except Exception:  # noqa: BLE001 - no rounded reference: the finding stands
             cache.append(None)

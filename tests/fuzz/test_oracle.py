@@ -150,6 +150,25 @@ def test_exact_moments_reference_is_exact_for_constant_channels():
     assert torch.allclose(rm, torch.full((4,), 0.2 / 3, dtype=torch.float64))   # eager's update ran
 
 
+def test_rounded_pipeline_rounds_a_normalization_before_its_affine():
+    """The oracle's correctly rounded pipeline (ExactMoments(stages=True) under
+    RoundedIntermediates) rounds the normalized value to float32 before adding the bias, as every
+    kernel does: -1/sqrt(1 + 1e-9) rounds to -1, and plus 1.0 that is 0; rounded only after the
+    sum it stays 5e-10 (fuzz graph 225 of CPU seed 33701: a logical_and of such a value flipped
+    where graphfuser's 0 was this pipeline's value)."""
+    from graphfuser.fuzz.reference import ExactMoments, RoundedIntermediates
+    import torch.nn.functional as F
+
+    x, bias = torch.tensor([[-1.0, 1.0]]), torch.tensor([1.0, 1.0])
+    with torch.no_grad(), ExactMoments(stages=True), RoundedIntermediates():
+        staged = F.layer_norm(x, [2], None, bias, 1e-9)
+        grouped = F.group_norm(x.reshape(1, 2, 1), 1, None, bias, 1e-9)
+    with torch.no_grad(), ExactMoments():
+        whole = F.layer_norm(x, [2], None, bias, 1e-9)
+    assert staged[0, 0].item() == 0.0 and grouped[0, 0, 0].item() == 0.0
+    assert 0 < whole[0, 0].item() < 1e-9
+
+
 def test_exact_moments_reference_holds_the_mean_beyond_float64():
     # fuzz graph 2090 (seed 8787): a float64 layer norm of rows with mean 1e4 and spread 1e-2 sums
     # to 0; with the mean rounded to float64 the reference's sum was 1.5e-10, eager's value, and
