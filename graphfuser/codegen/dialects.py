@@ -175,7 +175,8 @@ static inline unsigned short gf_f2h(float f) {
 
 # Branch-free float exp/tanh/erf for the CPU dialect: simd loops vectorize them (libm's scalar
 # calls do not). Cephes-style range reduction and polynomials, within ~2 ulp of libm (erf: within
-# 2e-7 absolute); NaN and infinities propagate as in libm.
+# 2e-7 absolute); NaN, infinities and signed zeros propagate as in libm (tanh(-0.0) had been +0.0,
+# which atan2 turned into 0 where eager gives -pi: fuzz graph 166 of CPU seed 33910).
 _CPU_VECTOR_MATH = r"""
 static inline float gf_vexpf(float x) {
   float xc = x > 88.72283f ? 88.72283f : (x < -103.972f ? -103.972f : x);
@@ -208,6 +209,7 @@ static inline float gf_vtanhf(float x) {
   float big = 1.0f - 2.0f / (e + 1.0f);
   big = x < 0 ? -big : big;
   float y = a < 0.625f ? small : big;
+  y = a == 0.0f ? x : y;                /* tanh(-0) is -0: x + x * z * p had made it +0 */
   return x != x ? x : y;
 }
 static inline float gf_verff(float x) {
