@@ -169,12 +169,12 @@ def _normalize_parts(call: OpCall, acc: Optional[torch.dtype] = None) -> tuple[E
     rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
     # (x - k) - s1 / N: x - mean without the rounding of mean (see shifted_moments)
     y = b.mul(b.sub(d, c), rstd)
-    if call.device_type != "cpu":
-        # finite data whose sums overflow (M2 inf, rstd 0, c inf or NaN): 0, eager's CUDA value
-        # (x - mean) * 0 with its Welford mean; eager's CPU kernels give NaN there, as d - c does
-        # (a float32 layer norm of edge values gave NaN where eager's CUDA kernel gave the bias:
-        # fuzz graph 23 of CUDA seed 33802, through torch.compile)
-        y = b.where(b.call("and", b.call("isinf", m2), b.call("isnan", y)), call.const(0, acc or call.compute), y)
+    # finite data whose sums overflow (M2 inf, rstd 0, c inf or NaN): 0, eager's value (x - mean)
+    # * 0 with its finite running mean, on CUDA and on the CPU (a float32 layer norm of edge values
+    # gave NaN where eager gave the bias: fuzz graph 23 of CUDA seed 33802 and graph 127 of CPU
+    # seed 33914, both through torch.compile); eager's own x - mean overflows for some such data
+    # (3e38 beside -3e38), where it gives NaN and this 0
+    y = b.where(b.call("and", b.call("isinf", m2), b.call("isnan", y)), call.const(0, acc or call.compute), y)
     return _affine(call, y), c, mean, rstd
 
 

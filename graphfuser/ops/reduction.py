@@ -317,23 +317,18 @@ def shifted_moments(call: OpCall, x: Expr, acc: Optional[torch.dtype] = None) ->
     k = b.at_first(x)
     d = b.sub(x, k)
     s1 = b.reduce("sum", d, ct)
-    squares = b.mul(d, d)
-    cuda = call.device_type != "cpu"
-    if cuda:
-        # x * 0 is 0 for finite x and NaN for an inf or a NaN: added to the squares it makes s2 NaN
-        # exactly where the data hold one, and leaves it an inf where finite data's sums or
-        # differences overflow (0.5 then 3e38 twice in a float32 row: s1 is inf, as for an inf)
-        squares = b.add(squares, b.mul(x, call.const(0, ct)))
-    s2 = b.reduce("sum", squares, ct)
+    # x * 0 is 0 for finite x and NaN for an inf or a NaN: added to the squares it makes s2 NaN
+    # exactly where the data hold one, and leaves it an inf where finite data's sums or
+    # differences overflow (0.5 then 3e38 twice in a float32 row: s1 is inf, as for an inf)
+    s2 = b.reduce("sum", b.add(b.mul(d, d), b.mul(x, call.const(0, ct))), ct)
     c = b.div(s1, n)
     m2 = b.sub(s2, b.mul(s1, c))
     m2 = b.where(b.call("lt", m2, call.const(0, ct)), call.const(0, ct), m2)
     nan = call.const(float("nan"), ct)
-    # inf or NaN data make s1 inf or NaN; finite data whose squares overflow leave it finite. On
-    # CUDA finite data whose sums overflow keep finite statistics' rule: M2 inf (eager's
-    # CUDA Welford: its running mean never overflows, its M2 does), not NaN (eager's CPU kernels)
-    bad = b.call("or", b.call("not", b.call("isfinite", k)),
-                 b.call("isnan", s2) if cuda else b.call("not", b.call("isfinite", s1)))
+    # inf or NaN data make s2 NaN; finite data whose sums or squares overflow keep finite
+    # statistics' rule: M2 inf, as eager's kernels have it (their running means stay finite, their
+    # M2 does not), not NaN
+    bad = b.call("or", b.call("not", b.call("isfinite", k)), b.call("isnan", s2))
     m2 = b.where(b.call("isfinite", s2), m2, call.const(float("inf"), ct))
     # one element: the mean is that element, inf included (eager's Welford); its M2 NaN if inf
     mean = b.where(b.call("eq", n, call.const(1)), k, b.where(bad, nan, b.add(k, c)))
