@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
-from ..ir.graph import Node
+from ..ir.graph import Node, Value
 from ..ir.implicit import reads_implicit_tensor
 from ..ops.aten import DTYPE_CODES, PRIM_TEMPLATES, AtenCall, implicit_number, op_packet, resolve_aten
 
@@ -305,8 +305,8 @@ def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
         raise RuntimeError(f"cannot execute {node.where()}")
     if call.template is None and reads_implicit_tensor(node, gen.implicit):
         call, a = _implicit_call(node, call, a, gen)
-    if node.kind == "aten::batch_norm" and len(a) > 5:
-        stats = gen.bind(eval_stats, "eval_stats")
+    if node.kind == "aten::batch_norm" and len(a) > 5 and _maybe_cpu(node.inputs[0]):
+        stats = gen.bind(eval_stats, "eval_stats")      # (a CUDA batch norm's call stays as it is)
         a = a[:3] + [f"{stats}({a[3]}, {a[5]})", f"{stats}({a[4]}, {a[5]})"] + a[5:]
     if call.template is not None:
         expr = gen.fill(call.template, a)
@@ -322,6 +322,12 @@ def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
         gen.emit(indent, f"{gen.outs(node)}, = {expr}")
     else:
         gen.assign(node, indent, expr)
+
+
+def _maybe_cpu(v: Value) -> bool:
+    """Whether ``v`` may live on the CPU: not profiled on another device."""
+    device = getattr(v.type, "device", None)
+    return device is None or device.type == "cpu"
 
 
 def eval_stats(t: Any, training: Any) -> Any:
