@@ -32,7 +32,7 @@ DISABLE_OPTIONS = (
     "bias_decomposition", "batch_norm_training", "fused_rng", "cuda_graphs", "column_sums",
     "calling_thread_backward", "conv_layout", "cuda_batch_norm_training", "cuda_graphs_training",
     "attention_rewrite", "gemm_padding", "weight_cast_batching", "rotary_rewrite", "padded_outputs",
-    "bias_gradients", "conv_layout_training",
+    "bias_gradients", "conv_layout_training", "fast_math",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
                   "cuda_batch_norm_training", "lineinfo", "fused_rng", "conv_layout_training", "weight_cache")   # on by default, accepted:
@@ -76,7 +76,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # Knobs that change generated code: part of every kernel cache key.
-CODEGEN_KNOBS = ("fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng")
+CODEGEN_KNOBS = ("fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng", "fast_math")
 
 # Deliberate deviations from eager, each named once with the knob setting that removes it. A
 # result that differs from eager only by one of these is not a defect (the fuzzer reports such

@@ -81,6 +81,8 @@ from ..log import jit_log
 from ..passes.module_flags import module_attr as _attr
 from .replay_eligibility import _chains, ineligible_reason  # noqa: F401 - (the eligibility tests read them here)
 
+FUSED_KINDS = ("prim::CudaFusionGroup", "prim::CpuFusionGroup")
+
 STATS = {"captures": 0, "replays": 0, "capture_failures": 0, "copy_bound": 0, "slower_replays": 0}
 REPLAY_TRIALS = 3           # replays timed before a signature's graph is kept or dropped (_judge)
 # Bytes of tensor data a device-to-device copy moves per second (read + write of an H100 / H200's
@@ -560,6 +562,15 @@ class GraphReplayer:
         return None
 
 
+def _launches(graph: Graph) -> int:
+    """How many kernels a call of ``graph`` may launch, counted high: its fusion groups and aten
+    ops (not a guard's fallback graph, which runs where the fused group does not). A
+    function of one fused group (``(x + 1).relu()``) launches one kernel: a replay would enqueue
+    its input copies and the graph launch in place of that one launch, and computing the replay key
+    alone took about 1 us per call on an H200 host, where the call takes 10."""
+    return sum(1 for n in graph.all_nodes() if n.kind.startswith("aten::") or n.kind in FUSED_KINDS)
+
+
 def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, device_type: Optional[str],
                   static: tuple[int, ...] = ()) -> Optional[GraphReplayer]:
     """A replayer for ``graph`` where replay is possible (CUDA, eligible graph), else None.
@@ -572,7 +583,11 @@ def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, de
     if why is not None:
         jit_log("executor", 1, f"{name}: no CUDA graph replay: {why}")
         return None
+    # a call that launches one kernel at most: a replay would enqueue its input copies and the
+    # graph launch in place of that one launch
+    single = _launches(graph) <= 1
     replayer = GraphReplayer(graph, module, name, static=static)
+    replayer.off = single
     # a training replayer only where a call of this specialization can want gradients: an input
     # profiled with requires_grad (guards hold it), or a module with parameters; elsewhere a call
     # under grad mode (a small function called outside no_grad) goes straight to the host program
@@ -582,4 +597,7 @@ def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, de
         from .cuda_graphs_train import TrainingReplayer
 
         replayer.training = TrainingReplayer(graph, module, name, static=static)
+    if single and replayer.training is None:
+        jit_log("executor", 1, f"{name}: no CUDA graph replay: it launches one kernel at most")
+        return None
     return replayer

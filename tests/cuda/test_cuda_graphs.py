@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import graphfuser
 from graphfuser.config import config
 from graphfuser.executor.cuda_graphs import STATS
-from helpers import out_of_memory_once
+from helpers import fusion_groups, out_of_memory_once
 
 pytestmark = pytest.mark.cuda
 
@@ -238,22 +238,45 @@ def _scale_relu(x):
     return (x * 2.0).relu() + 1.0
 
 
+def _scale_relu_cumsum(x):
+    """Two launches (the fused group and eager's cumsum): a call replay can be worth it for."""
+    y = (x * 2.0).relu() + 1.0
+    return y, torch.cumsum(y, 0)
+
+
+def test_one_launch_functions_have_no_replayer():
+    """A call that launches one fused kernel and nothing else keeps launching it: a replay would
+    put its input copies and the graph launch in the place of that one launch, and computing the
+    replay key alone cost about 1 us of the call's 10 on an H200 host."""
+    sf = graphfuser.script(_scale_relu)
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.randn(64, device="cuda")
+            _close(sf(x), _scale_relu(x))
+    assert fusion_groups(sf._optimized) and sf._replay is None
+    two = graphfuser.script(_scale_relu_cumsum)
+    with torch.no_grad():
+        for _ in range(6):
+            _close(two(x), _scale_relu_cumsum(x))
+    assert two._replay is not None
+
+
 def test_copy_bound_calls_are_not_captured():
     """Little host work over large tensors (a training step's backward program has this shape):
     a replay's input copies and output clones would cost more GPU time than the host time it
     saves, so the host program keeps running; small calls still replay."""
-    sf = graphfuser.script(_scale_relu)
+    sf = graphfuser.script(_scale_relu_cumsum)
     big = torch.randn(64 * 1024 * 1024, device="cuda")
     before = dict(STATS)
     with torch.no_grad():
         for _ in range(6):
-            _close(sf(big), _scale_relu(big))
+            _close(sf(big), _scale_relu_cumsum(big))
     assert STATS["replays"] == before["replays"] and STATS["captures"] == before["captures"]
     assert STATS["copy_bound"] == before["copy_bound"] + 1
     small = torch.randn(64, device="cuda")
     with torch.no_grad():
         for _ in range(6):
-            _close(sf(small), _scale_relu(small))
+            _close(sf(small), _scale_relu_cumsum(small))
     assert STATS["replays"] > before["replays"]
 
 
@@ -313,12 +336,12 @@ def test_replays_slower_than_the_host_program_are_dropped(monkeypatch, host, kep
     capture = cuda_graphs.GraphReplayer._capture
     monkeypatch.setattr(cuda_graphs.GraphReplayer, "_capture",
                         lambda self, fast, args, key, _host: capture(self, fast, args, key, host))
-    sf = graphfuser.script(_scale_relu)
+    sf = graphfuser.script(_scale_relu_cumsum)
     before = dict(STATS)
     with torch.no_grad():
         for _ in range(14):
             y = torch.randn(64, device="cuda")
-            _close(sf(y), _scale_relu(y))
+            _close(sf(y), _scale_relu_cumsum(y))
     replays = STATS["replays"] - before["replays"]
     assert STATS["captures"] == before["captures"] + 1
     if kept:
