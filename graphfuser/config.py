@@ -72,7 +72,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "cuda": {"block_size": 256, "unroll": 2, "blocks_per_sm": 64,
              "reduction_register_elements": 32, "reduction_min_threads": None, "reduction_blocks_per_sm": 0,
-             "reduction_prefetch_stages": None, "reduction_cache_computed": True, "launch_api": "bindings"},
+             "reduction_prefetch_stages": None, "reduction_cache_computed": True, "launch_api": "shim"},
 }
 
 # Knobs that change generated code: part of every kernel cache key.

@@ -190,3 +190,55 @@ def test_cpu_launchers_call_the_packed_entry(fn, shapes):
         assert r.namespace["_fn"].__name__.endswith("_packed")
     for _ in range(2):
         torch.testing.assert_close(sf(*xs), fn(*xs))
+
+
+@pytest.mark.parametrize("cooperative", [False, True])
+def test_shim_launch_hands_the_driver_every_argument(monkeypatch, cooperative):
+    """The launch shim (a C function of one pointer, built with the system compiler) calls the
+    driver function with the kernel, grid, block, shared memory, stream and argument array that
+    one struct.pack_into wrote, and the argument slots follow its head; a refused launch raises
+    LaunchError naming the kernel. A C callback stands in for cuLaunchKernel here."""
+    import struct
+
+    from graphfuser.runtime import cuda_driver
+    from graphfuser.runtime.errors import LaunchError
+
+    u, p = ctypes.c_uint, ctypes.c_void_p
+    calls = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, p, u, u, u, u, u, u, u, p, p, *([] if cooperative else [p]))
+
+    def fake(*args):
+        calls.append(tuple(0 if a is None else a for a in args))
+        return 0 if args[4] <= 1024 else 1
+
+    cb = proto(fake)
+    monkeypatch.setattr(cuda_driver, "driver_launchers", lambda: (cb, cb))
+    monkeypatch.setattr(cuda_driver, "single_device", lambda: True)
+    monkeypatch.setattr(cuda_driver, "error_string", lambda err: f"code {int(err)}")
+    cuda_driver.shim_launchers.cache_clear()
+    try:
+        shim = cuda_driver.shim_launchers()
+    finally:
+        cuda_driver.shim_launchers.cache_clear()
+    if shim is None:
+        pytest.skip("no C compiler for the launch shim")
+    kinds = ("ptr", "i32", "i64", "f32", "f64")
+    k = object.__new__(cuda_driver.CudaKernel)
+    k.name, k.cooperative, k.device_index, k.arg_kinds = "k_fake", cooperative, 0, kinds
+    k.api, k.func, k._shim = "shim", 0xABC, shim
+    codes = "".join(cuda_driver._STRUCT_CODES[x] for x in kinds)
+    k._struct = struct.Struct(cuda_driver._HEAD_FIXED + cuda_driver._HEAD_CALL + codes)
+    k.slots = ctypes.create_string_buffer(k._struct.size)
+    k.params_address = 0x5000
+    k._raise = cuda_driver.CudaKernel._raise.__get__(k)
+    k._launch_elsewhere = None
+    launch = k._build_launch()
+    assert k.launch_api == "shim"
+    launch((3, 2, 1), (128, 1, 1), 0x77, 0xDEAD0, -5, 1 << 40, 1.5, -2.25, shared_mem=64)
+    (args,) = calls
+    assert args[0] == 0xABC and args[1:7] == (3, 2, 1, 128, 1, 1) and args[7:10] == (64, 0x77, 0x5000)
+    assert len(args) == (10 if cooperative else 11) and (cooperative or args[10] == 0)
+    head = struct.calcsize(cuda_driver._HEAD_FIXED + cuda_driver._HEAD_CALL)
+    assert struct.unpack_from("@" + codes, k.slots.raw, head) == (0xDEAD0, -5, 1 << 40, 1.5, -2.25)
+    with pytest.raises(LaunchError, match="k_fake.*code 1"):
+        launch((1, 1, 1), (4096, 1, 1), 0, 1, 2, 3, 4.0, 5.0)

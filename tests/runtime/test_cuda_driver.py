@@ -189,14 +189,17 @@ def test_cooperative_launch_runs_and_refuses_grids_that_do_not_fit():
         k.launch((fit * 2 + 1, 1, 1), (BLOCK, 1, 1), cuda_driver.raw_stream(0), x.data_ptr(), out.data_ptr(), n)
 
 
-@pytest.mark.parametrize("api", ["ctypes", "bindings"])
+@pytest.mark.parametrize("api", ["shim", "ctypes", "bindings"])
 def test_both_launch_apis(api):
-    """The driver library through ctypes and cuda-bindings launch the same kernels the same way:
-    scalar kinds, a refused launch's error, cooperative launches, CUDA graph capture."""
+    """The launch shim, the driver library through ctypes and cuda-bindings launch the same
+    kernels the same way: scalar kinds, a refused launch's error, cooperative launches, CUDA
+    graph capture."""
     from graphfuser.runtime import cuda_driver, nvrtc
 
     if api == "ctypes" and cuda_driver.driver_launchers() is None:
         pytest.skip("the driver library cannot be opened through ctypes")
+    if api == "shim" and cuda_driver.shim_launchers() is None:
+        pytest.skip("no launch shim (no C compiler, or no driver library through ctypes)")
 
     def kernel(source, name, kinds, cooperative=False):
         cubin = nvrtc.compile_cubin(source, name, cuda_driver.device_arch(0))

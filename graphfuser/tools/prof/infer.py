@@ -336,7 +336,7 @@ def launch_bench(n: int = 20000, cprofile: bool = False) -> None:
     cubin = nvrtc.compile_cubin(NOOP, "noop", cuda_driver.device_arch(0))
     x = torch.zeros(16, device="cuda")
     stream = cuda_driver.raw_stream(0)
-    for api in ("bindings", "ctypes"):
+    for api in cuda_driver.LAUNCH_APIS:
         k = cuda_driver.CudaKernel(cubin, "noop", 0, ["ptr", "ptr", "i64", "i64", "i64"], api=api)
         launch, p = k.launch, x.data_ptr()
         for _ in range(100):
