@@ -48,14 +48,25 @@ GF_FN float gf_round_half(float x) { return gf_h2f(gf_f2h(x)); }
 GF_FN float gf_round_bf16(float x) { return gf_b2f(gf_f2b(x)); }
 template <typename T> GF_FN T gf_abs(T x) { return x < 0 ? -x : x; }
 GF_FN bool gf_abs(bool x) { return x; }
-// Ties keep the first operand, as eager's clamp / clamp_min / relu (std::max(x, bound)) and its
-// scalar loops do: maximum(0.0, -0.0) is 0.0, clamp(0.0, min=-0.0) is 0.0, not the bound's -0.0.
+// Ties keep the first operand, as eager's CPU clamp / clamp_min / relu (std::max(x, bound)) and
+// its scalar loops do: maximum(0.0, -0.0) is 0.0, clamp(0.0, min=-0.0) is 0.0, not the bound's -0.0.
 template <typename T> GF_FN T gf_maximum(T a, T b) { return a < b ? b : a; }
 template <typename T> GF_FN T gf_minimum(T a, T b) { return b < a ? b : a; }
+#if defined(__CUDA_ARCH__)
+// eager's CUDA kernels (clamp, clamp_min / max, relu, maximum / minimum) call ::max / ::min, the
+// hardware's, for which -0.0 < 0.0: max(-0.0, 0.0) is 0.0 and min(0.0, -0.0) is -0.0 in either
+// order (a CUDA clamp_(min=0.0) of -0.0 gave -0.0 and its reciprocal -inf where eager gives inf:
+// fuzz graph 1805 of CUDA seed 34001)
+GF_FN float gf_maximum(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+GF_FN double gf_maximum(double a, double b) { return (a != a || b != b) ? a + b : fmax(a, b); }
+GF_FN float gf_minimum(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+GF_FN double gf_minimum(double a, double b) { return (a != a || b != b) ? a + b : fmin(a, b); }
+#else
 GF_FN float gf_maximum(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? b : a); }
 GF_FN double gf_maximum(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? b : a); }
 GF_FN float gf_minimum(float a, float b) { return (a != a || b != b) ? a + b : (b < a ? b : a); }
 GF_FN double gf_minimum(double a, double b) { return (a != a || b != b) ? a + b : (b < a ? b : a); }
+#endif
 template <typename T> GF_FN T gf_fmax(T a, T b) { return a != a ? b : (b != b ? a : (a < b ? b : a)); }
 template <typename T> GF_FN T gf_fmin(T a, T b) { return a != a ? b : (b != b ? a : (b < a ? b : a)); }
 template <typename T> GF_FN bool gf_isnan(T x) { return x != x; }

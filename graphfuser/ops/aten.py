@@ -219,7 +219,7 @@ PY_TEMPLATES: dict[str, str] = {
     "sqrt": "_math_of('sqrt', {0})", "log": "_math_of('log', {0})", "exp": "_math_of('exp', {0})",
     "round": "_rounded({0})",
     "get_autocast_dtype": "_autocast_dtype({0})",
-    "round.int": "_number({0}, float)", "isnan": "_math_of('isnan', {0})", "isinf": "_math_of('isinf', {0})",
+    "round.int": "_rounded({0})", "isnan": "_math_of('isnan', {0})", "isinf": "_math_of('isinf', {0})",
     # number conversions of number-typed values (a tensor an implicit conversion kept stays one)
     "Int.bool": "_number({0}, int)", "Int.float": "_number({0}, int)", "Int.Scalar": "_number({0}, int)",
     "Float.int": "_number({0}, float)", "Float.bool": "_number({0}, float)", "Float.Scalar": "_number({0}, float)",

@@ -89,6 +89,13 @@ CLASSES = {
         "x0: torch.Tensor, s0: bool",
         "    v1 = s0 * x0\n    v2 = torch.mul(v1, 0.5)\n    return (v2 <= 0, torch.addcmul(x0, x0, x0) + v2)\n",
         [_t("x0", "int64", [], fill="normal"), {"name": "s0", "kind": "bool", "values": [True, True]}]),
+    # round of an implicit conversion's tensor: TorchScript types it round.int (a float
+    # conversion), the Python program rounds the tensor (fuzz graph 2828 of CUDA seed 34001:
+    # round(bool(1) * x) gave x unrounded)
+    "implicit_round": _case(
+        "x0: torch.Tensor",
+        "    v1 = bool(1) * x0\n    return torch.round(v1)\n",
+        [_t("x0", "float16", [], fill="normal")]),
     "implicit_as_a_dim": _case(
         "x0: torch.Tensor, x1: torch.Tensor",
         "    v1 = bool(0) + x0\n    return torch.min(x1, v1)\n",
