@@ -79,9 +79,7 @@ from ..ir.graph import Graph
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..passes.module_flags import module_attr as _attr
-from .replay_eligibility import _chains, ineligible_reason  # noqa: F401 - (the eligibility tests read them here)
-
-FUSED_KINDS = ("prim::CudaFusionGroup", "prim::CpuFusionGroup")
+from .replay_eligibility import _chains, ineligible_reason, launches  # noqa: F401 - (the eligibility tests read them here)
 
 STATS = {"captures": 0, "replays": 0, "capture_failures": 0, "copy_bound": 0, "slower_replays": 0}
 REPLAY_TRIALS = 3           # replays timed before a signature's graph is kept or dropped (_judge)
@@ -562,15 +560,6 @@ class GraphReplayer:
         return None
 
 
-def _launches(graph: Graph) -> int:
-    """How many kernels a call of ``graph`` may launch, counted high: its fusion groups and aten
-    ops (not a guard's fallback graph, which runs where the fused group does not). A
-    function of one fused group (``(x + 1).relu()``) launches one kernel: a replay would enqueue
-    its input copies and the graph launch in place of that one launch, and computing the replay key
-    alone took about 1 us per call on an H200 host, where the call takes 10."""
-    return sum(1 for n in graph.all_nodes() if n.kind.startswith("aten::") or n.kind in FUSED_KINDS)
-
-
 def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, device_type: Optional[str],
                   static: tuple[int, ...] = ()) -> Optional[GraphReplayer]:
     """A replayer for ``graph`` where replay is possible (CUDA, eligible graph), else None.
@@ -585,7 +574,7 @@ def make_replayer(graph: Graph, module: Optional[torch.nn.Module], name: str, de
         return None
     # a call that launches one kernel at most: a replay would enqueue its input copies and the
     # graph launch in place of that one launch
-    single = _launches(graph) <= 1
+    single = launches(graph) <= 1
     replayer = GraphReplayer(graph, module, name, static=static)
     replayer.off = single
     # a training replayer only where a call of this specialization can want gradients: an input

@@ -156,3 +156,28 @@ def test_write_into_a_dict_argument_is_not_eligible():
 
     _, g = _optimized(f, torch.randn(8), {"a": torch.randn(8)})
     assert "dict" in ineligible_reason(g, False)
+
+
+def _one_group(x):
+    return (x * 2.0).relu() + 1.0
+
+
+def _group_and_cumsum(x):
+    y = (x * 2.0).relu() + 1.0
+    return y, torch.cumsum(y, 0)
+
+
+def test_launch_count_of_optimized_graphs():
+    """A function of one fused group launches one kernel (its guard's fallback graph is not
+    counted): CUDA graph replay cannot enqueue it faster, so it gets no replayer; an aten op
+    beside the group makes two."""
+    import graphfuser
+    from graphfuser.executor.replay_eligibility import launches
+
+    counts = []
+    for fn in (_one_group, _group_and_cumsum):
+        sf = graphfuser.script(fn)
+        for _ in range(3):
+            sf(torch.randn(64))
+        counts.append(launches(sf._optimized))
+    assert counts == [1, 2]
