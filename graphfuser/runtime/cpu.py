@@ -153,8 +153,9 @@ def compile_cpp(source: str) -> str:
     return cache.get_or_build_file("cpp", source, flags, cid, "so", build)
 
 
-def _build_shared_object(cxx: str, cid: str, flags: list[str], source: str, out: str) -> None:
-    """Run the compiler; retry once without optional flags it rejected."""
+def _build_shared_object(cxx: str, cid: str, flags: list[str], source: str, out: str, count: bool = True) -> None:
+    """Run the compiler; retry once without optional flags it rejected. ``count``: the run counts
+    in the cache's compiler statistics (a fusion's kernel; not the CUDA launch shim)."""
     rejected = _REJECTED.setdefault(cxx, set())
     use = [f for f in flags if f not in rejected]
     use += [f for f in ("-shared", "-fPIC") if f not in use]
@@ -163,7 +164,7 @@ def _build_shared_object(cxx: str, cid: str, flags: list[str], source: str, out:
         with open(src_path, "w", encoding="utf-8") as f:
             f.write(source)
         command = [*shlex.split(cxx), *use, "-o", out, src_path]
-        proc = _compile(command, source)
+        proc = _compile(command, source, count)
         if proc.returncode != 0:
             blamed = [f for f in OPTIONAL_FLAGS if f in use and _blames(f, proc.stderr)]
             if blamed:
@@ -171,7 +172,7 @@ def _build_shared_object(cxx: str, cid: str, flags: list[str], source: str, out:
                                            f"{'it' if len(blamed) == 1 else 'them'}")
                 rejected.update(blamed)
                 command = [a for a in command if a not in blamed]
-                proc = _compile(command, source)
+                proc = _compile(command, source, count)
         if proc.returncode != 0:
             stderr = proc.stderr.strip()
             raise CompileError(
@@ -187,8 +188,9 @@ def _blames(flag: str, stderr: str) -> bool:
     return any(word in text for word in _BLAME[flag])
 
 
-def _compile(command: list[str], source: str) -> subprocess.CompletedProcess:
-    cache.note_compile()
+def _compile(command: list[str], source: str, count: bool = True) -> subprocess.CompletedProcess:
+    if count:
+        cache.note_compile()
     jit_log("compile", 2, shlex.join(command))
     return _run(command, source)
 

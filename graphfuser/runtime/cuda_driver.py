@@ -175,8 +175,10 @@ def driver_launchers() -> Optional[tuple[Callable, Callable]]:
 # function, the kernel, grid, block, shared memory, stream, the argument array and then the
 # argument slots. Python writes the buffer with one ``struct.pack_into`` and makes one ctypes
 # call with one integer; cuda-bindings converts eleven arguments and builds a ``CUresult`` per
-# call, ctypes converts eleven. Built once per machine with the system compiler (disk-cached).
+# call, ctypes converts eleven. Built once per machine with the C++ compiler of the CPU kernels
+# (disk-cached; not counted among the kernel compiler runs).
 _SHIM_SOURCE = r"""
+extern "C" {
 typedef int (*gf_launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, void*, void**, void**);
 typedef int (*gf_coop_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -187,6 +189,7 @@ int gf_launch(const struct gf_head* h) {
 }
 int gf_launch_coop(const struct gf_head* h) {
   return ((gf_coop_t)h->fn)(h->func, h->g0, h->g1, h->g2, h->b0, h->b1, h->b2, h->shared, h->stream, h->params);
+}
 }
 """
 # the fixed part of the head, written once, and the part a launch writes (grid, block, shared
@@ -202,26 +205,13 @@ def shim_launchers() -> Optional[tuple[Callable, Callable]]:
     if driver_launchers() is None:
         return None
     try:
-        import shlex  # noqa: PLC0415
-        import subprocess  # noqa: PLC0415
+        from . import cache, cpu  # noqa: PLC0415
 
-        from . import cache  # noqa: PLC0415
-
-        cc = shlex.split(config.cpu["cxx"])
-
-        def build(out: str) -> None:
-            import tempfile  # noqa: PLC0415
-
-            with tempfile.TemporaryDirectory(prefix="graphfuser-shim-") as tmp:
-                src = f"{tmp}/shim.c"
-                with open(src, "w", encoding="utf-8") as f:
-                    f.write(_SHIM_SOURCE)
-                proc = subprocess.run([*cc, "-x", "c", "-O2", "-shared", "-fPIC", "-o", out, src],
-                                      capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-                if proc.returncode != 0:
-                    raise RuntimeError(proc.stderr.strip() or f"exit {proc.returncode}")
-
-        path = cache.get_or_build_file("launch_shim", _SHIM_SOURCE, ["-O2"], " ".join(cc), "so", build)
+        cxx, flags = config.cpu["cxx"], ["-O2", "-shared", "-fPIC"]
+        cid = cpu.compiler_id(cxx)
+        path = cache.get_or_build_file(
+            "launch_shim", _SHIM_SOURCE, flags, cid, "so",
+            lambda out: cpu._build_shared_object(cxx, cid, flags, _SHIM_SOURCE, out, count=False))
         lib = ctypes.CDLL(path)
     except Exception as e:  # noqa: BLE001 - any failure: the cuda-bindings path works without it
         jit_log("compile", 1, f"no launch shim ({e}); CUDA launches go through cuda-bindings")
