@@ -41,7 +41,13 @@ def _layout_checks(i: int, t: TensorType) -> list[str]:
     default_order = tuple(d for d in range(rank) if t.sizes[d] != 1)
     if order == default_order and all(contig):
         return [f"x{i}.is_contiguous()"]
-    checks = []
+    # a strided input in the default order (a sliced or expanded one) stays strided: a contiguous
+    # one would pass the order checks below, but eager may compute it another way (the CPU batch
+    # norm's fast path folds its terms: x * (invstd * w) + ..., where the general path's
+    # (x - mean) * invstd overflows first: fuzz graph 397 of CPU seed 33917), and its own variant
+    # gets the vectorized kernel
+    # (an empty tensor is contiguous whatever its strides)
+    checks = [f"not x{i}.is_contiguous()"] if order == default_order and 0 not in t.sizes else []
     for k, d in enumerate(order):
         if not contig[k] and t.strides is not None and t.strides[d] >= 0:
             # TensorIterator skips an operand's stride-0 (expanded) dims when it orders the

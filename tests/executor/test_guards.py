@@ -352,3 +352,27 @@ def test_profiled_scalar_checks_tell_signed_zeros_and_bools_apart():
     assert passes(1, 1) and not passes(1, True)
     assert passes(2.5, 2.5) and not passes(2.5, 2.0)
     assert passes(math.inf, math.inf) and not passes(math.inf, -math.inf)
+
+
+def _bn_eval(x, m, v, w):
+    return torch.nn.functional.batch_norm(x, m, v, w, None, False, 0.1, 0.1)
+
+
+def test_a_strided_profile_misses_on_a_contiguous_input():
+    """An input profiled strided in the default order (a sliced one) misses the guard when it
+    comes contiguous. Eager may compute that call another way: its CPU batch norm takes its fast
+    path, x * (invstd * w) + ..., where the general path's (x - mean) * invstd overflows first (a
+    bf16 3e38 gave inf where eager gives 7.2e37: fuzz graph 397 of CPU seed 33917)."""
+    torch.manual_seed(0)
+    m, v, w = torch.randn(3).bfloat16(), torch.rand(3).bfloat16() + 0.01, (torch.rand(3) * 0.1).bfloat16()
+    sliced = torch.randn(16, 6, 1).bfloat16()[:, ::2]
+    sf, counts = optimized(_bn_eval, sliced, m, v, w)
+    torch.testing.assert_close(sf(sliced, m, v, w), _bn_eval(sliced, m, v, w))
+    assert counts["fallback"] == 0
+    dense = torch.randn(16, 3, 1).bfloat16()
+    dense[2, 1, 0] = 3e38
+    out = sf(dense, m, v, w)
+    assert counts["fallback"] == 1
+    ref = _bn_eval(dense, m, v, w)
+    assert bool(ref.isfinite().all()) and torch.equal(out, ref)
+    assert "not x0.is_contiguous()" in guard_source([TensorType.of(sliced)], 3)[0]
