@@ -19,6 +19,7 @@ entry makes its group run unfused under grad, with the reason logged under ``>pa
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -33,6 +34,59 @@ DERIVATIVES: dict[str, Callable[..., dict[str, Any]]] = {}
 # rows whose node a backward graph rebuilds from the outputs the forward saved (autodiff/saved.py):
 # fn(d, args, outputs, input type, output type) -> the first output, pointwise
 REBUILDS: dict[str, Callable[..., Any]] = {}
+
+
+class Exact:
+    """A gradient already in its input's shape: the builder adds no ``sum_to_size``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_REDUCED = (torch.float16, torch.bfloat16)
+
+
+def _dtype(d, v) -> Any:
+    """The profiled dtype of forward value ``v`` (None for a non-tensor or an unknown one)."""
+    t = d.ftypes.get(v) if d.is_value(v) else None
+    return getattr(t, "dtype", None)
+
+
+def opmath(formula: Callable = None, *, arg: str = "input") -> Callable:
+    """``formula`` computed in float32 when the input ``arg`` is fp16 / bf16, each gradient cast
+    back to its argument's dtype at the end.
+
+    Eager's normalization backward kernels (``native_batch_norm_backward``,
+    ``native_layer_norm_backward``, ...) and its activation backward kernels (``gelu_backward``,
+    ``silu_backward``, ``softplus_backward``, ``tanh_backward``, ``sigmoid_backward``) compute in
+    float and round only their results. Where the backward graph runs op by op (its profiling
+    runs, its fallback), a formula left in fp16 rounds every step: with two values per channel a
+    norm's dx (the difference of nearly equal terms) keeps none of its digits, and tanh-GELU's
+    x * x overflows fp16 for |x| > 256 (NaN gradients where eager's are finite: fuzz graph 940 of
+    CPU seed 34111). The fused kernel computes in float either way, so the casts cost it nothing
+    but the final rounding it does anyway."""
+    if formula is None:
+        return lambda f: opmath(f, arg=arg)
+
+    @functools.wraps(formula)
+    def wrapped(d, a, g, out):
+        if _dtype(d, a.get(arg)) not in _REDUCED:
+            return formula(d, a, g, out)
+        wide = {k: d.to(v, torch.float32) if _dtype(d, v) in _REDUCED else v for k, v in a.items()}
+        if _dtype(d, out) in _REDUCED:
+            out = d.to(out, torch.float32)
+        res = formula(d, wide, None if g is None else d.to(g, torch.float32), out)
+        back = {}
+        for name, r in res.items():
+            dt = _dtype(d, a.get(name))
+            if r is ZERO or dt not in _REDUCED:
+                back[name] = r
+            elif isinstance(r, Exact):
+                back[name] = Exact(d.to(r.value, dt))
+            else:
+                back[name] = d.to(r, dt)
+        return back
+    return wrapped
 
 
 def derivative(*names: str):
@@ -207,11 +261,13 @@ def _cosh(d, a, g, out):
 
 
 @derivative("tanh")
+@opmath(arg="self")
 def _tanh(d, a, g, out):
     return {"self": d.mul(g, d.rsub(d.mul(out, out), 1.0))}
 
 
 @derivative("sigmoid")
+@opmath(arg="self")
 def _sigmoid(d, a, g, out):
     return {"self": d.mul(g, d.mul(out, d.rsub(out, 1.0)))}
 
@@ -289,6 +345,7 @@ def _hardswish(d, a, g, out):
 
 
 @derivative("gelu")
+@opmath(arg="self")
 def _gelu(d, a, g, out):
     x = a["self"]
     if a.get("approximate", "none") == "tanh":
@@ -306,6 +363,7 @@ def _gelu(d, a, g, out):
 
 
 @derivative("silu")
+@opmath(arg="self")
 def _silu(d, a, g, out):
     x = a["self"]
     s = d.op("aten::sigmoid", x)
@@ -313,6 +371,7 @@ def _silu(d, a, g, out):
 
 
 @derivative("softplus")
+@opmath(arg="self")
 def _softplus(d, a, g, out):
     x, beta, thr = a["self"], a.get("beta", 1), a.get("threshold", 20)
     bx = d.mul(x, beta)
@@ -522,4 +581,4 @@ def _philox_sample(d, a, g, out):
 
 
 # The moment / prod / normalization formulas live next door; importing them registers them.
-from .derivatives_norms import Exact  # noqa: E402,F401  (re-exported for autodiff.backward)
+from . import derivatives_norms  # noqa: E402,F401

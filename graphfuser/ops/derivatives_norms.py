@@ -3,14 +3,13 @@ table's derivative column (``graphfuser.ops.derivatives``) whose backward graphs
 statistics (mean, var) and sum over the reduced dims. Registered when ``derivatives`` loads."""
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Callable
 
 import torch
 
 from ..ir.types import Type
-from .derivatives import DERIVATIVES, REBUILDS, ZERO, derivative, reduced_count
+from .derivatives import DERIVATIVES, REBUILDS, ZERO, _REDUCED, Exact, _dtype, derivative, opmath, reduced_count
 
 
 # -- moments, prod and the normalizations ---------------------------------------------------------
@@ -20,13 +19,6 @@ from .derivatives import DERIVATIVES, REBUILDS, ZERO, derivative, reduced_count
 # pointwise ``dx``. A parameter broadcast along the channel dim (batch / instance / group norm)
 # gets its gradient summed to its own shape here (``EXACT``); one broadcast by right alignment
 # (layer_norm, rms_norm) comes back in the output's shape and the builder sums it.
-
-
-class Exact:
-    """A gradient already in its input's shape: the builder adds no ``sum_to_size``."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
 
 
 def _dims_of(dims: Any, rank: int) -> list[int]:
@@ -182,47 +174,6 @@ def _cat(d, a, b, dim: int):
     return d.op("aten::cat", d.op("prim::ListConstruct", a, b, out=Type("Tensor[]")), dim)
 
 
-_REDUCED = (torch.float16, torch.bfloat16)
-
-
-def _dtype(d, v) -> Any:
-    """The profiled dtype of forward value ``v`` (None for a non-tensor or an unknown one)."""
-    t = d.ftypes.get(v) if d.is_value(v) else None
-    return getattr(t, "dtype", None)
-
-
-def opmath(formula: Callable = None, *, arg: str = "input") -> Callable:
-    """``formula`` computed in float32 when the normalized input (argument ``arg``) is fp16 /
-    bf16, each gradient cast back to its argument's dtype at the end.
-
-    Eager's normalization backward kernels (``native_batch_norm_backward``,
-    ``native_layer_norm_backward``, ...) compute and accumulate in float and round only their
-    results. Where the backward graph runs op by op (its profiling runs, its fallback), a formula
-    left in fp16 rounds every mean and product: with two values per channel, dx (the difference
-    of nearly equal terms) keeps none of its digits. The fused kernel computes in float either
-    way, so the casts cost it nothing but the final rounding it does anyway."""
-    if formula is None:
-        return lambda f: opmath(f, arg=arg)
-
-    @functools.wraps(formula)
-    def wrapped(d, a, g, out):
-        if _dtype(d, a.get(arg)) not in _REDUCED:
-            return formula(d, a, g, out)
-        wide = {k: d.to(v, torch.float32) if _dtype(d, v) in _REDUCED else v for k, v in a.items()}
-        if _dtype(d, out) in _REDUCED:
-            out = d.to(out, torch.float32)
-        res = formula(d, wide, None if g is None else d.to(g, torch.float32), out)
-        back = {}
-        for name, r in res.items():
-            dt = _dtype(d, a.get(name))
-            if r is ZERO or dt not in _REDUCED:
-                back[name] = r
-            elif isinstance(r, Exact):
-                back[name] = Exact(d.to(r.value, dt))
-            else:
-                back[name] = d.to(r, dt)
-        return back
-    return wrapped
 
 
 def _channel(d, v, rank: int):
