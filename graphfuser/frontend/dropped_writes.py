@@ -14,6 +14,11 @@ The captured graph no longer holds the write, so no pass can restore it. ``dropp
 finds such statements in the function's source (an in-place method call on a name bound to one of
 those ops' results or passed to one, with no node of that kind on its line in the scripted graph); the caller then runs the
 function eagerly instead of through a graph that would compute a different answer.
+
+``merged_signed_zeros`` finds the other such loss: TorchScript's constant pooling takes the float
+constants ``-0.0`` and ``0.0`` of one function for the same value (they compare equal), so
+``torch.clamp(x, -0.0, 0.0)`` scripts to ``clamp(x, 0.0, 0.0)`` and a zero's sign, which eager
+keeps (a reciprocal turns it into -inf or inf), is gone from the graph.
 """
 from __future__ import annotations
 
@@ -57,15 +62,49 @@ def _graph_lines(graph: Any) -> set[tuple[str, int, str]]:
     return out
 
 
-def dropped_writes(fn: Any, graph: Any) -> list[str]:
-    """``file:line`` of each in-place write in ``fn``'s own source that ``graph`` (its TorchScript
-    graph, before inlining) lost although its target may be another tensor in eager."""
+def _source_tree(fn: Any) -> Optional[tuple[ast.AST, int, str]]:
     try:
         lines, first = inspect.getsourcelines(fn)
         path = inspect.getsourcefile(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        return ast.parse(textwrap.dedent("".join(lines))), first, path
     except (OSError, TypeError, SyntaxError):
+        return None
+
+
+def merged_signed_zeros(fn: Any) -> list[str]:
+    """``file:line`` of each ``-0.0`` literal in ``fn``'s own source when a ``0.0`` literal is there
+    too: TorchScript pools the two into one constant, so one of them loses its sign."""
+    found = _source_tree(fn)
+    if found is None:
         return []
+    tree, first, path = found
+    signs = (ast.USub, ast.UAdd)
+    nested = {id(n.operand) for n in ast.walk(tree) if isinstance(n, ast.UnaryOp) and isinstance(n.op, signs)}
+    negated: dict[int, int] = {}      # id of a literal under unary signs -> the product of the signs
+    for node in ast.walk(tree):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, signs) and id(node) not in nested:
+            inner, sign = node, 1
+            while isinstance(inner, ast.UnaryOp) and isinstance(inner.op, signs):
+                sign *= -1 if isinstance(inner.op, ast.USub) else 1
+                inner = inner.operand
+            negated[id(inner)] = sign
+    minus, plus = [], False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) is float and node.value == 0.0:
+            if negated.get(id(node), 1) < 0:
+                minus.append(f"{path}:{first + node.lineno - 1}")
+            else:
+                plus = True
+    return minus if plus else []
+
+
+def dropped_writes(fn: Any, graph: Any) -> list[str]:
+    """``file:line`` of each in-place write in ``fn``'s own source that ``graph`` (its TorchScript
+    graph, before inlining) lost although its target may be another tensor in eager."""
+    found = _source_tree(fn)
+    if found is None:
+        return []
+    tree, first, path = found
     may_alias: set[str] = set()
     assigns = [n for n in ast.walk(tree) if isinstance(n, ast.Assign)]
     for node in assigns:

@@ -20,7 +20,7 @@ from ..ir.types import TENSOR, Type
 from ..executor.source import Captured, UnsupportedError  # noqa: F401  (raised and returned here)
 from ..ops.aten import resolve_aten
 from ..executor.handlers import handler_for
-from .dropped_writes import dropped_writes
+from .dropped_writes import dropped_writes, merged_signed_zeros
 
 
 def _autocast_off() -> contextlib.ExitStack:
@@ -210,6 +210,12 @@ def capture(obj: Any) -> Captured:
             raise UnsupportedError(f"torch.jit.script dropped the in-place write at {', '.join(lost)} (its target may "
                                    "be another tensor in eager: type_as / dropout / sum_to_size / atleast_Nd may "
                                    "return their input)", obj)
+        source_fn = type(module).forward if module is not None else obj
+        zeros = merged_signed_zeros(source_fn)
+        if zeros:
+            raise UnsupportedError(f"torch.jit.script merges the constant -0.0 at {', '.join(zeros)} with a 0.0 of "
+                                   "the same function (constant pooling): a zero's sign would differ from eager's",
+                                   obj)
         tgraph = fn.graph.copy()
         torch._C._jit_pass_inline(tgraph)
     g = Graph()

@@ -18,9 +18,10 @@ from .table import OpCall, OpRow, register
 
 
 def _clamp_const(call: OpCall, x: Expr, lo: float, hi: float) -> Expr:
+    """minimum(maximum(x, lo), hi): NaN propagates, and a zero's sign follows the device's
+    maximum / minimum as eager's clamp does (codegen/dialects.py: on CUDA -0.0 < 0.0)"""
     b = call.b
-    x = b.where(b.call("lt", x, call.const(lo)), call.const(lo), x)
-    return b.where(b.call("gt", x, call.const(hi)), call.const(hi), x)
+    return b.call("minimum", b.call("maximum", x, call.const(lo)), call.const(hi))
 
 
 def _relu6(call: OpCall) -> Expr:
@@ -75,9 +76,10 @@ register(OpRow("masked_fill", ("aten::masked_fill",), "pointwise", ("self", "mas
 
 # -- the common activations ------------------------------------------------------------------------------
 def _relu(call: OpCall) -> Expr:
-    """x < 0 ? 0 : x (NaN propagates)"""
-    b, x = call.b, call.x("self")
-    return b.where(b.call("lt", x, call.const(0)), call.const(0), x)
+    """maximum(x, 0), NaN propagating: eager's relu is clamp_min(x, 0), so relu(-0.0) is 0.0 on
+    CUDA (::max orders -0.0 below 0.0) and -0.0 on the CPU (std::max keeps the first operand)"""
+    b = call.b
+    return b.call("maximum", call.x("self"), call.const(0))
 
 
 register(OpRow("relu", ("aten::relu",), "pointwise", ("self",), "default", ("self",), decomp=_relu,
