@@ -492,7 +492,9 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         bound_red = [i for i in range(self.first, len(leaves)) if self.bound[i] and self.red[i]]
         if bound_red:
             k_axes = {leaves[i].ptype for i in bound_red} & set(d.thread_reduce_k)
-            em(f"__shared__ double gf_smem[{d.shared_k_doubles}];" if k_axes else d.shared_decl)
+            x_only = {leaves[i].ptype for i in bound_red} == {ParallelType.TIDx} and d.shared_x_decl
+            em(f"__shared__ double gf_smem[{d.shared_k_doubles}];" if k_axes else
+               d.shared_x_decl if x_only else d.shared_decl)
         if self.grid_sync:
             em(d.grid_reduce[leaves[self.grid_red[0]].ptype]["sync_decl"])
         for i in range(self.first, len(leaves)):
