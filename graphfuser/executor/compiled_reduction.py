@@ -413,14 +413,21 @@ def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
 
 
 MAX_GRID_X = 2 ** 31 - 1
+UNCAPPED_MIN_THREADS = 64    # an uncapped kernel's blocks of fewer threads take the resident grid
 
 
 def _row_grid(cg: ReductionGroup) -> list[str]:
     """The grid of a kernel whose rows are not split: one block per row (``uncapped``, rows
     beyond gridDim.x's limit grid-stride) or as many as ``_grid_cap`` allows."""
+    capped = [f"cap = {_grid_cap('block[0]', 'sh')}", "grid = (rows if rows < cap else cap, 1, 1)"]
     if cg.uncapped:
-        return [f"grid = (rows if rows < {MAX_GRID_X} else {MAX_GRID_X}, 1, 1)"]
-    return [f"cap = {_grid_cap('block[0]', 'sh')}", "grid = (rows if rows < cap else cap, 1, 1)"]
+        # narrow rows (a block of one warp) keep the resident grid: blocks of 32 threads over
+        # one short row each hold too few bytes in flight (layer norm [200704, 96] bf16 on an
+        # H200: 0.126 ms uncapped, 0.073 ms resident)
+        return [f"if block[0] >= {UNCAPPED_MIN_THREADS}:",
+                f"    grid = (rows if rows < {MAX_GRID_X} else {MAX_GRID_X}, 1, 1)",
+                "else:"] + ["    " + line for line in capped]
+    return capped
 
 
 def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[str]:
@@ -485,10 +492,12 @@ def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
 
     Uncapped grid (one block per row, the hardware scheduling the next block onto an SM as
     one finishes, instead of as many blocks as fit at once striding over the rows): one-phase
-    normalizations without column sums. H200, bf16, kernel time alone: RMSNorm 93-94% of copy
+    normalizations without column sums, where a row gets 64 threads or more (the launcher keeps
+    the resident grid for one-warp blocks). H200, bf16, kernel time alone: RMSNorm 93-94% of copy
     bandwidth against 81-87% with the resident grid at rows of 1024..4096 (90% against 81% at
     16384), the one-pass layer norm 82-85% against 72% (rows of 1024..4096; 75% against 79% at
-    16384). Softmax (two phases) keeps the resident grid: 84-88% against 79-82%."""
+    16384). Softmax (two phases) keeps the resident grid: 84-88% against 79-82%. Rows of 96 or
+    192 elements (one warp a row) are 2-3x slower uncapped."""
     stages, lo = config.cuda["reduction_prefetch_stages"], config.cuda["reduction_min_threads"]
     full = any(not kernel.is_row(p) for p, _ in kernel.stores)
     one_phase = full and kernel.reduction_phases() <= 1
