@@ -218,3 +218,20 @@ def bf16_training_output(f, x, calls: int = 3):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = f(x)
     return out
+
+
+def on_cuda(graph: Graph) -> Graph:
+    """``graph`` with every CPU tensor type moved to ``cuda:0`` (in place; returned): a group
+    profiled on the CPU, rendered for CUDA as the GPU would lower it (the op table decides some
+    accumulators by the profiled device)."""
+    import dataclasses
+
+    from graphfuser.ir.types import TensorType
+
+    cuda = torch.device("cuda", 0)
+    values = list(graph.inputs) + [o for n in graph.all_nodes() for o in n.outputs]
+    for v in values:
+        t = v.type
+        if isinstance(t, TensorType) and t.device is not None and t.device.type == "cpu":
+            v.type = dataclasses.replace(t, device=cuda)
+    return graph

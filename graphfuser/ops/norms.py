@@ -145,8 +145,9 @@ def _affine(call: OpCall, y: Expr) -> Expr:
     return y
 
 
-def _normalize(call: OpCall, acc: Optional[torch.dtype] = None) -> tuple[Expr, Expr, Expr]:
-    y, _, mean, rstd = _normalize_parts(call, acc)
+def _normalize(call: OpCall, acc: Optional[torch.dtype] = None,
+               stats: Optional[torch.dtype] = None) -> tuple[Expr, Expr, Expr]:
+    y, _, _, mean, rstd = _normalize_parts(call, acc, stats)
     return y, mean, rstd
 
 
@@ -160,34 +161,81 @@ def _batch_stats_acc(call: OpCall) -> Optional[torch.dtype]:
     return torch.float64 if cpu32 else None       # (fp16 / bf16 accumulate in float there, as here)
 
 
-def _normalize_parts(call: OpCall, acc: Optional[torch.dtype] = None) -> tuple[Expr, Expr, Expr, Expr]:
-    """(y, c, mean, rstd) of a normalization by the statistics of its segments, accumulated in
-    ``acc`` (default: the compute dtype)."""
+def split_mean(b, k: Expr, c: Expr) -> tuple[Expr, Expr]:
+    """``(hi, lo)``: ``k + c`` rounded, and its rounding error (Knuth's two-sum: ``hi + lo`` is
+    ``k + c`` exactly). ``(x - hi) - lo`` is then ``x - mean`` to about one rounding of the
+    result itself, whatever the shift ``k``: ``x - hi`` is exact for ``x`` near the mean (a
+    huge mean with a small spread keeps its digits, as ``(x - k) - c`` did) and no longer
+    carries ``x - k``'s rounding for ``x`` far from ``k`` (``x`` near a mean of 0.01 in a row
+    whose first element is 2.5 lost 2e-7, 100x eager's error, which a later division by ``x``
+    showed: fuzz graph 600 of CPU seed 33914)."""
+    hi = b.add(k, c)
+    kb = b.sub(hi, k)
+    return hi, b.add(b.sub(k, b.sub(hi, kb)), b.sub(c, kb))
+
+
+def split_mean_tensors(k: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``split_mean`` on tensors (the host programs of fallbacks and unfused groups)."""
+    hi = k + c
+    kb = hi - k
+    return hi, (k - (hi - kb)) + (c - kb)
+
+
+def _normalize_parts(call: OpCall, acc: Optional[torch.dtype] = None,
+                     stats: Optional[torch.dtype] = None) -> tuple[Expr, Expr, Expr, Expr, Expr]:
+    """(y, hi, lo, mean, rstd) of a normalization by the statistics of its segments: sums
+    accumulated in ``acc`` (default: the compute dtype), then ``M2``, the variance, ``rstd``,
+    ``hi + lo`` (the mean) and ``y = ((x - hi) - lo) * rstd`` [* weight] [+ bias] in ``stats``
+    (default: ``acc``). Wider sums with narrower statistics keep the narrower dtype's overflow: an
+    ``M2`` past its range is inf there, so ``rstd`` is 0, as eager's float32 Welford has it."""
     b, x = call.b, arg_expr(call, "input")
-    d, c, mean, m2 = shifted_moments(call, x, acc)
-    var = b.div(m2, b.reduction_size(acc or call.compute))
-    rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
-    # (x - k) - s1 / N: x - mean without the rounding of mean (see shifted_moments). Finite data
-    # whose sums overflow have M2 inf (rstd 0) and an offset c that may be inf or NaN: the offset
-    # is taken as 0 there, so each finite x - k gives (x - k) * 0 = 0 and the row its bias, eager's
-    # value (its running mean stays finite), on CUDA and on the CPU (a float32 layer norm of edge
-    # values gave NaN: fuzz graph 23 of CUDA seed 33802, graph 127 of CPU seed 33914). A row
-    # value, not a test per element: the normalized value costs what it did before. Data holding
-    # an inf or a NaN have M2 NaN, so their rows stay NaN.
+    _, c, mean, m2 = shifted_moments(call, x, acc)
     ct = acc or call.compute
+    st = stats or ct
+    var = b.div(b.cast(m2, st), b.reduction_size(st))
+    rstd = b.call("rsqrt", b.add(var, call.const(call["eps"])))
+    # Finite data whose sums overflow have M2 inf (rstd 0) and an offset c that may be inf or
+    # NaN: the offset is taken as 0 there, so each finite x - k gives (x - k) * 0 = 0 and the row
+    # its bias, eager's value (its running mean stays finite), on CUDA and on the CPU (a float32
+    # layer norm of edge values gave NaN: fuzz graph 23 of CUDA seed 33802, graph 127 of CPU seed
+    # 33914). A row value, not a test per element. Data holding an inf or a NaN have M2 NaN, so
+    # their rows stay NaN.
     c_row = b.where(b.call("isfinite", c), c, call.const(0, ct))
-    y = b.mul(b.sub(d, c_row), rstd)
-    return _affine(call, y), c, mean, rstd
+    xc = b.cast(x, ct)
+    hi, lo = split_mean(b, b.at_first(xc), c_row)     # (the shift shifted_moments took: one load)
+    if st != ct:
+        # the mean as two values of the statistics' dtype: hi rounded, lo the rest
+        his = b.cast(hi, st)
+        hi, lo = his, b.cast(b.add(b.sub(hi, b.cast(his, ct)), lo), st)
+        xc = b.cast(x, st)
+    y = b.mul(b.sub(b.sub(xc, hi), lo), rstd)
+    return _affine(call, y), hi, lo, mean, rstd
+
+
+def _row_sums_acc(call: OpCall) -> Optional[torch.dtype]:
+    """What a layer norm's sums accumulate in: float64 for float32 compute on the CPU, whose
+    statistics stay float32 (``_normalize_parts``'s ``stats``).
+
+    The one-pass moments are sums shifted by the row's first element ``k``: float32 sums hold
+    ``N * (mean - k)`` and ``N * (mean - k)^2`` to float32's resolution, so a first element far
+    from the mean (an outlier, or 2.5 in a row of mean 0.0024 and spread 1) leaves the mean good
+    only to float32's resolution at ``|k - mean|`` and the variance to that times
+    ``((k - mean) / std)^2`` (a row of N(0, 1) after -3000: rstd off by 1e-4). Elements near the
+    mean then came out with 100x eager's error, which a later division by them showed (fuzz
+    graph 600 of CPU seed 33914). On CUDA float64 sums cost bandwidth (a bf16 layer norm
+    [65536, 384] on an H100: 54.9 to 69.0 us): there the sums stay float32, good for a first
+    element within a few spreads of the mean."""
+    return torch.float64 if call.device_type == "cpu" and call.compute == torch.float32 else None
 
 
 def _layer_norm(call: OpCall) -> Expr:
     """(x - mean) * rsqrt(var + eps) [* weight] [+ bias]"""
-    return _normalize(call)[0]
+    return _normalize(call, _row_sums_acc(call), call.compute)[0]
 
 
 def _native_layer_norm(call: OpCall) -> tuple[Expr, Expr, Expr]:
     """(layer_norm(x), mean, rstd)"""
-    return _normalize(call)
+    return _normalize(call, _row_sums_acc(call), call.compute)
 
 
 def _rms_norm(call: OpCall) -> Expr:
@@ -274,13 +322,10 @@ def _batch_norm_folded(call: OpCall, x: Expr) -> Expr:
 def _batch_norm_train(call: OpCall) -> tuple[Expr, Expr, Expr, Expr]:
     """(batch_norm(x) in training, shift, offset, rstd): the batch norm of ``_normalize`` and the
     per-channel statistics its output is made of, ``y = ((x - shift) - offset) * rstd * w + b``
-    with ``shift`` the channel's first element and ``offset`` the shifted sum's mean
-    (``shifted_moments``). A differentiable group saves them for its backward
+    with ``shift + offset`` the channel's mean exactly (``split_mean``). A differentiable group saves them for its backward
     (``autodiff/saved.py``), which then reads x twice, not three times."""
-    b, acc = call.b, _batch_stats_acc(call)
-    y, c, _, rstd = _normalize_parts(call, acc)
-    # the shift shifted_moments took (the builder interns it: one load)
-    return y, b.at_first(b.cast(arg_expr(call, "input"), acc or call.compute)), c, rstd
+    y, hi, lo, _, rstd = _normalize_parts(call, _batch_stats_acc(call))
+    return y, hi, lo, rstd
 
 
 def _group_norm(call: OpCall) -> Expr:
@@ -416,9 +461,9 @@ def grouped_instance_norm(input: torch.Tensor, weight: Optional[torch.Tensor], b
     """What the host program runs for the ``instance_norm`` of ``group_norm``'s grouped view
     ``[N, G, C/G, S]`` (``passes/decompose.py``) where it is not fused: profiling calls, the
     fallback, unfused groups. It computes what the fused kernel does (``shifted_moments``): the
-    moments of ``d = x - k``, ``k`` the group's first element, then ``(d - mean(d)) * rsqrt(var +
-    eps)`` in float32 (float64 for a float64 input). ``d`` is exact for a group whose values are
-    close, so a constant group gives 0 and a huge mean with a small spread keeps its digits.
+    moments of ``d = x - k``, ``k`` the group's first element, then ``((x - hi) - lo) * rsqrt(var +
+    eps)`` with ``hi + lo = k + mean(d)`` exactly (``split_mean``), in float32 (float64 for a
+    float64 input). A constant group gives 0 and a huge mean with a small spread keeps its digits.
     Neither of eager's kernels does: ``instance_norm`` is batch norm underneath, whose CPU mean is
     an fp32 sum divided by N (a constant group with a small eps comes out as -0.001), and
     ``group_norm`` applies ``x * rstd - mean * rstd``, which cancels for a huge mean.
@@ -433,14 +478,16 @@ def grouped_instance_norm(input: torch.Tensor, weight: Optional[torch.Tensor], b
                                    eps, cudnn_enabled)
     x = input if input.dtype == torch.float64 else input.float()
     dims = tuple(range(2, x.dim()))
-    d = x - x[(slice(None), slice(None)) + (slice(0, 1),) * len(dims)]
+    k = x[(slice(None), slice(None)) + (slice(0, 1),) * len(dims)]
+    d = x - k
     var, mean = torch.var_mean(d, dims, correction=0, keepdim=True)
     # contiguous, as eager instance_norm's output (the decomposition reshapes it back to the input's
     # shape). An fp16 / bf16 input's result stays float32 (``widened``): the decomposition's affine
     # then runs in float32 and its type_as rounds once, as eager's group_norm and the fused kernel
     # do (rounded here, then scaled and shifted in fp16, an fp16 group norm near tan's pole was an
     # ulp off in the profiling call: fuzz graph 7399 of seed 9797)
-    return ((d - mean) * torch.rsqrt(var + eps)).contiguous()
+    hi, lo = split_mean_tensors(k, mean)
+    return (((x - hi) - lo) * torch.rsqrt(var + eps)).contiguous()
 
 
 def widened(node) -> bool:
@@ -493,7 +540,8 @@ def batch_norm_train_eager(input: torch.Tensor, weight: Optional[torch.Tensor], 
     d = x - shift
     offset = d.mean(dims, keepdim=True)
     rstd = torch.rsqrt(((d - offset) ** 2).mean(dims, keepdim=True) + eps)
-    y = (d - offset) * rstd
+    shift, offset = split_mean_tensors(shift, offset)        # as the fused kernel (split_mean)
+    y = ((x - shift) - offset) * rstd
     shape = [1, -1] + [1] * (x.dim() - 2)
     if weight is not None:
         y = y * weight.reshape(shape)

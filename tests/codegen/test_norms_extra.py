@@ -22,7 +22,8 @@ from graphfuser.executor.compiled_reduction import ReductionGroup
 from graphfuser.ops import ROWS, fusible
 from graphfuser.ops.axes import analyze
 
-from helpers import FT, fusion_groups, parse
+from helpers import FT, fusion_groups, on_cuda, parse
+from graphfuser.ir.clone import clone_graph
 from test_reductions import FLOATS, TOL, make, nvrtc_compile, run_case
 
 # (dtype, shape, layout): every float dtype on a ragged 4-D shape, then ragged rows, size-1
@@ -151,7 +152,7 @@ def test_half_inputs_accumulate_in_fp32(dtype):
     groups = fusion_groups(sf._optimized)
     assert sorted(_norm_kinds(sf)) == ["aten::group_norm", "aten::instance_norm"] and len(groups) == 2
     for g in groups:
-        cg = ReductionGroup(g.subgraph, "cuda", torch.device("cuda", 0), "k")
+        cg = ReductionGroup(on_cuda(clone_graph(g.subgraph)), "cuda", torch.device("cuda", 0), "k")
         assert [r.dtype for r in cg.kernel.reductions()] == [torch.float32] * 2   # sum (x - k), sum (x - k)^2
     assert nvrtc_compile(sf) == 2
 

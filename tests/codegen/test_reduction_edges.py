@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 import graphfuser
 from graphfuser.config import config
-from helpers import DEVICES, fallback_counter, fusion_groups
+from helpers import DEVICES, fallback_counter, fusion_groups, on_cuda
+from graphfuser.ir.clone import clone_graph
 
 
 def _profile(fn, *args, n=3):
@@ -299,7 +300,7 @@ def test_moment_sums_share_one_block_combine():
         pytest.skip(f"NVRTC unavailable: {why}")
     sf = _profile(ln_affine, torch.randn(4, 31), torch.randn(31), torch.randn(31))
     (g,) = fusion_groups(sf._optimized)
-    cg = ReductionGroup(g.subgraph, "cuda", torch.device("cuda", 0), "k")
+    cg = ReductionGroup(on_cuda(clone_graph(g.subgraph)), "cuda", torch.device("cuda", 0), "k")
     persistent = [src for src, v in zip(cg.variant_sources, cg.variants) if "gf_block_reduce2_x<gf_op_sum>" in src]
     assert persistent, cg.source
     for i, v in enumerate(cg.variants):
