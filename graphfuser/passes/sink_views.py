@@ -35,6 +35,7 @@ from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type
 from ..log import jit_log
 from ..ops import lookup
+from .aliasing import writes
 from .decompose import constant_ints
 
 _PERMUTE = "aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)"
@@ -189,6 +190,11 @@ class _Sinker:
             # ``f`` joins the group of what makes ``x`` already (autocast's cast of a layer norm
             # read through a view, passes/autocast.py), or nothing after the view would take it
             return False
+        if _writes_between(block, prod, view):
+            # f moves down to the view: an in-place write in between (to x through an alias,
+            # ``x.contiguous().mul_(2)``) would change what it reads (lgamma(x) read the doubled
+            # x: fuzz graph 1679 of CPU seed 34311)
+            return False
         xt, pt, vt = x.type, prod.outputs[0].type, out.type
         if not all(isinstance(t, TensorType) and t.complete and t.strides is not None for t in (xt, pt, vt)):
             return False
@@ -217,6 +223,17 @@ class _Sinker:
         block.remove(prod)
         jit_log("graph_fuser", 1, f"sank {view.kind} below {moved.where()}")
         return True
+
+
+def _writes_between(block: Block, first: Node, last: Node) -> bool:
+    """Whether a node strictly between ``first`` and ``last`` of ``block`` (nested blocks
+    included) writes in place."""
+    nodes = block.nodes
+    i, j = nodes.index(first), nodes.index(last)
+
+    def scan(ns) -> bool:
+        return any(writes(n) or any(scan(b.nodes) for b in n.blocks) for n in ns)
+    return scan(nodes[i + 1:j])
 
 
 _RESHAPES = ("aten::view", "aten::reshape")
