@@ -46,6 +46,7 @@ from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type, layout_of
 from ..log import jit_log
 from ..ops.norms import CUDA_REASON, DISABLED_REASON, cuda_training_fused  # the policy lives with the rows
+from ..ops.norms import _contiguous
 from ..ops.reduction import scalar_type_code
 from .partition import _mutates
 
@@ -147,7 +148,14 @@ def _update(e: _Builder, x: Value, stat: Value, running: Value, momentum: Value,
         keep_v = e.op("aten::sub", [keep, momentum], Type("float"))
     a = e.op("aten::mul", [s, momentum], no_grad)
     r = e.op("aten::mul", [running, keep_v], replace(rt, requires_grad=False))
-    return e.op("aten::add", [a, r, e.const(1, "int")], out)
+    new = e.op("aten::add", [a, r, e.const(1, "int")], out)
+    if out.dtype != rt.dtype:
+        # computed in the statistics' wider dtype, stored in the buffer's (rounded once, as eager
+        # does): the group then writes it into the buffer itself
+        false = e.const(False, "bool")
+        new = e.op("aten::to", [new, e.const(scalar_type_code(rt.dtype), "int"), false, false,
+                                e.const(None, "NoneType")], replace(out, dtype=rt.dtype))
+    return new
 
 
 def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, Value]]]:
@@ -162,13 +170,23 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
     false = e.const(False, "bool")
     # eager's statistics of fp16 / bf16 input are float (its accumulate type), not rounded
     acc = torch.float32 if xt.dtype in (torch.float16, torch.bfloat16) else xt.dtype
-    if acc != xt.dtype:
-        code = e.const(scalar_type_code(acc), "int")
-        x = e.op("aten::to", [x, code, false, false, e.const(None, "NoneType")],
-                 replace(xt, dtype=acc))
-    vec = _vector_type(xt, acc, bool(xt.requires_grad))
-    mean = e.op("aten::mean", [x, dims, false], vec)
-    var = e.op("aten::var", [x, dims, e.const(True, "bool"), false], vec)
+    # On the CPU, eager's generic path (a float32 input neither contiguous nor channels-last)
+    # sums the squared deviations in double and updates the running variance in double (its
+    # contiguous paths keep float; its mean stays float): a variance past float's range (1e77)
+    # beside a running variance of -inf gives -inf there, where a float32 inf gave NaN (fuzz
+    # graph 730 of CPU seed 34313, a transposed input). The guards keep the profiled layout.
+    var_acc = acc
+    if xt.dtype == torch.float32 and xt.device is not None and xt.device.type == "cpu" \
+            and not _contiguous(xt) and not (xt.rank in (4, 5) and _contiguous(xt, channels_last=True)):
+        var_acc = torch.float64
+    xs = {}
+    for dt in {acc, var_acc}:
+        xs[dt] = x if dt == xt.dtype else e.op(
+            "aten::to", [x, e.const(scalar_type_code(dt), "int"), false, false, e.const(None, "NoneType")],
+            replace(xt, dtype=dt))
+    mean = e.op("aten::mean", [xs[acc], dims, false], _vector_type(xt, acc, bool(xt.requires_grad)))
+    var = e.op("aten::var", [xs[var_acc], dims, e.const(True, "bool"), false],
+               _vector_type(xt, var_acc, bool(xt.requires_grad)))
     one = e.const(1.0, "float")
     return y, [(rm, _update(e, x, mean, rm, momentum, one)), (rv, _update(e, x, var, rv, momentum, one))]
 

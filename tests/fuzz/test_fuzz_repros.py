@@ -187,6 +187,32 @@ def test_batch_norm_running_stats_of_half_input_are_float_statistics(dtype):
         torch.testing.assert_close(b[2], a[2], rtol=2e-7, atol=1e-7)
 
 
+@pytest.mark.parametrize("layout", ["dense", "transposed", "channels_last"])
+def test_batch_norm_running_variance_update_follows_eager_per_layout(layout):
+    # eager's CPU update of float32 running stats is double on its generic path (an input neither
+    # contiguous nor channels-last) and float on its contiguous ones: a batch variance past
+    # float's range (1e77) beside a running variance of -inf gives -inf on the first, NaN on the
+    # others, where graphfuser gave NaN for both (fuzz graph 730 of CPU seed 34313, transposed)
+    def make():
+        x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(0))
+        x[0, 1, 0, :2] = torch.tensor([3e38, -3e38])
+        if layout == "transposed":
+            x = x.transpose(2, 3).contiguous().transpose(2, 3)
+        elif layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, torch.zeros(3), torch.tensor([1.0, -float("inf"), 2.0])
+
+    sf = graphfuser.script(_bn_train)
+    for _ in range(5):
+        a, b = make(), make()
+        _bn_train(*a), sf(*b)
+        torch.testing.assert_close(b[2], a[2], equal_nan=True)
+        # (the running mean of the channel holding +-3e38: eager's float sum loses the small
+        # values beside them to rounding, graphfuser's compensated one keeps them: 0.0077 / 0.016)
+        torch.testing.assert_close(b[1], a[1], rtol=0, atol=0.01)
+    assert "FusionGroup" in str(graphfuser.last_executed_optimized_graph())
+
+
 def _softmax_and_weight_exp(x, w):
     return F.softmax(torch.fmin(w, x), dim=3).log_softmax(3), torch.exp(w)
 
