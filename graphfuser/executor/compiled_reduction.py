@@ -18,7 +18,8 @@ choice of variant from the run-time row size:
   multi-pass variant;
 - the grid is as many blocks as fit on the device at once (occupancy, with the prefetch
   stages' dynamic shared memory counted); rows beyond it grid-stride, so each block's next
-  row is loading while it reduces this one.
+  row is loading while it reduces this one; one-phase normalizations take one block per row;
+- those choices are lines of the launcher that ``reduction_launch.py`` writes.
 - split variants (few rows / column tiles, long reductions: statistics over N, H, W) spread
   each row or tile over ``gridDim.y`` blocks, with a float64-slot workspace for the partials
   and zeroed counters (kept per stream: ``runtime/scratch.py``); those with grid barriers
@@ -39,19 +40,19 @@ from ..codegen.reduction.render import exact_products, render_reduction, render_
 from ..codegen.dialects import CPP, CUDA
 from ..ir.kir import kernel_ir_text
 from ..codegen.reduction.lower import lower_reduction_group
-from ..codegen.reduction.schedule import (MAX_THREADS, OUTER_BLOCK, OUTER_NARROW_BLOCK, SCRATCH_ROWS,
-                                          ReductionParams, reduction_variants, schedule_reduction, vector_root)
+from ..codegen.reduction.schedule import (MAX_THREADS, SCRATCH_ROWS, ReductionParams, reduction_variants,
+                                          schedule_reduction)
 from ..ir.graph import Graph
 from ..config import config
 from ..log import dump
 from .compiled import allocation
+from .reduction_launch import auto_knobs, cuda_choice
 
 class DeferToEager(Exception):
     """Raised inside a launcher for a call the kernel does not compute (see ``launcher_source``);
     the launcher runs the eager fallback for that call only."""
 
 
-INDEX_LIMIT = 2 ** 31 - 2 ** 24   # 32-bit variants: every offset (and loop overshoot) below 2**31
 
 
 class ReductionGroup:
@@ -185,7 +186,7 @@ def launcher_source(cg: ReductionGroup) -> str:
                  else "        _fn(_pk(*a))")
     else:
         L.append(f"        a = ({', '.join(args)},)")
-        L += ["        " + line for line in _cuda_choice(cg, len(args))]
+        L += ["        " + line for line in cuda_choice(cg, len(args))]
         launch = "        f.launch(grid, block, _stream(_devidx), *a" + (", shared_mem=sh)" if k.kind == "inner" else ")")
         if columns and finalized(cg, columns):
             L.append("        slots = grid[0]")
@@ -308,218 +309,6 @@ def _armed(L: list[str], n_in: int) -> str:
                         f"    return _fallback({params})"]) + "\n"
 
 
-def _small_index(cg: ReductionGroup, first_stride: int) -> str:
-    """The launcher's test that every tensor's largest offset fits the 32-bit variants."""
-    k = cg.kernel
-    st = {pr: s for s, pr in enumerate(stride_args(k))}
-    tests = ["rows * nr"]
-    for p, t in enumerate(k.tensors):
-        terms = [f"n{r}" if kind == "unit" else f"a[{first_stride + st[(p, r)]}] * n{r}"
-                 for r, kind in enumerate(t.dim_kinds) if kind != "bcast" and not (kind == "unit" and t.is_output)]
-        if terms and not t.is_output:
-            tests.append(" + ".join(terms))
-    return " and ".join(f"{x} < {INDEX_LIMIT}" for x in dict.fromkeys(tests))
-
-
-def _cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
-    """Lines choosing ``f``, ``grid`` and ``block`` among the CUDA variants: ``o`` selects the
-    32-bit half of ``_fns`` (0) or the 64-bit half."""
-    k = cg.kernel
-    half = len(cg.variants) // 2
-    variants = [v[2] for v in cg.variants[:half]]
-    st = stride_args(k)
-    first_stride = len(k.tensors) + k.n_dims
-    V = max(p.vector for p in variants)
-    vr = vector_root(k)
-    vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[vr] != "bcast"]
-    lines = [f"small = {_small_index(cg, first_stride)}", f"o = 0 if small else {half}"]
-    if V > 1:
-        aligned = " | ".join(f"a[{p}]" for p in vec_tensors) or "0"
-        strides = "".join(f" and a[{first_stride + s}] % {V} == 0" for s, (p, _) in enumerate(st) if p in vec_tensors)
-        lines.append(f"vec = n{vr} % {V} == 0 and not (({aligned}) & 15){strides}")
-    else:
-        lines.append("vec = False")
-    if k.kind == "none":
-        scalar = next(i for i, p in enumerate(variants) if p.vector == 1)
-        vector = next((i for i, p in enumerate(variants) if p.vector > 1), scalar)
-        per = variants[scalar].block[0] * variants[scalar].unroll
-        lines.append(f"j, per = ({vector}, {per * V}) if vec else ({scalar}, {per})")
-        lines.append("f = _fns[j + o] or _load(j + o)")
-        for j in sorted({scalar, vector}):
-            divs = cg.variants[j][4]
-            if divs:
-                lines.append(f"if small and j == {j}:")
-                lines.append("    a = a + " + " + ".join(f"(_MG({d}) or _magic({d}))" for d in divs))
-        lines.append("grid = (rows * nr + per - 1) // per")
-        lines.append("grid = (grid if grid < _maxgrid else _maxgrid, 1, 1)")
-        lines.append(f"block = ({variants[scalar].block[0]}, 1, 1)")
-        return lines
-    if k.kind == "outer":
-        return lines + _outer_choice(cg, variants)
-    for w, cond in ((V, "if vec:"), (1, "else:")):
-        if w == 1 and V == 1:
-            cond = "if True:"
-        lines.append(cond)
-        lines.append(f"    nv = (nr + {w - 1}) // {w}")
-        chosen = [(i, p) for i, p in enumerate(variants) if p.vector == w and p.persistent]
-        multi = next(i for i, p in enumerate(variants) if p.vector == w and not p.persistent and not p.split)
-        split = next((i for i, p in enumerate(variants) if p.vector == w and p.split), None)
-        branch = "if"
-        if split is not None:
-            # a kernel whose blocks meet at barriers splits rows that leave the device half
-            # idle (its alternative re-reads whole rows in one block each); one that does not
-            # splits only the fewest, longest rows
-            if cg.grid_sync[split]:
-                few = f"rows <= {SPLIT_SYNC_ROWS} * _sms and nv >= {SPLIT_SYNC_MIN_VECTORS}"
-            else:
-                few = f"rows * {SPLIT_ROWS} <= _sms and nv >= {SPLIT_MIN_VECTORS}"
-            lines.append(f"    if {few}:")
-            lines.append(f"        f, tx, sh, chunks = _fns[{split} + o] or _load({split} + o), "
-                         f"{variants[split].block[0]}, 0, (nv + {variants[split].block[0] - 1}) // "
-                         f"{variants[split].block[0]}")
-            branch = "elif"
-        lo, wide = cg.min_threads
-        lines.insert(len(lines) - (2 if split is not None else 0),
-                     f"    lo = {wide} if nv >= {WIDE_ROW_VECTORS} else {lo}" if wide != lo else f"    lo = {lo}")
-        for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
-            P = p.persistent
-            lines.append(f"    {branch} {P} * lo <= nv <= {MAX_THREADS * P}:")
-            lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}, {cg.variants[i][5]}")
-            branch = "elif"
-        i, p = min(chosen, key=lambda c: c[1].persistent)
-        lines.append(f"    elif nv <= {MAX_THREADS * p.persistent}:")
-        lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {p.persistent - 1}) // {p.persistent}, "
-                     f"{cg.variants[i][5]}")
-        lines.append("    else:")
-        lines.append(f"        f, tx, sh = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}, 0")
-    lines.append("block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)")
-    lines.append("sh = sh * block[0]")
-    if any(p.split for p in variants):
-        n_red = len(k.reductions())
-        lines.append("if chunks:")
-        lines.append("    cap = f.resident_blocks(block[0], sh)     # every block resident: the barriers need it")
-        lines.append("    gx = rows if rows < cap else cap")
-        lines.append("    gy = cap // gx")
-        lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
-        lines.append("    grid = (gx, gy, 1)")
-        lines.append(f"    wp, sp, keep = _scratch(_stream(_devidx), {n_red} * rows * gy, rows, f.cooperative)")
-        lines.append("    a = a + (wp, sp)")
-        lines.append("else:")
-        lines += ["    " + line for line in _row_grid(cg)]
-        lines.insert(2, "chunks = 0")
-    else:
-        lines += _row_grid(cg)
-    return lines
-
-
-MAX_GRID_X = 2 ** 31 - 1
-UNCAPPED_MIN_THREADS = 64    # an uncapped kernel's blocks of fewer threads take the resident grid
-
-
-def _row_grid(cg: ReductionGroup) -> list[str]:
-    """The grid of a kernel whose rows are not split: one block per row (``uncapped``, rows
-    beyond gridDim.x's limit grid-stride) or as many as ``_grid_cap`` allows."""
-    capped = [f"cap = {_grid_cap('block[0]', 'sh')}", "grid = (rows if rows < cap else cap, 1, 1)"]
-    if cg.uncapped:
-        # narrow rows (a block of one warp) keep the resident grid: blocks of 32 threads over
-        # one short row each hold too few bytes in flight (layer norm [200704, 96] bf16 on an
-        # H200: 0.126 ms uncapped, 0.073 ms resident)
-        return [f"if block[0] >= {UNCAPPED_MIN_THREADS}:",
-                f"    grid = (rows if rows < {MAX_GRID_X} else {MAX_GRID_X}, 1, 1)",
-                "else:"] + ["    " + line for line in capped]
-    return capped
-
-
-def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[str]:
-    """Outer reductions: ``ceilDiv(rows, TIDx * V)`` column tiles of one block each, or (few
-    tiles, long columns) the split variant, ``gridDim.y`` blocks per tile, as many as are
-    resident at once (its barriers need every block resident; rows beyond the grid
-    grid-stride). The vector variants (V adjacent columns per thread) run where ``vec``."""
-    k = cg.kernel
-    tx, ty = OUTER_BLOCK
-    V = max(p.vector for p in variants)
-
-    def index(vector: int, split: bool, block=OUTER_BLOCK):
-        return next((i for i, p in enumerate(variants) if p.vector == vector and p.split == split
-                     and p.block == block), None)
-
-    scalar, scalar_split = index(1, False), index(1, True)
-    wide, wide_split = (index(V, False), index(V, True)) if V > 1 else (None, None)
-    narrow, narrow_split = (index(V, False, OUTER_NARROW_BLOCK), index(V, True, OUTER_NARROW_BLOCK)) \
-        if V > 1 else (None, None)
-    lines = [f"block, ty = ({tx}, {ty}, 1), {ty}"]
-    if wide is not None and (wide_split is None) == (scalar_split is None):
-        lines += [f"cols = {tx * V} if vec else {tx}",
-                  f"j, js = ({wide}, {wide_split}) if vec else ({scalar}, {scalar_split})"]
-        if narrow is not None and (narrow_split is None) == (scalar_split is None):
-            # few columns: 16 x V of them per tile, 64 rows at a time (OUTER_NARROW_BLOCK)
-            nx, ny = OUTER_NARROW_BLOCK
-            lines += [f"if vec and rows <= {nx * V}:",
-                      f"    block, ty, cols, j, js = ({nx}, {ny}, 1), {ny}, {nx * V}, {narrow}, {narrow_split}"]
-    else:
-        lines += [f"cols = {tx}", f"j, js = {scalar}, {scalar_split}"]
-    lines.append("tiles = (rows + cols - 1) // cols")
-    branch = "if True:"
-    if scalar_split is not None:
-        lines.append(f"if tiles < {OUTER_SPLIT_TILES} * _sms and nr >= {OUTER_SPLIT_MIN_ROWS}:")
-        lines.append("    f = _fns[js + o] or _load(js + o)")
-        lines.append(f"    cap = f.resident_blocks({tx * ty}, 0)")
-        lines.append("    gx = tiles if tiles < cap else cap")
-        lines.append("    gy, chunks = cap // gx, (nr + ty - 1) // ty")
-        lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
-        lines.append("    grid = (gx, gy, 1)")
-        lines.append(f"    wp, sp, keep = _scratch(_stream(_devidx), {len(k.reductions())} * rows * gy, tiles, "
-                     "f.cooperative)")
-        lines.append("    a = a + (wp, sp)")
-        branch = "else:"
-    lines.append(branch)
-    lines.append("    f = _fns[j + o] or _load(j + o)")
-    lines.append(f"    cap = {_grid_cap(tx * ty)}")
-    lines.append("    grid = (tiles if tiles < cap else cap, 1, 1)")
-    return lines
-
-
-def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
-    """(prefetch stages, (fewest threads per row, the same for wide rows), uncapped grid) for a
-    kernel, unless the config sets them.
-
-    Measured on an H200 (bf16 rows of 4096, three repetitions): pure reductions stream best
-    with one stage; normalizations with one reduction phase (RMSNorm) keep two rows in flight
-    (86% of copy bandwidth against 80% with one); those with two phases (layer norm, softmax),
-    whose two block reductions a block waits on, want 256 threads a row with one stage once rows
-    are wide (layer norm 4096: 81% against 76% with 128 threads) but few threads with many
-    elements each on narrow rows (1024..3072: 80% with 64-96 threads, 65% with 128-384).
-
-    Uncapped grid (one block per row, the hardware scheduling the next block onto an SM as
-    one finishes, instead of as many blocks as fit at once striding over the rows): one-phase
-    normalizations without column sums, where a row gets 64 threads or more (the launcher keeps
-    the resident grid for one-warp blocks). H200, bf16, kernel time alone: RMSNorm 93-94% of copy
-    bandwidth against 81-87% with the resident grid at rows of 1024..4096 (90% against 81% at
-    16384), the one-pass layer norm 82-85% against 72% (rows of 1024..4096; 75% against 79% at
-    16384). Softmax (two phases) keeps the resident grid: 84-88% against 79-82%. Rows of 96 or
-    192 elements (one warp a row) are 2-3x slower uncapped."""
-    stages, lo = config.cuda["reduction_prefetch_stages"], config.cuda["reduction_min_threads"]
-    full = any(not kernel.is_row(p) for p, _ in kernel.stores)
-    one_phase = full and kernel.reduction_phases() <= 1
-    auto = (1, 64, 64) if not full else ((2, 64, 64) if one_phase else (1, 64, 256))
-    per_sm = config.cuda["reduction_blocks_per_sm"]
-    uncapped = one_phase and not kernel.has_columns() if per_sm is None else False
-    return (auto[0] if stages is None else int(stages)), \
-        ((auto[1], auto[2]) if lo is None else (int(lo), int(lo))), uncapped
-
-
-WIDE_ROW_VECTORS = 512     # rows of this many vectors or more count as wide for the thread floor
-
-
-SPLIT_ROWS = 2             # rows split across blocks when rows * SPLIT_ROWS <= SM count ...
-SPLIT_MIN_VECTORS = 8192   # ... and a row has at least this many vectors
-SPLIT_SYNC_ROWS = 2        # kernels with barriers: rows split when rows <= SPLIT_SYNC_ROWS * SM count ...
-SPLIT_SYNC_MIN_VECTORS = 1024   # ... and a row has two blocks' worth of vectors (later passes re-read
-                                # from L2 when the tensor fits there; one block per row leaves SMs idle)
-OUTER_SPLIT_TILES = 2      # outer: columns split across blocks when tiles < OUTER_SPLIT_TILES * SM count ...
-OUTER_SPLIT_MIN_ROWS = 256  # ... and a column has at least this many elements
-
-
 def _splittable(kernel, nest, dialect) -> bool:
     """Whether the split variant renders (single-pass kernels with row outputs only)."""
     from ..codegen.schedule import ScheduleError
@@ -529,13 +318,6 @@ def _splittable(kernel, nest, dialect) -> bool:
     except ScheduleError:
         return False
     return True
-
-
-def _grid_cap(threads, shared="0") -> str:
-    """Python for the most blocks a reduction grid gets: the blocks that fit at once
-    (``reduction_blocks_per_sm``: 0 or null) or that many per SM. Rows beyond it grid-stride."""
-    per_sm = int(config.cuda["reduction_blocks_per_sm"] or 0)
-    return f"_sms * {per_sm}" if per_sm else f"f.resident_blocks({threads}, {shared})"
 
 
 def _magic_divisor() -> tuple[Callable, Callable]:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import graphfuser
 from graphfuser.config import config
-from graphfuser.executor import compiled_reduction
+from graphfuser.executor import reduction_launch
 from graphfuser.runtime import cuda_driver
 from helpers import fallback_counter
 
@@ -94,16 +94,16 @@ def split_mode(request, monkeypatch):
 
     monkeypatch.setattr(compiled, "_MEMORY", {})
     if request.param == "split":
-        monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_MIN_ROWS", 1)
-        monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_TILES", 10 ** 6)
-        monkeypatch.setattr(compiled_reduction, "SPLIT_MIN_VECTORS", 1)
-        monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_MIN_VECTORS", 1)
-        monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_ROWS", 10 ** 6)
-        monkeypatch.setattr(compiled_reduction, "SPLIT_ROWS", 0)
+        monkeypatch.setattr(reduction_launch, "OUTER_SPLIT_MIN_ROWS", 1)
+        monkeypatch.setattr(reduction_launch, "OUTER_SPLIT_TILES", 10 ** 6)
+        monkeypatch.setattr(reduction_launch, "SPLIT_MIN_VECTORS", 1)
+        monkeypatch.setattr(reduction_launch, "SPLIT_SYNC_MIN_VECTORS", 1)
+        monkeypatch.setattr(reduction_launch, "SPLIT_SYNC_ROWS", 10 ** 6)
+        monkeypatch.setattr(reduction_launch, "SPLIT_ROWS", 0)
     else:
-        monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_TILES", 0)
-        monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_ROWS", 0)
-        monkeypatch.setattr(compiled_reduction, "SPLIT_ROWS", 10 ** 9)
+        monkeypatch.setattr(reduction_launch, "OUTER_SPLIT_TILES", 0)
+        monkeypatch.setattr(reduction_launch, "SPLIT_SYNC_ROWS", 0)
+        monkeypatch.setattr(reduction_launch, "SPLIT_ROWS", 10 ** 9)
     return request.param
 
 
@@ -135,9 +135,9 @@ def test_grids_smaller_than_the_work(resident, layout, monkeypatch):
 
     monkeypatch.setattr(compiled, "_MEMORY", {})
     monkeypatch.setattr(cuda_driver.CudaKernel, "resident_blocks", lambda self, threads, shared_mem=0: resident)
-    monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_MIN_ROWS", 1)
-    monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_MIN_VECTORS", 1)
-    monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_ROWS", 10 ** 6)
+    monkeypatch.setattr(reduction_launch, "OUTER_SPLIT_MIN_ROWS", 1)
+    monkeypatch.setattr(reduction_launch, "SPLIT_SYNC_MIN_VECTORS", 1)
+    monkeypatch.setattr(reduction_launch, "SPLIT_SYNC_ROWS", 10 ** 6)
     x = x_of((8, 100, 9, 11), layout=layout)
     run(stats, x, tol=dict(rtol=1e-4, atol=1e-3))
     w, b = torch.rand(100, device="cuda") + 0.5, torch.randn(100, device="cuda")
@@ -340,10 +340,10 @@ def test_split_scratch_is_kept_per_stream_and_stays_correct(monkeypatch):
     first calls no launch allocates scratch."""
     from graphfuser.runtime import scratch
 
-    monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_MIN_ROWS", 1)
-    monkeypatch.setattr(compiled_reduction, "OUTER_SPLIT_TILES", 10 ** 6)
-    monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_MIN_VECTORS", 1)
-    monkeypatch.setattr(compiled_reduction, "SPLIT_SYNC_ROWS", 10 ** 6)
+    monkeypatch.setattr(reduction_launch, "OUTER_SPLIT_MIN_ROWS", 1)
+    monkeypatch.setattr(reduction_launch, "OUTER_SPLIT_TILES", 10 ** 6)
+    monkeypatch.setattr(reduction_launch, "SPLIT_SYNC_MIN_VECTORS", 1)
+    monkeypatch.setattr(reduction_launch, "SPLIT_SYNC_ROWS", 10 ** 6)
     from graphfuser.executor import compiled
 
     monkeypatch.setattr(compiled, "_MEMORY", {})

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import graphfuser
 from graphfuser.config import config
-from graphfuser.executor import compiled_reduction
+from graphfuser.executor import compiled_reduction, reduction_launch
 from helpers import fallback_counter
 
 pytestmark = pytest.mark.cuda
@@ -90,7 +90,7 @@ def test_32_and_64_bit_index_variants(monkeypatch):
     check(*inputs(64, 4096, torch.bfloat16))
     assert _loaded_halves() == {"int"}
     monkeypatch.setattr(compiled, "_MEMORY", {})
-    monkeypatch.setattr(compiled_reduction, "INDEX_LIMIT", 100)
+    monkeypatch.setattr(reduction_launch, "INDEX_LIMIT", 100)
     check(*inputs(64, 4096, torch.bfloat16))
     check(*inputs(5, 100, torch.float32))
     assert _loaded_halves() == {"long long"}

@@ -65,7 +65,7 @@ MIN_THREADS = 64           # the launcher takes the largest P that leaves a row 
 OUTER_BLOCK = (32, 32)
 # ... and 16 x 64 where the columns are few: the vector variants' 32 x V columns would leave
 # half the threads of a 32 x 32 block without a column (``_outer_choice`` in
-# executor/compiled_reduction.py). Measured on an H100, batch norm (train) + ReLU forward and
+# executor/reduction_launch.py). Measured on an H100, batch norm (train) + ReLU forward and
 # backward, bf16 channels-last [32, 64, 56, 56]: 149 -> 121 us (eager 101); 168.8 us before the
 # y reductions became trees (cuda_reduction_prelude.gf_block_reduce_y)
 OUTER_NARROW_BLOCK = (16, 64)
