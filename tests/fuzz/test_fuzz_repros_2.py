@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import graphfuser
 
+from helpers import DEVICES, run_fused
 from test_fuzz_repros import _run
 
 
@@ -315,3 +316,26 @@ def test_var_backward_scales_an_fp16_gradient_before_doubling_it():
             grads = [torch.autograd.grad(o, x, [torch.ones_like(t) for t in o])[0] for o, x in zip(outs, xs)]
             assert not grads[0].isnan().any()
             torch.testing.assert_close(grads[0], grads[1])
+
+
+def _row_value_stored_beside_a_softmax(x0, s0: bool):
+    # pow(x, 0) * flag is a value of no element: a reduction kernel's lanes computed it from a
+    # scalar they never declared (CPU fuzz graph 774 of seed 34401, a KeyError at compile)
+    v0 = torch._log_softmax(x0, -3, False)
+    v0.mul_(0.5)
+    return torch.pow(x0, 0) * s0, v0
+
+
+def _row_value_of_an_int_scalar(x0, k: int):
+    return torch.softmax(x0, 1), torch.ones_like(x0) * k + 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(3, 7, 1), (5, 33, 8), (2, 64, 16)])
+@pytest.mark.parametrize("fn,arg", [(_row_value_stored_beside_a_softmax, True),
+                                    (_row_value_stored_beside_a_softmax, False),
+                                    (_row_value_of_an_int_scalar, 3)])
+def test_row_value_stored_to_a_full_output(device, shape, fn, arg):
+    x = torch.randn(shape, device=device)
+    run_fused(fn, x, arg, tol={})
+    run_fused(fn, x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x.transpose(0, 1), arg, tol={})

@@ -72,10 +72,18 @@ class RowValues:
     def _is_row_value(self, e: Expr) -> bool:
         return not (self.full[id(e)] or isinstance(e, (Const, Reduce)))
 
+    def _pass_readers(self) -> set[int]:
+        """What a pass computes from row values: full-size values, reductions, and row values
+        a pass stores to a full-size output (``ones * flag`` of a scalar argument broadcast to
+        the output: CPU fuzz graph 774 of seed 34401 read its ``flag`` from no lane array)."""
+        out = {id(e) for e in self.exprs if isinstance(e, Reduce) or self.full[id(e)]}
+        return out | {id(e) for stores in self.pass_stores.values() for _, e in stores}
+
     def _pass_rows(self) -> set[int]:
-        """The row values a pass reads (as an argument of a full-size value or a reduction),
-        directly or through other row values."""
-        stack = [a for e in self.exprs if isinstance(e, Reduce) or self.full[id(e)]
+        """The row values a pass reads (as an argument of a full-size value, a reduction or a
+        store), directly or through other row values."""
+        readers = self._pass_readers()
+        stack = [a for e in self.exprs if id(e) in readers
                  for a in self._args(e) if self._is_row_value(a)]
         seen: set[int] = set()
         while stack:
@@ -89,9 +97,10 @@ class RowValues:
         """Which of the row values ``todo`` (one pass's) are read outside their lane loop: by a
         full-size value, a reduction, or a pass-read row value of another pass."""
         mine = {id(e) for e in todo}
+        readers = self._pass_readers()
         read: set[int] = set()
         for e in self.exprs:
-            if id(e) in mine or not (isinstance(e, Reduce) or self.full[id(e)] or id(e) in self.pass_rows):
+            if id(e) in mine or not (id(e) in readers or id(e) in self.pass_rows):
                 continue
             read.update(id(a) for a in self._args(e) if id(a) in mine)
         return read
