@@ -336,6 +336,13 @@ class Dialect:
     # (first row, row step) of a grid-stride row loop: persistent reduction kernels prefetch
     # the next row's inputs into registers while they reduce this one. Empty: no prefetch.
     row_prefetch: tuple = ()
+    # The same for kernels that run several rows per block, one row per blockDim.x group of
+    # threads (``row_loop_multi``: the row loop; ``thread_linear`` / ``block_threads``: a
+    # thread's index in its block and the block's size). Empty: one row per block.
+    row_prefetch_multi: tuple = ()
+    row_loop_multi: str = ""
+    thread_linear: str = ""
+    block_threads: str = ""
     # Declaration of the dynamic shared memory the prefetch stages use (gf_cp_async /
     # gf_cp_commit / gf_cp_wait in the reduction prelude); empty: prefetch into registers.
     async_copy: str = ""
@@ -423,6 +430,11 @@ CUDA = Dialect(
     vector_registers=True,
     fast_div=True,
     row_prefetch=("blockIdx.x", "gridDim.x"),
+    # narrow rows: blockDim.y rows per block, the row index spread over blocks and threadIdx.y
+    row_prefetch_multi=("(blockIdx.x * blockDim.y + threadIdx.y)", "(gridDim.x * blockDim.y)"),
+    row_loop_multi="for ({T} {i} = blockIdx.x * blockDim.y + threadIdx.y; {i} < {ext}; {i} += gridDim.x * blockDim.y)",
+    thread_linear="(int)(threadIdx.y * blockDim.x + threadIdx.x)",
+    block_threads="(int)(blockDim.x * blockDim.y)",
     async_copy="extern __shared__ __align__(16) unsigned char gf_stage[];",
     runtime_unroll="#pragma unroll 4",
     sum_block=16,           # a thread's serial loop: 16 iterations (of up to 8 vector elements) per chunk

@@ -46,7 +46,7 @@ from ..ir.graph import Graph
 from ..config import config
 from ..log import dump
 from .compiled import allocation
-from .reduction_launch import auto_knobs, cuda_choice
+from .reduction_launch import NARROW_MIN_THREADS, auto_knobs, cuda_choice
 
 class DeferToEager(Exception):
     """Raised inside a launcher for a call the kernel does not compute (see ``launcher_source``);
@@ -71,9 +71,13 @@ class ReductionGroup:
         self.variants: list[tuple[str, Any, ReductionParams, str, list[str], int]] = []
         self.grid_sync: list[bool] = []     # per variant: blocks wait for each other (cooperative launch)
         self.column_registers: list[bool] = []   # per variant: column partials written whole, not added
+        self.multirow: list[bool] = []          # per variant: runs blockDim.y rows per block
         dialect = CUDA if target == "cuda" else CPP
         fns: list[str] = []
         self.stages, self.min_threads, self.uncapped = auto_knobs(self.kernel)
+        # rows of a warp's vectors or fewer, several to a block: few threads a row, each with
+        # more of it (unless the knob sets the floor for every row)
+        self.narrow_min_threads = NARROW_MIN_THREADS if config.cuda["reduction_min_threads"] is None else 0
         schedules = [(p, schedule_reduction(self.kernel, p))
                      for p in reduction_variants(self.kernel, target, int(config.cuda["reduction_register_elements"]))]
         schedules = [(p, n) for p, n in schedules if not p.split or _splittable(self.kernel, n, dialect)]
@@ -95,6 +99,7 @@ class ReductionGroup:
                                       info.get("shared_per_thread", 0)))
                 self.grid_sync.append(bool(info.get("grid_sync")))
                 self.column_registers.append(bool(info.get("column_registers")))
+                self.multirow.append(bool(info.get("multirow")))
         self.exact_products = exact_products(self.kernel)
         if self.kernel.kind == "none":
             render = render_source

@@ -62,6 +62,15 @@ def cases(device: str, quick: bool = False) -> list[tuple[str, Callable, Callabl
         ("(x*x).sum() f32 [64M] (one row, split across blocks)", sum_of_squares,
          lambda d: (_r(64 * 1024 * 1024, device=d),)),
     ]
+    # narrow rows: the channels-last layer norms of a ConvNeXt-T's four stages at batch 64
+    # (rows of 96..768 channels), and an RMSNorm of 96
+    for n, h in ((200704, 96), (50176, 192), (12544, 384), (3136, 768)):
+        out.append((f"layer_norm bf16 [{n},{h}] affine (narrow)", layer_norm,
+                    lambda d, n=n, h=h: (_r(n, h, dtype=bf, device=d), _r(h, dtype=bf, device=d),
+                                         _r(h, dtype=bf, device=d))))
+    out.append(("RMSNorm bf16 [200704,96] (narrow)", rms_norm,
+                lambda d: (_r(200704, 96, dtype=bf, device=d), _r(96, dtype=bf, device=d))))
+    out.append(("softmax bf16 [200704,96] (narrow)", softmax, lambda d: (_r(200704, 96, dtype=bf, device=d),)))
     for h in (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384):
         n = max(1, rows * 4096 // h)
         out.append((f"layer_norm bf16 [{n},{h}] affine (sweep)", layer_norm,

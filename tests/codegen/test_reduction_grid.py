@@ -3,8 +3,11 @@ and the source are read, not run).
 
 One-phase normalizations (RMSNorm, the one-pass layer norm) get one block per row; softmax
 (two phases) keeps the grid of the blocks that fit at once, striding over the rows; the knob
-``cuda.reduction_blocks_per_sm`` overrides both. Inner reductions declare 1 KB of static shared
-memory for their combines, not the 8 KB outer ones need."""
+``cuda.reduction_blocks_per_sm`` overrides both. Rows of a warp's threads or fewer share
+blocks (``cuda.reduction_row_block_threads``). Inner reductions declare 1 KB of static shared
+memory for their combines, not the 8 KB outer ones need.
+
+The launcher's choice is run here as Python, with a stand-in for the driver's occupancy query."""
 from __future__ import annotations
 
 import pytest
@@ -14,6 +17,7 @@ import torch.nn.functional as F
 import graphfuser
 from graphfuser.config import config
 from graphfuser.executor.compiled_reduction import ReductionGroup, launcher_source
+from graphfuser.executor.reduction_launch import cuda_choice
 
 from helpers import fusion_groups
 
@@ -30,6 +34,32 @@ def _softmax(x, w, b):
     return torch.softmax(x, -1)
 
 
+SMS = 132
+
+
+class _Fn:
+    """A variant's stand-in: its index and the resident-block query (64 warps, 32 blocks an SM)."""
+    cooperative = False
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def resident_blocks(self, threads: int, shared: int = 0) -> int:
+        return SMS * min(2048 // threads, 32)
+
+
+def _launch(cg: ReductionGroup, rows: int, nr: int, **cuda) -> dict:
+    """The launcher's variant, block and grid for ``rows`` rows of ``nr`` elements (16-byte
+    aligned, dense)."""
+    with config.override(cuda=cuda):
+        lines = cuda_choice(cg, 0)
+    ns = {"rows": rows, "nr": nr, "n0": rows, "n1": nr, "a": (0,) * 16, "_sms": SMS,
+          "_fns": [_Fn(i) for i in range(len(cg.variants))], "_load": None,
+          "_scratch": lambda *a: (0, 0, None), "_stream": lambda i: None, "_devidx": 0}
+    exec("\n".join(lines), ns)
+    return ns
+
+
 def _group(fn, **cuda) -> tuple[ReductionGroup, str]:
     x = torch.randn(8, 64, dtype=torch.bfloat16)
     w, b = torch.randn(64, dtype=torch.bfloat16), torch.randn(64, dtype=torch.bfloat16)
@@ -39,7 +69,9 @@ def _group(fn, **cuda) -> tuple[ReductionGroup, str]:
     (g,) = fusion_groups(sf._optimized)
     with config.override(cuda=cuda):
         cg = ReductionGroup(g.subgraph, "cuda", torch.device("cuda", 0), "k")
-        return cg, launcher_source(cg)
+        src = launcher_source(cg)
+    compile(src, "<launcher>", "exec")      # the whole launcher, as it is built
+    return cg, src
 
 
 @pytest.mark.parametrize("fn, uncapped", [(_ln, True), (_rms, True), (_softmax, False)],
@@ -48,8 +80,43 @@ def test_one_phase_normalizations_get_a_block_per_row(fn, uncapped):
     cg, src = _group(fn)
     assert cg.uncapped is uncapped
     assert ("grid = (rows if rows < 2147483647 else 2147483647, 1, 1)" in src) is uncapped
-    # one-warp blocks (narrow rows) keep the resident grid
-    assert ("if block[0] >= 64:" in src) is uncapped
+    run = _launch(cg, 16384, 4096)
+    assert run["block"][1] == 1 and run["block"][0] >= 64
+    assert run["grid"][0] == (16384 if uncapped else min(16384, _Fn(0).resident_blocks(run["block"][0])))
+
+
+@pytest.mark.parametrize("fn", [_ln, _rms, _softmax], ids=["layer_norm", "rms_norm", "softmax"])
+@pytest.mark.parametrize("nr, block", [(96, (8, 16, 1)), (192, (8, 16, 1)), (8, (1, 128, 1)), (40, (8, 16, 1))])
+def test_narrow_rows_share_blocks(fn, nr, block):
+    # 96 bf16 channels: 12 vectors of 8 a row, 2 a thread (the narrow floor of 4 threads a
+    # row), 6 threads a row rounded to 8, 16 rows a block of 128 threads, as many blocks as fit
+    # at once; 192 channels: 24 vectors, 4 a thread; 40 channels: 5 vectors, one a thread
+    cg, _ = _group(fn)
+    run = _launch(cg, 200704, nr)
+    assert run["mr"] and run["block"] == block
+    assert cg.multirow[run["f"].i]
+    assert run["grid"] == (min(-(-200704 // block[1]), SMS * 16), 1, 1)
+    # fewer rows than a block holds: one block of those rows
+    assert _launch(cg, 3, nr)["block"] == (block[0], 3, 1)
+    # the knob: 1 thread a block is one row per (warp-sized) block, as before
+    one = _launch(cg, 200704, nr, reduction_row_block_threads=1)
+    assert one["block"] == (32, 1, 1) and one["grid"] == (SMS * 32, 1, 1)
+    assert _launch(cg, 200704, nr, reduction_row_block_threads=256)["block"] == (block[0], 256 // block[0], 1)
+    # a thread floor set by the knob holds for narrow rows too: 96 channels, 12 threads a row
+    if nr == 96:
+        cg, _ = _group(fn, reduction_min_threads=64)
+        assert _launch(cg, 200704, nr, reduction_min_threads=64)["block"] == (16, 8, 1)
+
+
+@pytest.mark.parametrize("fn", [_ln, _softmax], ids=["layer_norm", "softmax"])
+def test_narrow_row_kernels_index_rows_by_block_and_thread_row(fn):
+    cg, _ = _group(fn)
+    src = cg.variant_sources[cg.multirow.index(True)]
+    assert "i0 = blockIdx.x * blockDim.y + threadIdx.y; i0 < n0; i0 += gridDim.x * blockDim.y" in src
+    # the shuffles of a row name only its lanes (rows of a warp may leave the loop apart)
+    assert "__shfl_xor_sync(0xffffffffu" not in src.split("gf_block_reduce_x")[0].split("gf_group_mask")[1]
+    # wide rows (multi-pass kernels) keep one row per block
+    assert not all(cg.multirow)
 
 
 @pytest.mark.parametrize("fn", [_ln, _rms, _softmax], ids=["layer_norm", "rms_norm", "softmax"])

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import graphfuser
 from graphfuser.config import config
 from graphfuser.executor import compiled_reduction, reduction_launch
+from graphfuser.tools.zoo_train import fused_groups
 from helpers import fallback_counter
 
 pytestmark = pytest.mark.cuda
@@ -154,3 +155,50 @@ def _reduction_runners():
 
     return [r for r in compiled._MEMORY.values()
             if isinstance(getattr(r, "compiled", None), compiled_reduction.ReductionGroup) and r.compiled.target == "cuda"]
+
+
+@pytest.mark.parametrize("threads", [None, 1, 64, 512])
+@pytest.mark.parametrize("stages", [0, 2])
+@pytest.mark.parametrize("shape", [(20003, 96), (5001, 8), (777, 40), (3, 200), (50000, 24), (129, 1)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_narrow_rows_several_per_block(threads, stages, shape, dtype):
+    """Rows of a warp's threads or fewer share blocks (blockDim.y rows of blockDim.x threads):
+    rows not a multiple of the block's, a row count below it, grid-stride rows."""
+    check(*inputs(*shape, dtype), cuda={"reduction_row_block_threads": threads, "reduction_prefetch_stages": stages})
+
+
+def test_narrow_rows_several_per_block_grid_stride():
+    """One block per SM: each block's row groups walk many rows (prefetching the next), and
+    the rows of one warp leave the loop at different times."""
+    check(*inputs(100001, 40, torch.bfloat16), cuda={"reduction_blocks_per_sm": 1})
+    check(*inputs(100001, 96, torch.float16, sliced=True), cuda={"reduction_blocks_per_sm": 1})
+
+
+def _layer_norm_gelu(x, w, b):
+    return F.gelu(F.layer_norm(x, [x.shape[-1]], w, b, 1e-6)) * 2
+
+
+@pytest.mark.parametrize("n", [96, 24, 200])
+def test_narrow_layer_norm_training(n):
+    """The forward's row outputs (mean, rstd) and the backward's row reductions, narrow rows."""
+    f = _layer_norm_gelu
+    x = torch.randn(64, 13, 17, n, device="cuda", dtype=torch.bfloat16)
+    w, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    args = [t.clone().requires_grad_() for t in (x, w, b)]
+    ref_args = [t.clone().requires_grad_() for t in (x, w, b)]
+    sf = graphfuser.script(f)
+    with config.override(disable=["fallback"]), torch.autocast("cuda", torch.bfloat16):
+        for _ in range(4):
+            for t in args:
+                t.grad = None
+            out = sf(*args)
+            out.float().square().sum().backward()
+    with torch.autocast("cuda", torch.bfloat16):
+        ref = f(*ref_args)
+    ref.float().square().sum().backward()
+    torch.testing.assert_close(out.float(), ref.float(), rtol=4e-2, atol=4e-2)
+    for a, r in zip(args, ref_args):
+        torch.testing.assert_close(a.grad.float(), r.grad.float(), rtol=5e-2, atol=5e-2 * (1 + r.grad.abs().max().item()))
+    with torch.autocast("cuda", torch.bfloat16):
+        fw, _ = fused_groups(sf)
+    assert fw >= 1

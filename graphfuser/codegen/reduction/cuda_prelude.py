@@ -70,8 +70,17 @@ struct gf_op_min {
   template <typename T> static GF_FN T f(T a, T b) { return gf_minimum(a, b); }
   template <typename T> static GF_FN T id() { return gf_highest<T>(); }
 };
+/* The lanes of this thread's group of w (a power of two) consecutive threads: a block of
+   several rows gives each row blockDim.x < 32 threads, and the rows of one warp may leave
+   their loop at different times, so a row's shuffles name its own lanes only. */
+GF_FN unsigned int gf_group_mask(int w) {
+  if (w >= 32) return 0xffffffffu;
+  const unsigned int lane = (threadIdx.y * blockDim.x + threadIdx.x) & 31u;
+  return ((1u << w) - 1u) << (lane & ~(unsigned int)(w - 1));
+}
 template <typename Op, typename T> GF_FN T gf_warp_reduce(T v, int width) {
-  for (int o = width / 2; o > 0; o >>= 1) v = Op::f(v, static_cast<T>(__shfl_xor_sync(0xffffffffu, v, o)));
+  const unsigned int mask = gf_group_mask(width);
+  for (int o = width / 2; o > 0; o >>= 1) v = Op::f(v, static_cast<T>(__shfl_xor_sync(mask, v, o)));
   return v;
 }
 template <typename Op, typename T> GF_FN T gf_block_reduce_x(T v, double* raw) {
@@ -107,8 +116,9 @@ template <typename T> GF_FN void gf_online_merge(T& m, T& s, T m2, T s2) {
 template <typename T> GF_FN void gf_block_online_x(T& m, T& s, double* raw) {
   T* smem = reinterpret_cast<T*>(raw);
   const int w = blockDim.x < 32 ? blockDim.x : 32;
+  const unsigned int mask = gf_group_mask(w);
   for (int o = w / 2; o > 0; o >>= 1)
-    gf_online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    gf_online_merge(m, s, __shfl_xor_sync(mask, m, o), __shfl_xor_sync(mask, s, o));
   if (blockDim.x <= 32) return;
   const int lane = threadIdx.x & 31, base = threadIdx.y * 64;
   __syncthreads();
@@ -132,9 +142,10 @@ template <typename T> GF_FN void gf_chan_merge(T& n, T& s, T& m2, T n2, T s2, T 
 template <typename T> GF_FN void gf_block_chan_x(T& n, T& s, T& m2, double* raw) {
   T* smem = reinterpret_cast<T*>(raw);
   const int w = blockDim.x < 32 ? blockDim.x : 32;
+  const unsigned int mask = gf_group_mask(w);
   for (int o = w / 2; o > 0; o >>= 1) {
-    const T n2 = __shfl_xor_sync(0xffffffffu, n, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    const T q2 = __shfl_xor_sync(0xffffffffu, m2, o);
+    const T n2 = __shfl_xor_sync(mask, n, o), s2 = __shfl_xor_sync(mask, s, o);
+    const T q2 = __shfl_xor_sync(mask, m2, o);
     gf_chan_merge(n, s, m2, n2, s2, q2);
   }
   if (blockDim.x <= 32) return;

@@ -147,6 +147,13 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         self.grid_red = [k for k in inner if self.red[k] and leaves[k].ptype in dialect.grid_reduce]
         self.grid_sync = False
         self.backwards = False
+        # several rows per block (the launcher's choice, blockDim.y > 1, for rows of few
+        # threads): persistent schedules whose one prefix leaf is the row loop and whose threads
+        # meet only in warp shuffles there, no grid split or column sums
+        self.multirow = bool(dialect.row_loop_multi) and self.persistent and self.first == 1 \
+            and leaves[0].ptype is ParallelType.BIDx and not self.columns and not self.grid_red \
+            and self.L == 1 and all(leaves[k].ptype is ParallelType.TIDx for k in inner if self.bound[k])
+        self.row_step = dialect.row_prefetch_multi if self.multirow else dialect.row_prefetch
         if self.grid_red:
             if self.columns:
                 raise ScheduleError("column sums cannot split a row across blocks")
@@ -222,7 +229,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
                 em(self.d.unroll_pragma.format(ext=d.extent.const))
         elif self.red[i] and d.extent.const is None and self.d.runtime_unroll:
             em(self.d.runtime_unroll)          # several loads in flight per thread
-        loop = self.d.loops[d.ptype]
+        loop = self.d.row_loop_multi if self.multirow and i == 0 else self.d.loops[d.ptype]
         if self.backwards and i in self.grid_red:
             loop = self.d.grid_reduce[d.ptype]["reverse"]
         if chunk is not None:
@@ -331,7 +338,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         if blk is not None:
             self.finish_blocks(em, reds)
         if p == 1 and self.prefetch:
-            step = self.d.row_prefetch[1]
+            step = self.row_step[1]
             em(f"const {self.T} gf_next = i0 + {f'{self.stages} * ' if self.stages > 1 else ''}{step};")
             self.emit_prefetch(em, "gf_next", "gf_cur")
             if self.stages:
@@ -505,12 +512,12 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             em(d.async_copy)
             em("int gf_cur = 0;")
             for j in range(self.stages):
-                self.emit_prefetch(em, f"{d.row_prefetch[0]} + {j} * {d.row_prefetch[1]}" if j else d.row_prefetch[0],
+                self.emit_prefetch(em, f"{self.row_step[0]} + {j} * {self.row_step[1]}" if j else self.row_step[0],
                                    str(j))
         elif self.prefetch:
             for q, name in self.prefetch.items():
                 em(f"{STORAGE_TYPES[k.tensors[q].dtype]} {name}[{self.cache_size()}];")
-            self.emit_prefetch(em, d.row_prefetch[0])
+            self.emit_prefetch(em, self.row_step[0])
         if self.columns:
             self.open_slots(em)
         slot_depth = em.depth
@@ -551,6 +558,7 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
         info["shared_per_thread"] = walk.stage_bytes()
         info["grid_sync"] = walk.grid_sync
         info["column_registers"] = walk.persistent
+        info["multirow"] = walk.multirow
     return text
 
 

@@ -117,7 +117,7 @@ class RowPipeline:
         return S
 
     def stage_bytes(self) -> int:
-        """Dynamic shared memory per thread (times blockDim.x at launch)."""
+        """Dynamic shared memory per thread (times the block's threads at launch)."""
         if not self.stages:
             return 0
         P = int(self.cache_size()) // self.V
@@ -130,8 +130,10 @@ class RowPipeline:
         nbytes = {t: self.V * self.k.tensors[t].dtype.itemsize for t in self.prefetch}
         before = sum(b for t, b in nbytes.items() if t < q)
         chunk = self._linear(self.cache_leaves[:-1])
+        threads, me = (self.d.block_threads, self.d.thread_linear) if self.multirow else \
+            ("(int)blockDim.x", "(int)threadIdx.x")
         return (f"gf_stage + (({stage}) * {P * sum(nbytes.values())} + {P * before} + ({chunk}) * {nbytes[q]}) "
-                f"* (int)blockDim.x + (int)threadIdx.x * {nbytes[q]}")
+                f"* {threads} + {me} * {nbytes[q]}")
 
     def emit_prefetch(self, em: _Emitter, row: str, stage: str = "") -> None:
         """Load row ``row`` of every prefetched tensor into its register array, or start its
