@@ -31,6 +31,7 @@ class RenderOptions:
     prefetch: bool = True           # persistent reductions: load the next row during this one
     prefetch_stages: int = 1        # ... into this many shared-memory stages (0: registers)
     cache_computed: bool = True     # persistent reductions keep computed values, not only loads
+    multirow: bool = False          # persistent row kernels: blockDim.y rows per block, where they can
 
 
 def c_literal(value, dtype: torch.dtype) -> str:

@@ -71,7 +71,8 @@ class ReductionGroup:
         self.variants: list[tuple[str, Any, ReductionParams, str, list[str], int]] = []
         self.grid_sync: list[bool] = []     # per variant: blocks wait for each other (cooperative launch)
         self.column_registers: list[bool] = []   # per variant: column partials written whole, not added
-        self.multirow: list[bool] = []          # per variant: runs blockDim.y rows per block
+        self.multirow: list[bool] = []          # per variant: runs blockDim.y rows per block (the
+                                                # twin of the variant before it)
         dialect = CUDA if target == "cuda" else CPP
         fns: list[str] = []
         self.stages, self.min_threads, self.uncapped = auto_knobs(self.kernel)
@@ -86,20 +87,31 @@ class ReductionGroup:
             opts.prefetch = not config.is_disabled("prefetch")
             opts.prefetch_stages = self.stages
             opts.cache_computed = bool(config.cuda["reduction_cache_computed"])
+            # persistent CUDA row kernels get a twin that runs several narrow rows per block
+            # (its row loop over blocks and thread rows), chosen at launch for rows of a warp's
+            # threads or fewer; the others keep one row per block (NVRTC compiles a variant
+            # only when a launch first takes it)
+            rows_forms = (False, True) if target == "cuda" else (False,)
             for params, nest in schedules:
-                fname = f"{name}_{params.tag}{tag}" if target == "cuda" or self.variants else name
-                info: dict = {}
-                if params.kind == "none":
-                    opts.fast_div = itype == "int"
-                    fns.append(render_function(self.kernel, nest, dialect, fname, opts, info))
-                else:
-                    fns.append(render_reduction(self.kernel, nest, dialect, fname, opts, params.max_threads,
-                                                params.online, params.scratch, info))
-                self.variants.append((fname, nest, params, itype, info.get("divisors", []),
-                                      info.get("shared_per_thread", 0)))
-                self.grid_sync.append(bool(info.get("grid_sync")))
-                self.column_registers.append(bool(info.get("column_registers")))
-                self.multirow.append(bool(info.get("multirow")))
+                for multirow in rows_forms if params.kind == "inner" and params.persistent else (False,):
+                    fname = f"{name}_{params.tag}{'_mr' if multirow else ''}{tag}" \
+                        if target == "cuda" or self.variants else name
+                    opts.multirow = multirow
+                    info: dict = {}
+                    if params.kind == "none":
+                        opts.fast_div = itype == "int"
+                        fns.append(render_function(self.kernel, nest, dialect, fname, opts, info))
+                    else:
+                        fns.append(render_reduction(self.kernel, nest, dialect, fname, opts, params.max_threads,
+                                                    params.online, params.scratch, info))
+                    if multirow and not info.get("multirow"):
+                        fns.pop()           # this schedule cannot: no twin
+                        continue
+                    self.variants.append((fname, nest, params, itype, info.get("divisors", []),
+                                          info.get("shared_per_thread", 0)))
+                    self.grid_sync.append(bool(info.get("grid_sync")))
+                    self.column_registers.append(bool(info.get("column_registers")))
+                    self.multirow.append(bool(info.get("multirow")))
         self.exact_products = exact_products(self.kernel)
         if self.kernel.kind == "none":
             render = render_source

@@ -68,7 +68,7 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
             cond = "if True:"
         lines.append(cond)
         lines.append(f"    nv = (nr + {w - 1}) // {w}")
-        chosen = [(i, p) for i, p in enumerate(variants) if p.vector == w and p.persistent]
+        chosen = [(i, p) for i, p in enumerate(variants) if p.vector == w and p.persistent and not cg.multirow[i]]
         multi = next(i for i, p in enumerate(variants) if p.vector == w and not p.persistent and not p.split)
         split = next((i for i, p in enumerate(variants) if p.vector == w and p.split), None)
         branch = "if"
@@ -95,18 +95,18 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
             P = p.persistent
             lines.append(f"    {branch} {P} * lo <= nv <= {MAX_THREADS * P}:")
             lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}, {cg.variants[i][5]}")
-            if cg.multirow[i]:
-                lines.append("        mr = True")
+            if _twin(cg, i) is not None:
+                lines.append(f"        mr = {_twin(cg, i)}")
             branch = "elif"
         i, p = min(chosen, key=lambda c: c[1].persistent)
         lines.append(f"    elif nv <= {MAX_THREADS * p.persistent}:")
         lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {p.persistent - 1}) // {p.persistent}, "
                      f"{cg.variants[i][5]}")
-        if cg.multirow[i]:
-            lines.append("        mr = True")
+        if _twin(cg, i) is not None:
+            lines.append(f"        mr = {_twin(cg, i)}")
         lines.append("    else:")
         lines.append(f"        f, tx, sh = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}, 0")
-    lines.insert(2, "mr = False")
+    lines.insert(2, "mr = -1")
     lines += _row_block(cg)
     if any(p.split for p in variants):
         n_red = len(k.reductions())
@@ -133,10 +133,16 @@ UNCAPPED_MIN_THREADS = 64    # an uncapped kernel's blocks of fewer threads take
 MULTIROW_MAX_THREADS = 32   # rows of at most this many threads share blocks (one warp's worth)
 
 
+def _twin(cg: ReductionGroup, i: int):
+    """The index of variant ``i``'s several-rows-a-block twin (rendered right after it), or None."""
+    j = i + 1
+    return j if j < len(cg.multirow) and cg.multirow[j] and cg.variants[j][2] == cg.variants[i][2] else None
+
+
 def _row_block(cg: ReductionGroup) -> list[str]:
     """The block of a row kernel: ``tx`` threads a row rounded up to a warp, or, for rows of
-    one warp or less in a variant that can (``mr``), blockDim.y rows of blockDim.x threads
-    each (``tx`` rounded up to a power of two) in blocks of ``cuda.reduction_row_block_threads``.
+    one warp or less of a variant with a twin (``mr``: its index), the twin, blockDim.y rows of
+    blockDim.x threads each (``tx`` rounded up to a power of two) in blocks of ``cuda.reduction_row_block_threads``.
 
     One row per warp-sized block left most lanes idle on narrow rows (a 96-channel layer
     norm: 12 of 32 lanes with 8-element vectors) and capped an SM at 32 blocks, half its
@@ -145,7 +151,8 @@ def _row_block(cg: ReductionGroup) -> list[str]:
     threads = ROW_BLOCK_THREADS if threads is None else int(threads)
     lines = ["block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)"]
     if threads > 1 and any(cg.multirow):
-        lines += [f"if mr and tx <= {MULTIROW_MAX_THREADS}:",
+        lines += [f"if mr >= 0 and tx <= {MULTIROW_MAX_THREADS}:",
+                  "    f = _fns[mr + o] or _load(mr + o)",
                   "    bx = 1 << (tx - 1).bit_length()",
                   f"    by = {threads} // bx",
                   "    by = by if by < rows else (rows if rows > 1 else 1)",

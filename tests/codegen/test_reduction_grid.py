@@ -115,8 +115,15 @@ def test_narrow_row_kernels_index_rows_by_block_and_thread_row(fn):
     assert "i0 = blockIdx.x * blockDim.y + threadIdx.y; i0 < n0; i0 += gridDim.x * blockDim.y" in src
     # the shuffles of a row name only its lanes (rows of a warp may leave the loop apart)
     assert "__shfl_xor_sync(0xffffffffu" not in src.split("gf_block_reduce_x")[0].split("gf_group_mask")[1]
-    # wide rows (multi-pass kernels) keep one row per block
-    assert not all(cg.multirow)
+    # each twin follows its one-row-a-block variant; those keep their row loop
+    for i, mr in enumerate(cg.multirow):
+        if mr:
+            assert not cg.multirow[i - 1] and cg.variants[i - 1][2] == cg.variants[i][2]
+        else:
+            assert "blockDim.y" not in cg.variant_sources[i].split("__global__")[-1]
+    # wide rows take the variant without the twin
+    wide = _launch(cg, 16384, 4096)
+    assert not cg.multirow[wide["f"].i] and wide["block"][1] == 1
 
 
 @pytest.mark.parametrize("fn", [_ln, _rms, _softmax], ids=["layer_norm", "rms_norm", "softmax"])

@@ -11,6 +11,11 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
   each thread keeps its ``P * V`` elements in registers, so softmax / layer norm read the row
   once however many passes they make; the next row is prefetched meanwhile (the renderer's
   ``prefetch``; rows are a grid-stride loop over a grid sized to what fits on the device).
+  Each persistent schedule is rendered twice on CUDA: the second form (``_mr``) runs
+  ``blockDim.y`` rows per block, one per ``blockDim.x`` group of threads (its row loop starts
+  at ``blockIdx.x * blockDim.y + threadIdx.y``); the launcher takes it for rows of a warp's
+  threads or fewer (a channels-last layer norm over 96 channels), where one row per block
+  left most lanes idle and an SM at 32 blocks.
 - inner, multi-pass (GPU, rows too wide to persist): ``[BIDx, Serial, TIDx(512), V]``; every
   pass re-reads the row (from L2 when it fits), and softmax's max and sum share one online pass.
 - inner, split (GPU, few long rows, single-pass kernels: ``x.sum()``, ``x.abs().amax()``):
