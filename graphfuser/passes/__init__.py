@@ -31,7 +31,8 @@ After profiling:
                   (its copy_ placed after the ops that follow it) so the normalization fuses;
                   after fold_constant_ifs (a folded flag gives the straight rewrite), before
                   functionalize and partition (which see the new nodes)
-0c. split_biases  linear / conv bias adds whose only consumer fuses leave the linear / conv (needs
+0c. split_biases  linear / conv bias adds whose only consumer fuses (for a conv: or a permute whose
+                  consumer fuses, the add then after the permute) leave the linear / conv (needs
                   profiled dtypes; before functionalize, which then frees in-place activations on
                   the add; the partition folds back the ones no group took)
 0c'. route_bias_gradients  under grad, a linear / addmm whose result goes on to a fused op keeps

@@ -18,8 +18,12 @@ another cuBLAS algorithm (a slower one for vit_base's fc1), so there a linear's 
 only under training, where its gradient's column sum joins the fused backward.
 
 When. The result's only consumer, past eval-mode dropouts, is a row of the op table (an in-place
-activation counts: functionalize makes it functional on the fresh add); the bias has the result's
-profiled dtype and device (under autocast the conv casts its bias; a split add would promote);
+activation counts: functionalize makes it functional on the fresh add), or, for a conv, a
+``permute`` whose result's only consumer is (the add then follows the permute, the bias
+unsqueezed for the channel dim's new place: ConvNeXt's depthwise conv before its layer norm);
+the bias has the result's profiled dtype and device, or, for a CUDA conv under autocast (a half
+result, a float32 bias), the split add reads the bias cast to the result's dtype, as the conv
+would have cast it;
 the result is fp32 / fp64, or a conv's on CUDA (a split add rounds the result twice in fp16 /
 bf16; eager's GEMM epilogue and oneDNN round once, but cuDNN convolutions round before their
 ``add_`` too); and the bias is a tensor: typed ``Tensor``, or typed ``Optional[Tensor]`` (``nn.Conv2d.bias``)
@@ -42,11 +46,11 @@ import torch
 
 from ..config import config
 from ..ir.graph import Block, Graph, Node, Value
-from ..ir.types import TensorType
+from ..ir.types import TensorType, Type
 from ..log import jit_log
 from ..ops import lookup
-from ..ops.aten import resolve_aten
-from .decompose import split_bias
+from ..ops.aten import DTYPE_CODES, resolve_aten
+from .decompose import _ADD, _TO, _UNSQUEEZE, _Emitter, constant_ints, split_bias
 
 _CONVS = ("aten::conv1d", "aten::conv2d", "aten::conv3d")
 _IDENTITIES = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout")
@@ -55,6 +59,9 @@ _IDENTITIES = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", 
 SPLIT_BIAS: "weakref.WeakKeyDictionary[Node, tuple[Node, Value]]" = weakref.WeakKeyDictionary()
 _UNKNOWN = object()
 _WIDE = (torch.float32, torch.float64)
+# where a conv's half-precision result (its bias added by a kernel of its own: cuDNN) has its
+# bias split too, under autocast with a cast (the tests add "cpu")
+HALF_CONV_DEVICES = ("cuda",)
 
 
 def _attribute(v: Value, module: Any) -> Any:
@@ -105,21 +112,44 @@ def _split(block: Block, node: Node, module: Any) -> bool:
         return False
     bt = _bias_type(bias, module)
     cuda = out_t.device is not None and out_t.device.type == "cuda"
-    if out_t.dtype not in _WIDE and not (node.kind in _CONVS and cuda):
+    conv_cuda = node.kind in _CONVS and out_t.device is not None and out_t.device.type in HALF_CONV_DEVICES
+    if out_t.dtype not in _WIDE and not conv_cuda:
         return False
     if node.kind == "aten::linear" and cuda and not out_t.requires_grad:
         # cuBLAS picks its algorithm by the call: without the bias (mm, not addmm) timm's
         # vit_base / beit fc1 GEMM ([12608, 768] x [768, 3072] fp32) took 128x64 tiles, 1.47 ms
         # on an H100, against addmm's 64x128, 1.44 ms; the split add saves no traffic there
         return False
-    if (bt is None or bt.dtype != out_t.dtype or bt.device != out_t.device or bt.sizes is None
-            or bt.strides is None or any(s < 0 for s in bt.sizes) or not _fuses_with_consumer(node.output)):
+    if (bt is None or bt.device != out_t.device or bt.sizes is None
+            or bt.strides is None or any(s < 0 for s in bt.sizes)):
         return False
+    # under autocast (a half result, a float32 bias: eager's conv would refuse them otherwise)
+    # the conv casts its bias to the result's dtype; the split add casts it so too
+    autocast = conv_cuda and bt.dtype == torch.float32 and out_t.dtype in _HALVES
+    if bt.dtype != out_t.dtype and not autocast:
+        return False
+    permute = None
+    if not _fuses_with_consumer(node.output):
+        permute = _fusing_permute(node)
+        if permute is None:
+            return False
     value = bias
     if not bias.type.is_tensor:
         cast = block.graph.create("prim::unchecked_cast", [bias], [bt], source=node.source)
         block.insert_before(node, cast)
         value = cast.output
+    if autocast:
+        bt = dataclasses.replace(bt, dtype=out_t.dtype)
+        cast = block.graph.create("aten::to", [value, _constant(block, node, DTYPE_CODES[out_t.dtype], "int"),
+                                               _constant(block, node, False, "bool"),
+                                               _constant(block, node, False, "bool"),
+                                               _constant(block, node, None, "NoneType")], [bt], source=node.source)
+        cast.schema = resolve_aten("aten::to", _TO)
+        block.insert_before(node, cast)
+        value = cast.output
+    if permute is not None:
+        _split_past_permute(block, node, permute, value, bt, bias)
+        return True
     add = split_bias(block, node, value)
     b = add.inputs[1]
     spatial = 0
@@ -133,6 +163,51 @@ def _split(block: Block, node: Node, module: Any) -> bool:
     add.output.type = out_t
     SPLIT_BIAS[add] = (node, bias)
     return True
+
+
+def _fusing_permute(conv: Node) -> Optional[Node]:
+    """A conv's only consumer where it is a ``permute`` by constant dims whose result's only
+    consumer fuses (ConvNeXt's depthwise conv, then ``permute(0, 2, 3, 1)`` and a layer norm
+    over the channels)."""
+    out = conv.output
+    if len(out.uses) != 1:
+        return None
+    user, i = out.uses[0]
+    if user.kind != "aten::permute" or i != 0 or constant_ints(user.inputs[1]) is None:
+        return None
+    return user if _fuses_with_consumer(user.output) else None
+
+
+def _split_past_permute(block: Block, conv: Node, permute: Node, bias: Value, bt: TensorType,
+                        original: Value) -> None:
+    """``permute(conv(x, w, b))`` -> ``permute(conv(x, w, None)) + b`` with ``b`` unsqueezed
+    for the channel dim's place after the permute: the same values (an add commutes with a
+    permute), and the add joins the group of the permute's consumer. (Its cuDNN convolution
+    added the bias in a kernel of its own: 22 of ConvNeXt-T's bf16 inference calls, 0.45 ms of
+    5.4 on an H200, where Inductor adds it in the layer norm's kernel.)"""
+    rank = len(conv.output.type.sizes)
+    dims = [d % rank for d in constant_ints(permute.inputs[1])]
+    trailing = rank - 1 - dims.index(1)
+    none = block.graph.create("prim::Constant", [], [Type("NoneType")])
+    block.insert_before(conv, none)
+    conv.replace_input(2, none.output)
+    e = _Emitter(block, permute)
+    b = bias
+    for k in range(1, trailing + 1):
+        b = e.aten("aten::unsqueeze", _UNSQUEEZE, [b, e.const(-1, "int")], conv.source)
+        b.type = _unsqueezed(bt, k)
+    out = e.aten("aten::add", _ADD, [permute.output, b, e.const(1, "int")], conv.source)
+    add = out.node
+    for user, i in list(permute.output.uses):
+        if user is not add:
+            user.replace_input(i, out)
+    block.replace_return_everywhere(permute.output, out)
+    out.type = permute.output.type
+    SPLIT_BIAS[add] = (conv, original)
+
+
+def _constant(block: Block, before: Node, value: Any, type_name: str) -> Value:
+    return block.graph.constant(value, Type(type_name), block=block, before=before)
 
 
 def split_biases(graph: Graph, module: Any = None) -> int:

@@ -58,6 +58,8 @@ _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 _MEAN = "aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"
 _POOLS = {"aten::adaptive_avg_pool1d": 1, "aten::adaptive_avg_pool2d": 2, "aten::adaptive_avg_pool3d": 3}
 _UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
+_TO = ("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+       "MemoryFormat? memory_format=None) -> Tensor(a)")
 _MUL = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
 _UNFLATTEN = "aten::unflatten.int(Tensor(a) self, int dim, int[] sizes) -> Tensor(a)"
 _FLATTEN = "aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)"

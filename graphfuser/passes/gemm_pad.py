@@ -46,6 +46,7 @@ from ..log import jit_log
 from ..ops import lookup
 from ..ops.aten import DTYPE_CODES, resolve_aten
 from .bias import SPLIT_BIAS
+from .decompose import _TO
 
 ALIGN_BYTES = 16
 DEVICES = ("cuda",)         # where cuBLAS is the GEMM (tests add "cpu" to run the rewrite here)
@@ -53,8 +54,6 @@ MIN_ELEMENTS = 1 << 20
 _PAD = "aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"
 _SIZE = "aten::size.int(Tensor self, int dim) -> int"
 _SLICE = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
-_TO = ("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
-       "MemoryFormat? memory_format=None) -> Tensor(a)")
 _CONTIGUOUS = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
 
 

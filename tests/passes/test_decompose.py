@@ -310,3 +310,130 @@ def test_group_norm_mixed_dtypes_on_cuda_as_eager(groups, xshape, xdt, wdt, bdt)
     if bdt is not None:
         args.append(torch.randn(6, generator=gen).to(bdt).cuda())
     _same_outcomes(fn, sf, args)
+
+
+class ConvPermuteNorm(nn.Module):
+    """ConvNeXt's block head: depthwise conv (bias) -> permute to channels last -> layer norm."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c, eps=1e-6)
+
+    def forward(self, x):
+        return self.norm(self.conv(x).permute(0, 2, 3, 1)) * 2.0
+
+
+class ConvPermuteMid(nn.Module):
+    """The channel dim third after the permute: the bias goes as [C, 1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        return F.layer_norm(self.conv(x).permute(0, 2, 1, 3), [x.shape[-1]]) + 1.0
+
+
+class Conv1dPermuteGelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(8, 12, 3, padding=1)
+
+    def forward(self, x):
+        return F.gelu(self.conv(x).permute(0, 2, 1))
+
+
+def _group_with(sf, *kinds):
+    return [n for n in sf._optimized.all_nodes() if n.kind.endswith("FusionGroup")
+            and all(k in [m.kind for m in n.subgraph.block.nodes] for k in kinds)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_conv_bias_split_past_a_permute_joins_the_layer_norm(dtype):
+    m = ConvPermuteNorm().eval().to(dtype)
+    for shape in ((2, 16, 9, 11), (3, 16, 5, 5)):
+        sf = check(m, torch.randn(shape, dtype=dtype))
+        assert _conv_biases(sf) == ["None"] and _group_with(sf, "aten::add", "aten::layer_norm")
+    x = torch.randn(2, 16, 9, 11, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    check(m, x)
+    # the channel dim elsewhere after the permute: the bias is unsqueezed for its place
+    sf = check(ConvPermuteMid().eval().to(dtype), torch.randn(2, 16, 4, 12, dtype=dtype))
+    assert _conv_biases(sf) == ["None"] and _group_with(sf, "aten::add", "aten::layer_norm")
+
+
+def test_conv1d_bias_split_past_a_permute():
+    sf = check(Conv1dPermuteGelu().eval(), torch.randn(3, 8, 10))
+    assert _conv_biases(sf) == ["None"] and _group_with(sf, "aten::add", "aten::gelu")
+
+
+class ConvPermuteTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x).permute(0, 2, 3, 1)
+        return torch.relu(y), y.sum()
+
+
+def test_permute_with_two_consumers_keeps_the_bias():
+    sf = check(ConvPermuteTwice().eval(), torch.randn(2, 4, 5, 5), fused=None)
+    assert _conv_biases(sf) != ["None"]
+
+
+def test_conv_bias_split_past_a_permute_through_torch_compile():
+    m = ConvPermuteNorm().eval()
+    x = torch.randn(2, 16, 9, 11)
+    c = torch.compile(m, backend="graphfuser")
+    for _ in range(4):
+        got = c(x)
+    torch.testing.assert_close(got, m(x))
+    g = graphfuser.last_executed_optimized_graph()
+    convs = [n for n in g.all_nodes() if n.kind == "aten::conv2d"]
+    assert convs and all(n.inputs[2].type.name == "NoneType" for n in convs), str(g)
+
+
+def test_autocast_conv_bias_is_cast_and_split(monkeypatch):
+    """A half conv under autocast (CUDA's case, run here on the CPU): the split add reads the
+    bias cast to the conv's dtype, as the conv would have cast it; the result keeps eager's dtype."""
+    from graphfuser.passes import bias as bias_pass
+
+    monkeypatch.setattr(bias_pass, "HALF_CONV_DEVICES", ("cuda", "cpu"))
+    m = ConvPermuteNorm().eval()
+    x = torch.randn(2, 16, 9, 11)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = m(x)
+        sf = graphfuser.script(m)
+        for _ in range(4):
+            got = sf(x)
+        inner = sf._specialized()
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2)
+    g = str(inner._optimized)
+    assert _conv_biases(inner) == ["None"] and "aten::to" in g, g
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_conv_bias_is_cast_and_split_on_cuda(dtype):
+    m = ConvPermuteNorm(96).eval().cuda()
+    x = torch.randn(4, 96, 14, 14, device="cuda")
+    with torch.autocast("cuda", dtype=dtype):
+        want = m(x)
+        for f in (graphfuser.script(m), torch.compile(m, backend="graphfuser")):
+            for _ in range(4):
+                got = f(x)
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2)
+        inner = graphfuser.script(m)
+        for _ in range(4):
+            inner(x)
+        inner = inner._specialized()
+    assert _conv_biases(inner) == ["None"] and _group_with(inner, "aten::add", "aten::layer_norm")
+
+
+def test_unfused_bias_split_past_a_permute_is_folded_back():
+    with config.override(fuse_cpu=False):
+        sf = check(ConvPermuteNorm().eval(), torch.randn(2, 16, 6, 6), fused=False)
+    assert "aten::add" not in str(sf._optimized) and _conv_biases(sf) != ["None"]
