@@ -50,7 +50,7 @@ from ..ir.types import TensorType, Type
 from ..log import jit_log
 from ..ops import lookup
 from ..ops.aten import DTYPE_CODES, resolve_aten
-from .decompose import _ADD, _TO, _UNSQUEEZE, _Emitter, constant_ints, split_bias
+from .decompose import _ADD, _TO, _UNSQUEEZE, _Emitter, constant_ints, reroute, split_bias
 
 _CONVS = ("aten::conv1d", "aten::conv2d", "aten::conv3d")
 _IDENTITIES = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout")
@@ -197,13 +197,9 @@ def _split_past_permute(block: Block, conv: Node, permute: Node, bias: Value, bt
         b = e.aten("aten::unsqueeze", _UNSQUEEZE, [b, e.const(-1, "int")], conv.source)
         b.type = _unsqueezed(bt, k)
     out = e.aten("aten::add", _ADD, [permute.output, b, e.const(1, "int")], conv.source)
-    add = out.node
-    for user, i in list(permute.output.uses):
-        if user is not add:
-            user.replace_input(i, out)
-    block.replace_return_everywhere(permute.output, out)
+    reroute(block, permute.output, out)
     out.type = permute.output.type
-    SPLIT_BIAS[add] = (conv, original)
+    SPLIT_BIAS[out.node] = (conv, original)
 
 
 def _constant(block: Block, before: Node, value: Any, type_name: str) -> Value:

@@ -104,12 +104,16 @@ def split_bias(block: Block, node: Node, bias: Value) -> Node:
     for _ in range(spatial):
         b = e.aten("aten::unsqueeze", _UNSQUEEZE, [b, e.const(-1, "int")], node.source)
     out = e.aten("aten::add", _ADD, [node.output, b, e.const(1, "int")], node.source)
-    add = out.node
-    for user, i in list(node.output.uses):
-        if user is not add:
-            user.replace_input(i, out)
-    block.replace_return_everywhere(node.output, out)
-    return add
+    reroute(block, node.output, out)
+    return out.node
+
+
+def reroute(block: Block, old: Value, new: Value) -> None:
+    """Every reader of ``old`` but ``new``'s own node (and the block's returns) reads ``new``."""
+    for user, i in list(old.uses):
+        if user is not new.node:
+            user.replace_input(i, new)
+    block.replace_return_everywhere(old, new)
 
 
 def constant_ints(v: Value) -> Optional[list[int]]:
