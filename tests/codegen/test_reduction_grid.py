@@ -138,3 +138,13 @@ def test_inner_kernels_declare_small_static_shared_memory():
     cg, _ = _group(_ln)
     assert "__shared__ double gf_smem[128];" in cg.source
     assert "gf_smem[1024]" not in cg.source
+
+
+def test_twins_render_on_first_use():
+    """A group's several-rows twins render when a launch first takes one (most rows are wide):
+    the group's dumped source holds the other variants; reading a twin's source renders it."""
+    cg, _ = _group(_ln)
+    twins = [i for i, mr in enumerate(cg.multirow) if mr]
+    assert twins and "_mr_i32" not in cg.source
+    src = cg.variant_sources[twins[0]]
+    assert cg.variants[twins[0]][0] in src and "blockDim.y" in src

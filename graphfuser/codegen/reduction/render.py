@@ -150,9 +150,10 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         # several rows per block (the launcher's choice, blockDim.y > 1, for rows of few
         # threads): persistent schedules whose one prefix leaf is the row loop and whose threads
         # meet only in warp shuffles there, no grid split or column sums
-        self.multirow = opts.multirow and bool(dialect.row_loop_multi) and self.persistent and self.first == 1 \
+        self.multirow_capable = bool(dialect.row_loop_multi) and self.persistent and self.first == 1 \
             and leaves[0].ptype is ParallelType.BIDx and not self.columns and not self.grid_red \
             and self.L == 1 and all(leaves[k].ptype is ParallelType.TIDx for k in inner if self.bound[k])
+        self.multirow = opts.multirow and self.multirow_capable
         self.row_step = dialect.row_prefetch_multi if self.multirow else dialect.row_prefetch
         if self.grid_red:
             if self.columns:
@@ -559,6 +560,7 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
         info["grid_sync"] = walk.grid_sync
         info["column_registers"] = walk.persistent
         info["multirow"] = walk.multirow
+        info["multirow_capable"] = walk.multirow_capable
     return text
 
 
