@@ -37,6 +37,29 @@ def replay_report() -> None:
     print("    replay stats: " + ", ".join(f"{k} {v}" for k, v in cuda_graphs.STATS.items()))
 
 
+def group_report(names: list[str]) -> None:
+    """What each of graphfuser's top kernels computes: its group's ops and the input types it
+    was built for (kernels never specialize on sizes: the first group that built a kernel)."""
+    from ...executor import compiled
+    from ...ir.types import TensorType
+
+    built = {}
+    for runner in list(compiled._MEMORY.values()):
+        cg = getattr(runner, "compiled", None)
+        if cg is not None:
+            built[cg.name] = cg.sub
+    for kernel in names:
+        group = next((g for g in built if kernel.startswith(g + "_") or kernel == g), None)
+        if group is None:
+            continue
+        sub = built[group]
+        ops = [n.kind.split("::")[-1] for n in sub.block.nodes if n.kind not in ("prim::Constant", "prim::ListConstruct")]
+        ins = [f"{t.dtype}{list(t.sizes)}/{list(t.strides)}".replace("torch.", "")
+               for t in (v.type for v in sub.inputs) if isinstance(t, TensorType) and t.sizes is not None]
+        print(f"      {kernel[:40]}: {' '.join(ops)[:100]}")
+        print(f"        inputs {'; '.join(ins)[:160]}")
+
+
 def profile_row(name: str, mode: str, backends: list[str], device: str, top: int, warm: int) -> None:
     print(f"== {name} {mode}")
     for backend in backends:
@@ -56,9 +79,11 @@ def profile_row(name: str, mode: str, backends: list[str], device: str, top: int
             walls.append(1e3 * (time.perf_counter() - t0))
         print(f"  [{backend}] wall {statistics.median(walls):.3f} ms per call")
         kernels, ops = kernel_profile(fn, device, calls=3)
-        report_kernels(backend, kernels, ops, 3, top)
+        report = report_kernels(backend, kernels, ops, 3, top)
         if backend.startswith("graphfuser"):
             replay_report()
+            ranked = sorted(report["names"].items(), key=lambda kv: -kv[1][1])[:top]
+            group_report([k for k, _ in ranked])
         del model, fn
         torch._dynamo.reset()
         if device == "cuda":
