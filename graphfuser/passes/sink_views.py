@@ -15,7 +15,10 @@ The views now read group inputs, where they are free on the host (metadata only)
 add fuse (ConvNeXt's layer scale before its residual, attention's head permutes). A ``view`` /
 ``reshape`` of a one-input op or cast whose input no fusible op makes moves above it instead
 (``_Sinker.sink_reshape``): ``logits.float().view(-1, vocab)`` feeding a log-softmax. The rewritten
-op takes the view's profiled type, so its result has the values and strides the view had.
+op takes the view's profiled type, so its result has the values and strides the view had. The
+other way round, a cast of a view of a normalization's or reduction's result moves above the
+view (``hoist_cast``), so it joins that op's group: ``layer_norm(...).permute(0, 3, 1, 2)`` cast
+to bf16 for a convolution (ConvNeXt's downsampling).
 
 Applied only when the pointwise result has no other use (it would otherwise be computed twice)
 and every type involved is completely profiled; 0-dim inputs stay as they are (they broadcast,
@@ -133,6 +136,8 @@ class _Sinker:
         row = lookup(prod.kind)
         if row is None or row.kind not in ("pointwise", "cast"):
             return False
+        if row.kind == "cast" and _made_by_a_row_op(prod.inputs[0]):
+            return False        # the cast stays with what it casts (``hoist_cast`` put it there)
         if len(src.uses) != 1 or src in block.returns or any(src in n.nested_returns() for n in block.nodes):
             return False
         if view.kind in _RESHAPES:
@@ -225,6 +230,67 @@ class _Sinker:
         return True
 
 
+    def hoist_cast(self, block: Block, view: Node) -> bool:
+        """``cast(view(y))`` where only the cast reads the view and a fusible op that is not
+        pointwise (a normalization, a reduction) makes ``y``: ``view(cast(y))``, made where the
+        cast was, so the cast joins ``y``'s group and the view reads its output (free on the
+        host). ConvNeXt's downsampling layer norms (``permute``, layer norm, ``permute`` back)
+        feed a convolution under autocast: the cast to bf16 after the permute back ran as a
+        copy kernel of its own. Only a cast that changes the dtype (a new tensor either way),
+        of a dense ``y``, whose result had the view's strides (so the moved cast, preserving
+        ``y``'s, gives the same tensor)."""
+        out = view.outputs[0]
+        if len(out.uses) != 1 or out in block.returns or any(out in n.nested_returns() for n in block.nodes):
+            return False
+        cast, i = out.uses[0]
+        row = lookup(cast.kind)
+        if i != 0 or row is None or row.kind != "cast" or cast.owner is not block or len(cast.outputs) != 1:
+            return False
+        y = view.inputs[0]
+        if not _made_by_a_row_op(y):
+            return False        # a pointwise producer takes the view below it instead (try_sink)
+        yt, vt, ct = y.type, out.type, cast.outputs[0].type
+        if not all(isinstance(t, TensorType) and t.complete and t.strides is not None for t in (yt, vt, ct)):
+            return False
+        if ct.dtype == yt.dtype or tuple(ct.strides) != tuple(vt.strides) or tuple(ct.sizes) != tuple(vt.sizes):
+            return False
+        if not _dense(yt.sizes, yt.strides):
+            return False
+        moved = self.graph.create(cast.kind, [y] + list(cast.inputs[1:]), [yt.with_dtype(ct.dtype)],
+                                  dict(cast.attrs), source=cast.source)
+        moved.schema = cast.schema
+        block.insert_before(cast, moved)
+        viewed = self.graph.create(view.kind, [moved.output] + list(view.inputs[1:]), [ct], dict(view.attrs),
+                                   source=view.source)
+        viewed.schema = view.schema
+        block.insert_before(cast, viewed)
+        for user, j in list(cast.outputs[0].uses):
+            user.replace_input(j, viewed.output)
+        block.replace_return_everywhere(cast.outputs[0], viewed.output)
+        block.remove(cast)
+        block.remove(view)
+        jit_log("graph_fuser", 1, f"moved {moved.where()} above {viewed.kind}")
+        return True
+
+
+def _made_by_a_row_op(v: Value) -> bool:
+    """Whether a fusible op that is neither pointwise nor a cast (a normalization, a reduction)
+    makes ``v``."""
+    row = lookup(v.node.kind) if v.node is not None else None
+    return row is not None and row.kind not in ("pointwise", "cast")
+
+
+def _dense(sizes, strides) -> bool:
+    """Whether a tensor of ``sizes`` and ``strides`` covers its memory without gaps or overlaps
+    in some order of its dims (a permutation of a contiguous tensor's)."""
+    expected = 1
+    for size, stride in sorted(((z, t) for z, t in zip(sizes, strides) if z != 1), key=lambda d: d[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _writes_between(block: Block, first: Node, last: Node) -> bool:
     """Whether a node strictly between ``first`` and ``last`` of ``block`` (nested blocks
     included) writes in place."""
@@ -250,12 +316,16 @@ def _sink_block(sinker: _Sinker, block: Block) -> int:
         changed = False
         for node in list(block.nodes):
             if node.owner is block and node.kind in ("aten::permute", "aten::transpose", "aten::unsqueeze") + _RESHAPES \
-                    and sinker.try_sink(block, node):
+                    and (sinker.try_sink(block, node) or node.kind in _HOISTED and sinker.hoist_cast(block, node)):
                 moved += 1
                 changed = True
     return moved
 
 
+_HOISTED = ("aten::permute", "aten::transpose", "aten::unsqueeze")    # views a cast moves above
+
+
 def sink_views(graph: Graph) -> int:
-    """Sink views below pointwise ops in ``graph`` (in place); returns how many moved."""
+    """Sink views below pointwise ops in ``graph``, and casts above views of other fusible ops'
+    results (in place); returns how many moved."""
     return _sink_block(_Sinker(graph), graph.block)

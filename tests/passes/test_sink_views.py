@@ -122,3 +122,54 @@ def test_reshape_does_not_move_a_producer_past_a_write(device):
         b = a.clone()
         torch.testing.assert_close(sf(a), _lgamma_then_write(b))
         torch.testing.assert_close(a, b)
+
+
+def layer_norm_2d_then_cast(x, w, b):
+    # timm's LayerNorm2d (permute, layer norm, permute back) before a half-precision consumer
+    y = torch.nn.functional.layer_norm(x.permute(0, 2, 3, 1), [x.shape[1]], w, b, 1e-6).permute(0, 3, 1, 2)
+    return y.to(torch.bfloat16) * 2
+
+
+def softmax_transposed_then_cast(x):
+    return torch.softmax(x, -1).transpose(0, 1).to(torch.float64).unsqueeze(0)
+
+
+def softmax_viewed_twice(x):
+    y = torch.softmax(x, -1).transpose(0, 1)
+    return y.to(torch.float64), y
+
+
+def same_dtype_cast(x):
+    return torch.softmax(x, -1).transpose(0, 1).to(torch.float32) + 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["dense", "channels_last"])
+def test_cast_of_a_view_of_a_layer_norm_moves_above_the_view(device, layout):
+    """``cast(view(y))`` of a normalization's ``y`` becomes ``view(cast(y))``: the cast joins
+    the layer norm's group (it ran as a copy of its own after ConvNeXt's downsampling norms)."""
+    x = torch.randn(2, 8, 5, 6, device=device)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(8, device=device), torch.randn(8, device=device)
+    sf = check(layer_norm_2d_then_cast, x, w, b)
+    _groups_hold(sf, "aten::layer_norm", "aten::to")
+    out, ref = sf(x, w, b), layer_norm_2d_then_cast(x, w, b)
+    assert out.stride() == ref.stride() and out.dtype == ref.dtype
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cast_of_a_transposed_softmax(device):
+    sf = check(softmax_transposed_then_cast, make_input(6, 9, device=device))
+    _groups_hold(sf, "aten::softmax", "aten::to")
+    x = make_input(6, 9, device=device)
+    assert sf(x).stride() == softmax_transposed_then_cast(x).stride()
+
+
+def test_cast_stays_where_the_view_has_other_readers_or_the_dtype_is_kept():
+    for fn in (softmax_viewed_twice, same_dtype_cast):
+        sf = check(fn, make_input(6, 9), fused=None)
+        for n in sf._optimized.all_nodes():
+            if n.kind.endswith("FusionGroup"):
+                kinds = [m.kind for m in n.subgraph.block.nodes]
+                assert not ("aten::softmax" in kinds and "aten::to" in kinds), kinds
