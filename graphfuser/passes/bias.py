@@ -170,7 +170,7 @@ def _fusing_permute(conv: Node) -> Optional[Node]:
     consumer fuses (ConvNeXt's depthwise conv, then ``permute(0, 2, 3, 1)`` and a layer norm
     over the channels)."""
     out = conv.output
-    if len(out.uses) != 1:
+    if len(out.uses) != 1 or not isinstance(out.type, TensorType) or out.type.sizes is None:
         return None
     user, i = out.uses[0]
     if user.kind != "aten::permute" or i != 0 or constant_ints(user.inputs[1]) is None:
