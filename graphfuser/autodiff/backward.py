@@ -296,6 +296,13 @@ def _pattern(t: Type) -> Optional[tuple]:
 NO_GRADIENT = "no output of the group carries a gradient"
 
 
+class NoInputGradient(str):
+    """``plan_backward``'s reason where no input gets a formula's gradient; ``zero_inputs``: those
+    that still get zeros (behind ops whose derivative is 0: ``round``, ``sign``), as eager's
+    backward nodes give them."""
+    zero_inputs: list[int]
+
+
 def _broadcast(a: tuple, b: tuple) -> tuple:
     """Size-1 pattern of a broadcast of patterns ``a`` and ``b`` (right-aligned)."""
     n = max(len(a), len(b))
@@ -470,6 +477,8 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
         returns.append(r)
     g.block.returns = returns
     if not g.block.returns:
-        return "no input of the group receives a gradient"
+        answer = NoInputGradient("no input of the group receives a gradient")
+        answer.zero_inputs = zero_inputs
+        return answer
     dce(g)      # formulas build gradients for every argument; drop the unused ones now
     return BackwardPlan(g, diff_outputs, grad_inputs, zero_inputs)

@@ -219,6 +219,15 @@ class DifferentiableGroup:
         if isinstance(entry, str):
             if entry == NO_GRADIENT:
                 return tuple(full)
+            zeros = getattr(entry, "zero_inputs", None)
+            if zeros is not None:
+                # only zero-derivative ops between these outputs and the inputs (a round beside a
+                # batch norm whose output's gradient is undefined): zeros, as eager's nodes give,
+                # never the full backward with zeros for the undefined gradients (a batch norm of
+                # NaN statistics made them NaN: fuzz graph 829 of CPU seed 34452)
+                for i in zeros:
+                    full[i] = torch.zeros_like(args[i])
+                return tuple(full)
             # (not expected: a subset of a differentiable group's outputs is differentiable)
             gouts = tuple(g if g is not None else torch.zeros_like(o) for g, o in zip(gouts, self.eager(*args)))
             plan, run = self.plan, self.backward

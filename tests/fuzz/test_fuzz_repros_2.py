@@ -339,3 +339,34 @@ def test_row_value_stored_to_a_full_output(device, shape, fn, arg):
     x = torch.randn(shape, device=device)
     run_fused(fn, x, arg, tol={})
     run_fused(fn, x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x.transpose(0, 1), arg, tol={})
+
+
+def _batch_norm_beside_round(x2, x3, x4, x5, x6, x7, x8):
+    # CPU fuzz graph 829 of seed 34452: one group makes the batch norm's v0 (read only by a second
+    # batch norm, for its running statistics) and round's v1; the loss reaches v1 alone
+    v0 = F.batch_norm(x2, x3, x4, None, None, True, 0.1, 1e-12)
+    v1 = x2.round()
+    v3 = torch.matmul(torch.matmul(v1, x5), x6)
+    F.batch_norm(v0, x7, x8, None, None, True, 0.1, 1e-05)
+    v5 = v1.reshape(-1)
+    v1.add_(1)
+    return v5, v3
+
+
+def test_zero_derivative_output_beside_an_undefined_gradient_gives_zeros():
+    """Only ``round`` (derivative 0) lies between the output the loss reaches and the input:
+    the input's gradient is zeros, as eager's; the group's full backward, run with zeros for the
+    batch norm output's undefined gradient, had made it NaN (its statistics hold a NaN)."""
+    nan, inf = float("nan"), float("inf")
+    x2 = torch.tensor([[0.3, 0.2, 0.4], [nan, -1e4, nan], [inf, -inf, 1.5], [0.6, -1.0, 0.3],
+                       [inf, -1e4, -0.7]]).t().contiguous().t().unsqueeze(-1)    # (5, 3, 1), strides (1, 5, 1)
+    rest = lambda: (torch.tensor([0.8, -0.5, 0.0]), torch.tensor([0.9, 1.4, 0.6]), torch.zeros(1, 8),
+                    torch.full((8, 1), 0.5), torch.zeros(6)[::2], torch.ones(6)[::2])
+    sf = graphfuser.script(_batch_norm_beside_round)
+    for _ in range(5):
+        xe, xg = x2.clone().requires_grad_(), x2.clone().requires_grad_()
+        oe, og = _batch_norm_beside_round(xe, *rest()), sf(xg, *rest())
+        (oe[0].sum() + oe[1].nansum()).backward()
+        (og[0].sum() + og[1].nansum()).backward()
+        torch.testing.assert_close(og[0], oe[0], equal_nan=True)
+        torch.testing.assert_close(xg.grad, xe.grad, equal_nan=True)
