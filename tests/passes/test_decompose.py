@@ -89,17 +89,21 @@ def test_unfused_split_bias_is_folded_back():
     assert "aten::add" not in str(sf._optimized) and "None" not in _conv_biases(sf)
 
 
-def test_autocast_folds_the_bias_back():
-    m = VggBlock().eval()
-    x = torch.randn(2, 3, 6, 6)
+def _under_autocast(m, x, calls=3, **tol):
+    """``graphfuser.script(m)`` called under CPU bf16 autocast, each call against eager's (dtype
+    and values); returns the specialization for that autocast state."""
     with torch.autocast("cpu", dtype=torch.bfloat16):
         want = m(x)
         sf = graphfuser.script(m)
-        for _ in range(3):
+        for _ in range(calls):
             got = sf(x)
             assert got.dtype == want.dtype
-            torch.testing.assert_close(got, want)
-        inner = sf._specialized()        # the specialization for this autocast state
+            torch.testing.assert_close(got, want, **tol)
+        return sf._specialized()
+
+
+def test_autocast_folds_the_bias_back():
+    inner = _under_autocast(VggBlock().eval(), torch.randn(2, 3, 6, 6))
     assert "None" not in _conv_biases(inner)
 
 
@@ -400,16 +404,7 @@ def test_autocast_conv_bias_is_cast_and_split(monkeypatch):
     from graphfuser.passes import bias as bias_pass
 
     monkeypatch.setattr(bias_pass, "HALF_CONV_DEVICES", ("cuda", "cpu"))
-    m = ConvPermuteNorm().eval()
-    x = torch.randn(2, 16, 9, 11)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        want = m(x)
-        sf = graphfuser.script(m)
-        for _ in range(4):
-            got = sf(x)
-        inner = sf._specialized()
-    assert got.dtype == want.dtype
-    torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2)
+    inner = _under_autocast(ConvPermuteNorm().eval(), torch.randn(2, 16, 9, 11), calls=4, rtol=3e-2, atol=3e-2)
     g = str(inner._optimized)
     assert _conv_biases(inner) == ["None"] and "aten::to" in g, g
 
