@@ -389,7 +389,7 @@ def test_permute_with_two_consumers_keeps_the_bias():
 def test_conv_bias_split_past_a_permute_through_torch_compile():
     m = ConvPermuteNorm().eval()
     x = torch.randn(2, 16, 9, 11)
-    c = torch.compile(m, backend="graphfuser")
+    c = torch.compile(m, backend=graphfuser.graphfuser_backend)
     for _ in range(4):
         got = c(x)
     torch.testing.assert_close(got, m(x))
@@ -416,7 +416,7 @@ def test_autocast_conv_bias_is_cast_and_split_on_cuda(dtype):
     x = torch.randn(4, 96, 14, 14, device="cuda")
     with torch.autocast("cuda", dtype=dtype):
         want = m(x)
-        for f in (graphfuser.script(m), torch.compile(m, backend="graphfuser")):
+        for f in (graphfuser.script(m), torch.compile(m, backend=graphfuser.graphfuser_backend)):
             for _ in range(4):
                 got = f(x)
             assert got.dtype == want.dtype
