@@ -307,6 +307,30 @@ def test_cuda_schedule_knobs_compile(knobs):
         assert "pf_t0[" in src and "gf_cp_async<16>(" not in src.split("gf_cp_commit() {")[1]
 
 
+def bias_layer_norm(x, bias, w, b):
+    return F.layer_norm(x + bias, [x.shape[-1]], w, b, 1e-6)
+
+
+@pytest.mark.parametrize("stages", [0, 2])
+def test_prefetch_copies_only_tensors_that_change_with_the_row(stages):
+    """The rows' prefetch copies the row's own inputs, never a bias or weight that is the same
+    for every row: those are loaded where they are used (cached in L1). Staged with each row,
+    a bias made a float32 layer norm of [200704, 96] six times slower on an H200."""
+    with config.override(cuda={"reduction_prefetch_stages": stages}):
+        sf = run_case(bias_layer_norm, make(6, 96), make(96), make(96), make(96), cuda=False)
+        assert nvrtc_compile(sf) == 1
+        cg = ReductionGroup(fusion_groups(sf._optimized)[0].subgraph, "cuda", torch.device("cuda", 0), "k")
+    x, bias = (cg.kernel.tensors[i].name for i in (0, 1))
+    body = "".join(s.split("gf_cp_commit() {")[-1] for s in cg.variant_sources)
+    assert cg.kernel.tensors[1].dim_kinds[0] == "bcast"
+    if stages:
+        assert f"&{x}[" in body and "gf_cp_async<16>" in body
+        assert not [line for line in body.splitlines() if "gf_cp_async" in line and f"&{bias}[" in line]
+    else:
+        assert f"pf_{x}[" in body and f"pf_{bias}" not in body
+    assert f"gf_load<4>(b_{bias}, {bias} + " in body
+
+
 def whole_tensor(x):
     return (x * x).sum(), (x * 2).amax(), torch.softmax(x * 3, 0)
 

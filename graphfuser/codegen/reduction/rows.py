@@ -28,10 +28,18 @@ class RowPipeline:
         if not (self.o.prefetch and self.d.row_prefetch and self.persistent and self.first == 1
                 and leaves[0].ptype is ParallelType.BIDx and self.L == 1):
             return {}
+        kept = [r for r in range(len(self.nest.roots)) if r not in self.k.red_roots]
         out: dict[int, str] = {}
         for e in self.pass_order(1):
             if isinstance(e, Load) and self.full[id(e)]:
                 t = self.k.tensors[e.tensor]
+                # a tensor broadcast along every kept dim (a bias, a weight) is the same for
+                # every row: loaded where it is used, it stays in L1. Copied with each row, every
+                # SM's asynchronous copies (which skip L1) hit its few lines in one L2 slice at
+                # once: a float32 layer norm of [200704, 96] after a bias add took 292 us with
+                # the bias staged, 47 us without the stages (H200; Inductor 55)
+                if kept and all(t.dim_kinds[r] == "bcast" for r in kept):
+                    continue
                 if not (self.vec and t.dim_kinds[self.vroot] == "bcast"):
                     out[e.tensor] = f"pf_{t.name}"
         return out
