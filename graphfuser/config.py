@@ -73,7 +73,8 @@ DEFAULTS: dict[str, Any] = {
     "cuda": {"block_size": 256, "unroll": 2, "blocks_per_sm": 64,
              "reduction_register_elements": 32, "reduction_min_threads": None, "reduction_blocks_per_sm": None,
              "reduction_row_block_threads": None,
-             "reduction_prefetch_stages": None, "reduction_cache_computed": True, "launch_api": "shim"},
+             "reduction_prefetch_stages": None, "reduction_cache_computed": True, "launch_api": "shim",
+             "linear_bias_split": "auto"},
 }
 
 # Knobs that change generated code: part of every kernel cache key.
@@ -216,6 +217,8 @@ class Config:
                               f"{v['check_every']!r}") from None
         if v["check_every"] < 0:
             raise ConfigError(f"check_every (GRAPHFUSER_CHECK_EVERY) must be >= 0 (0: off), got {v['check_every']}")
+        if v["cuda"].get("linear_bias_split") not in ("auto", True, False, None):
+            raise ConfigError(f"cuda.linear_bias_split must be auto, true or false, got {v['cuda']['linear_bias_split']!r}")
         if int(v["profiling_runs"]) < 1:
             raise ConfigError("profiling_runs must be >= 1")
 

@@ -88,7 +88,7 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         lo, wide = cg.min_threads
         floor = [f"    lo = {wide} if nv >= {WIDE_ROW_VECTORS} else {lo}" if wide != lo else f"    lo = {lo}"]
         if cg.narrow_min_threads and any(cg.multirow):
-            floor.append(f"    lo = {cg.narrow_min_threads} if nv <= {MULTIROW_MAX_THREADS} else lo")
+            floor.append(f"    lo = {cg.narrow_min_threads} if nv <= {NARROW_MAX_VECTORS} else lo")
         at = len(lines) - (2 if split is not None else 0)
         lines[at:at] = floor
         for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
@@ -230,7 +230,12 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
     return lines
 
 
-NARROW_MIN_THREADS = 4     # rows of a warp's vectors or fewer: the thread floor (auto only)
+NARROW_MIN_THREADS = 4     # rows of NARROW_MAX_VECTORS vectors or fewer: the thread floor (auto only)
+# ... which rows of 33..64 vectors take too: at the floor they hold 4 vectors a thread, 16
+# threads or fewer, and share blocks. H200, float32 bias + layer norm of [50176, 192] (48
+# vectors), whole calls: 41.7 us at 48 threads a row, one row a block; 30.8 us at 12 threads
+# a row, 8 rows a block (Inductor 87.7)
+NARROW_MAX_VECTORS = 64
 
 
 def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
@@ -253,7 +258,7 @@ def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
     16384). Softmax (two phases) keeps the resident grid: 84-88% against 79-82%. Rows of 96 or
     192 elements (one warp a row) are 2-3x slower uncapped.
 
-    Narrow rows (a warp's vectors or fewer) share blocks (``_row_block``) and take a thread
+    Narrow rows (64 vectors or fewer) share blocks (``_row_block``) and take a thread
     floor of ``NARROW_MIN_THREADS``: fewer threads a row, each with more of it, fewer copies of
     the per-row arithmetic. H200, bf16 [200704, 96], whole calls: layer norm 0.092 ms one row
     a block, 0.044 ms 8 rows a block of 16 threads each, 0.034 ms with 8 threads each (2

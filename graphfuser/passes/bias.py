@@ -14,8 +14,9 @@ and squeezenet are conv(bias) -> relu -> maxpool and linear -> relu -> dropout s
 fusible chain is bias + relu. A linear's bias is already free in eager (the GEMM epilogue): split,
 it costs no traffic either, since it is split only where its add joins a pass that runs anyway (a
 GELU, a residual add, a normalization after an MLP); but on CUDA the GEMM without it may run
-another cuBLAS algorithm (a slower one for vit_base's fc1), so there a linear's bias is split
-only under training, where its gradient's column sum joins the fused backward.
+another cuBLAS algorithm, faster or slower, so there an inference linear's bias is split where
+the GEMM without it measured faster on the profiled sizes (``gemm_without_bias_is_faster``),
+and under training, where its gradient's column sum joins the fused backward.
 
 When. The result's only consumer, past eval-mode dropouts, is a row of the op table (an in-place
 activation counts: functionalize makes it functional on the fresh add), or, for a conv, a
@@ -115,11 +116,6 @@ def _split(block: Block, node: Node, module: Any) -> bool:
     conv_cuda = node.kind in _CONVS and out_t.device is not None and out_t.device.type in HALF_CONV_DEVICES
     if out_t.dtype not in _WIDE and not conv_cuda:
         return False
-    if node.kind == "aten::linear" and cuda and not out_t.requires_grad:
-        # cuBLAS picks its algorithm by the call: without the bias (mm, not addmm) timm's
-        # vit_base / beit fc1 GEMM ([12608, 768] x [768, 3072] fp32) took 128x64 tiles, 1.47 ms
-        # on an H100, against addmm's 64x128, 1.44 ms; the split add saves no traffic there
-        return False
     if (bt is None or bt.device != out_t.device or bt.sizes is None
             or bt.strides is None or any(s < 0 for s in bt.sizes)):
         return False
@@ -133,6 +129,8 @@ def _split(block: Block, node: Node, module: Any) -> bool:
         permute = _fusing_permute(node)
         if permute is None:
             return False
+    if node.kind == "aten::linear" and cuda and not out_t.requires_grad and not gemm_without_bias_is_faster(node):
+        return False
     value = bias
     if not bias.type.is_tensor:
         cast = block.graph.create("prim::unchecked_cast", [bias], [bt], source=node.source)
@@ -163,6 +161,78 @@ def _split(block: Block, node: Node, module: Any) -> bool:
     add.output.type = out_t
     SPLIT_BIAS[add] = (node, bias)
     return True
+
+
+# (input sizes, strides, weight sizes, strides, dtype, device) -> the linear without its bias is
+# faster: measured once a process
+_GEMM_CHOICE: dict[tuple, bool] = {}
+GEMM_MARGIN = 0.97          # the GEMM without the bias must take at most this much of its time
+GEMM_TIMING_BYTES = 2 ** 30  # larger operands are not timed (the bias stays in the GEMM)
+
+
+def gemm_without_bias_is_faster(node: Node) -> bool:
+    """Whether a CUDA inference linear's GEMM runs faster without its bias, on the profiled
+    sizes (``cuda.linear_bias_split``: ``auto`` times both once a process; ``true`` / ``false``).
+
+    cuBLAS picks its algorithm by the call, and the bias epilogue (addmm) moves its choice
+    either way. H200, float32: ConvNeXt-T's MLP GEMMs at batch 64 took 13.8 ms with their
+    biases (64 x 64 tiles on 12 of the 36) against 13.0 ms for Inductor's, which adds the bias in
+    the GELU's kernel; timm's vit_base fc1 ([12608, 768] x [768, 3072]) ran 1.44 ms with its bias
+    and 1.47 ms without on an H100. Split, the bias costs no traffic: it is split only where its
+    add joins a pass that runs anyway (a GELU, a residual add)."""
+    setting = config.cuda["linear_bias_split"]
+    if setting is not None and setting != "auto":
+        return bool(setting)
+    x, w = node.inputs[0].type, node.inputs[1].type
+    types = (x, w)
+    if not all(isinstance(t, TensorType) and t.sizes is not None and t.strides is not None and t.dtype is not None
+               and t.device is not None for t in types) or x.device != w.device or x.dtype != w.dtype:
+        return False
+    key = (x.sizes, x.strides, w.sizes, w.strides, x.dtype, str(x.device))
+    if key not in _GEMM_CHOICE:
+        _GEMM_CHOICE[key] = _time_gemms(x, w)
+    return _GEMM_CHOICE[key]
+
+
+def _time_gemms(x: TensorType, w: TensorType) -> bool:
+    """Time ``linear(x, w, b)`` and ``linear(x, w)`` on operands of these types (CUDA events,
+    interleaved, the best of each); False where it cannot time them (a stream being captured)."""
+    import torch.nn.functional as F  # noqa: PLC0415
+
+    try:
+        if torch.cuda.is_current_stream_capturing():
+            return False
+        item = torch.empty((), dtype=x.dtype).element_size()
+        n_out = 1
+        for d in x.sizes[:-1]:
+            n_out *= d
+        if (sum(x.sizes[i] * x.strides[i] for i in range(len(x.sizes))) + w.sizes[0] * w.sizes[1]
+                + n_out * w.sizes[0]) * item > GEMM_TIMING_BYTES or n_out == 0:
+            return False
+        dev = torch.device(x.device)
+        a = torch.empty_strided(x.sizes, x.strides, dtype=x.dtype, device=dev).uniform_(-1, 1)
+        wt = torch.empty_strided(w.sizes, w.strides, dtype=w.dtype, device=dev).uniform_(-1, 1)
+        b = torch.empty(w.sizes[0], dtype=x.dtype, device=dev).uniform_(-1, 1)
+        best = {True: float("inf"), False: float("inf")}
+        with torch.no_grad(), torch.cuda.device(dev):
+            for _ in range(2):
+                F.linear(a, wt, b), F.linear(a, wt)
+            for _ in range(3):
+                for with_bias in (True, False):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for _ in range(3):
+                        F.linear(a, wt, b if with_bias else None)
+                    end.record()
+                    end.synchronize()
+                    best[with_bias] = min(best[with_bias], start.elapsed_time(end))
+        faster = best[False] <= GEMM_MARGIN * best[True]
+        jit_log("graph_fuser", 1, f"linear {list(x.sizes)} x {list(w.sizes)} {x.dtype}: "
+                                  f"{best[True] / 3:.3f} ms with its bias, {best[False] / 3:.3f} ms without: "
+                                  f"{'split' if faster else 'kept'}")
+        return faster
+    except (RuntimeError, torch.cuda.OutOfMemoryError):
+        return False
 
 
 def _fusing_permute(conv: Node) -> Optional[Node]:

@@ -456,3 +456,37 @@ def test_conv_bias_split_past_a_permute_under_grad():
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-11, msg=lambda s: f"{name}: {s}")
     assert _conv_biases(sf) == ["None"]
+
+
+def test_the_linear_bias_knob_takes_its_values():
+    from graphfuser.config import ConfigError
+    from graphfuser.passes import bias as bias_pass
+
+    for value, expected in ((True, True), (False, False)):
+        with config.override(cuda={"linear_bias_split": value}):
+            assert bias_pass.gemm_without_bias_is_faster(None) is expected
+    with pytest.raises(ConfigError, match="linear_bias_split must be auto, true or false"):
+        config.set(cuda={"linear_bias_split": "sometimes"})
+    assert config.cuda["linear_bias_split"] == "auto"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("split", [True, False, "auto"])
+def test_cuda_inference_linear_bias_splits_where_its_gemm_is_faster(split):
+    """A CUDA inference linear's bias joins its GELU's group where the GEMM without it is
+    faster (``auto``: measured on the profiled sizes) or the knob says so; results as eager's
+    either way."""
+    from graphfuser.passes import bias as bias_pass
+
+    m = LinearGelu().cuda().eval()
+    x = torch.randn(64, 7, 16, device="cuda")
+    bias_pass._GEMM_CHOICE.clear()
+    with config.override(cuda={"linear_bias_split": split}), torch.no_grad():
+        sf = graphfuser.script(m)
+        for _ in range(4):
+            torch.testing.assert_close(sf(x), m(x), rtol=1e-5, atol=1e-5)
+    kinds = [n.kind for g in fusion_groups(sf._optimized) for n in g.subgraph.nodes]
+    expect = bias_pass._GEMM_CHOICE[next(iter(bias_pass._GEMM_CHOICE))] if split == "auto" else split
+    if split == "auto":
+        assert len(bias_pass._GEMM_CHOICE) == 1
+    assert "aten::gelu" in kinds and ("aten::add" in kinds) is expect
