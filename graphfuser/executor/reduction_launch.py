@@ -231,11 +231,14 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
 
 
 NARROW_MIN_THREADS = 4     # rows of NARROW_MAX_VECTORS vectors or fewer: the thread floor (auto only)
-# ... which rows of 33..64 vectors take too: at the floor they hold 4 vectors a thread, 16
-# threads or fewer, and share blocks. H200, float32 bias + layer norm of [50176, 192] (48
-# vectors), whole calls: 41.7 us at 48 threads a row, one row a block; 30.8 us at 12 threads
-# a row, 8 rows a block (Inductor 87.7)
-NARROW_MAX_VECTORS = 64
+# ... which rows of 33..128 vectors take too: at the floor they hold 4 vectors a thread, 32
+# threads or fewer, and share blocks. H200, the bias add + layer norm of ConvNeXt-T's bf16
+# autocast stages (bf16 in and out, float32 weights: 4-element vectors), kernel time alone:
+# [50176, 192] (48 vectors) 42.4 us at 48 threads a row, one row a block, 22.5 us at 12 threads
+# a row, 8 rows a block; [12544, 384] (96 vectors) 17.2 us at 96 threads, 13.0 us at 24 threads,
+# 4 rows a block (Inductor 54.7 and 23.4). Rows of 192 vectors are faster with their 96 threads
+# (7.1 us) than with 48 threads in 64-thread blocks (8.8)
+NARROW_MAX_VECTORS = 128
 
 
 def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
@@ -258,7 +261,7 @@ def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
     16384). Softmax (two phases) keeps the resident grid: 84-88% against 79-82%. Rows of 96 or
     192 elements (one warp a row) are 2-3x slower uncapped.
 
-    Narrow rows (64 vectors or fewer) share blocks (``_row_block``) and take a thread
+    Narrow rows (128 vectors or fewer) share blocks (``_row_block``) and take a thread
     floor of ``NARROW_MIN_THREADS``: fewer threads a row, each with more of it, fewer copies of
     the per-row arithmetic. H200, bf16 [200704, 96], whole calls: layer norm 0.092 ms one row
     a block, 0.044 ms 8 rows a block of 16 threads each, 0.034 ms with 8 threads each (2

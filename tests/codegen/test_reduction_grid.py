@@ -87,12 +87,13 @@ def test_one_phase_normalizations_get_a_block_per_row(fn, uncapped):
 
 @pytest.mark.parametrize("fn", [_ln, _rms, _softmax], ids=["layer_norm", "rms_norm", "softmax"])
 @pytest.mark.parametrize("nr, block", [(96, (8, 16, 1)), (192, (8, 16, 1)), (8, (1, 128, 1)), (40, (8, 16, 1)),
-                                       (384, (16, 8, 1))])
+                                       (384, (16, 8, 1)), (768, (32, 4, 1))])
 def test_narrow_rows_share_blocks(fn, nr, block):
     # 96 bf16 channels: 12 vectors of 8 a row, 2 a thread (the narrow floor of 4 threads a
     # row), 6 threads a row rounded to 8, 16 rows a block of 128 threads, as many blocks as fit
     # at once; 192 channels: 24 vectors, 4 a thread; 40 channels: 5 vectors, one a thread;
-    # 384 channels: 48 vectors, 4 a thread, 12 threads a row rounded to 16
+    # 384 channels: 48 vectors, 4 a thread, 12 threads a row rounded to 16; 768: 96 vectors, 24
+    # threads rounded to 32
     cg, _ = _group(fn)
     run = _launch(cg, 200704, nr)
     assert run["mr"] and run["block"] == block
