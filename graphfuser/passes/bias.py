@@ -335,6 +335,31 @@ def _fusible_read(v: Value, through_views: bool = True) -> Optional[Value]:
     return None
 
 
+# ops that read a tensor only for its size and device: a dropout's random state
+_SIZE_READERS = ("graphfuser::philox_state",)
+
+
+def _fused_readers(v: Value) -> Optional[Value]:
+    """The value (``v``, past views and eval-mode dropouts with no other use) whose every
+    consumer is an op the op table fuses (at least one) or reads only its size and device; None
+    otherwise. GPT-2's tanh GELU reads its input three times (``x * 0.5``, ``x ** 3``,
+    ``x + ...``), and a training dropout beside its random state's size read."""
+    while len(v.uses) == 1:
+        user, i = v.uses[0]
+        if not (user.kind in _VIEWS and i == 0 or user.kind in _IDENTITIES):
+            break
+        v = user.output
+    rows = 0
+    for user, i in v.uses:
+        if user.kind in _SIZE_READERS:
+            continue
+        row = lookup(user.kind) or (lookup(user.kind[:-1]) if user.kind.endswith("_") and i == 0 else None)
+        if row is None or row.kind == "cast" and i != 0 or user.owner is not v.node.owner:
+            return None
+        rows += 1
+    return v if rows and v.node is not None else None
+
+
 def _bias_of(node: Node) -> Optional[Value]:
     """The bias of ``linear(x, w, b)`` or of ``addmm(b, x, w)`` with beta = alpha = 1."""
     if node.kind == "aten::linear" and len(node.inputs) == 3:
@@ -365,8 +390,9 @@ def route_bias_gradients(graph: Graph) -> int:
     addmms took 0.73 ms per step.
 
     When. On CUDA (``ROUTE_DEVICES``: on the CPU eager's sum is no launch of its own and the
-    extra group only costs compile time), the result requires grad and its only consumer, past
-    views and eval-mode dropouts, is a row of the op table; the bias is a tensor that requires
+    extra group only costs compile time), the result requires grad and every consumer of it,
+    past views and eval-mode dropouts, is a row of the op table or reads only its size (a
+    dropout's random state; ``_fused_readers``: GPT-2's tanh GELU reads its input three times); the bias is a tensor that requires
     grad, of the result's dtype or, under autocast, a float32 one (its gradient is rounded to the
     result's dtype first, as eager's gradient of the cast bias is: ``ops/derivatives.py``), as
     wide as the result's last dim. Where no group takes ``bias_grad``, its eager program gives
@@ -386,7 +412,7 @@ def route_bias_gradients(graph: Graph) -> int:
                 and (bt.dtype == out.dtype or bt.dtype == torch.float32 and out.dtype in _HALVES)
                 and bt.sizes is not None and len(bt.sizes) == 1 and out.sizes and bt.sizes[0] == out.sizes[-1]):
             continue
-        read = _fusible_read(node.output)
+        read = _fused_readers(node.output)
         rt = read.type if read is not None else None
         if not (isinstance(rt, TensorType) and rt.sizes and rt.sizes[-1] == bt.sizes[0] and read.node is not None
                 and read.node.owner is node.owner):
