@@ -221,7 +221,8 @@ def run(graphs: int, seed: int, device: str = "cpu", jobs: int = 1, timeout: flo
     runnable = len(cases) - eager_only - invalid
     float64 = float64_summary(results)
     return {"device": device, "graphs": len(cases), "seed": seed, "knobs": knobs or {}, "focus": focus,
-            "frontend": os.environ.get("GRAPHFUSER_FUZZ_FRONTEND", "script"), "seconds": round(run_s, 1),
+            "frontend": os.environ.get("GRAPHFUSER_FUZZ_FRONTEND", "script"),
+            "cuda_decisions": os.environ.get("GRAPHFUSER_FUZZ_CUDA_DECISIONS") == "1", "seconds": round(run_s, 1),
             "counts": {c: counts.get(c, 0) for c in CATEGORIES},
             "failed_graphs": sum(1 for r in results if r["findings"]),
             "deviations": dict(deviations), "kernel_ran": kernel, "invalid": invalid, "runnable": runnable,

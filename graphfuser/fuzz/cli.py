@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the entry point the graphs go through: graphfuser.script, or torch.compile's backend")
     p.add_argument("--focus", default=None, metavar="OP",
                    help="every graph starts with this op (e.g. rotary, cross_entropy: patterns a pass rewrites)")
+    p.add_argument("--cuda-decisions", action="store_true",
+                   help="on the CPU, take the graph decisions made only for CUDA too (conv bias splits under "
+                        "autocast, bias gradients through the consumer's group), so CPU campaigns check them")
     p.add_argument("--emulate-precision", action="store_true",
                    help="turn on emulate_precision_casts where the config has it (pointwise chains exact)")
 
@@ -39,6 +42,8 @@ def run_args(args: argparse.Namespace) -> int:
 
     knobs: dict = {}
     os.environ["GRAPHFUSER_FUZZ_FRONTEND"] = args.frontend      # the workers inherit it
+    if args.cuda_decisions:
+        os.environ["GRAPHFUSER_FUZZ_CUDA_DECISIONS"] = "1"
     if args.no_fallback:
         knobs["disable"] = ["fallback"]
     if args.emulate_precision:

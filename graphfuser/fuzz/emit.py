@@ -403,15 +403,31 @@ def _emit_alias(s: _State, how: Optional[str] = None) -> None:
 
 
 def _emit_matmul(s: _State) -> bool:
-    """A matmul with a weight input: a group boundary, as a model's linear, that autocast casts."""
+    """A matmul with a weight input: a group boundary, as a model's linear, that autocast casts;
+    or a linear with a bias (``F.linear``, or GPT-2's ``Conv1D``: ``addmm`` of the flattened
+    input, unflattened back), whose bias the bias passes split off (inference) or whose bias
+    gradient they route through the consumer's group (training)."""
+    st = _st()
     a = _pick(s, "f", known_shape=True, min_rank=1)
     if a is None or a.kind != "f":
         return False
-    k = s.d(_st().sampled_from((3, 8, 1)))
-    w = _add_input(s, (a.shape[-1], k), "float32")
+    k = s.d(st.sampled_from((3, 8, 1)))
+    how = s.d(st.sampled_from(("matmul", "linear", "addmm")))
+    if how == "addmm" and len(a.shape) < 2:
+        how = "linear"
+    if how == "matmul":
+        w = _add_input(s, (a.shape[-1], k), "float32")
+        line = f"torch.matmul({a.name}, {w.name}.to({a.name}.dtype))"
+    elif how == "linear":
+        w, b = _add_input(s, (k, a.shape[-1]), "float32"), _add_input(s, (k,), "float32")
+        line = f"F.linear({a.name}, {w.name}.to({a.name}.dtype), {b.name}.to({a.name}.dtype))"
+    else:
+        w, b = _add_input(s, (a.shape[-1], k), "float32"), _add_input(s, (k,), "float32")
+        line = (f"torch.addmm({b.name}.to({a.name}.dtype), {a.name}.reshape(-1, {a.name}.size(-1)), "
+                f"{w.name}.to({a.name}.dtype)).unflatten(0, {a.name}.shape[:-1])")
     v = _new_var(s, a.shape[:-1] + (k,), "f")
-    s.lines.append(f"{v.name} = torch.matmul({a.name}, {w.name}.to({a.name}.dtype))")
-    s.ops.append("matmul")
+    s.lines.append(f"{v.name} = {line}")
+    s.ops.append(how)
     return True
 
 

@@ -96,6 +96,15 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (eager's CUDA kernel; 0 is the value of its formula and of eager on the CPU)",
         "when_on": "",
     },
+    "layer_norm_overflow_row": {
+        "what": "a float32 layer norm on the CPU of finite rows whose sum of squares overflows float32 "
+                "(values past 1.8e19): eager's CPU kernel gives the bias for rows of its vector width "
+                "or more (its float32 M2 is inf, rstd 0) and NaN for shorter ones (its scalar mean "
+                "overflows); graphfuser gives the bias for every row, as eager's long rows and its CUDA "
+                "kernel do (tests/ops/test_overflowing_sums.py)",
+        "knob": "none (eager's answer depends on the row's length)",
+        "when_on": "",
+    },
     "eager_overflow": {
         "what": "eager's value is not finite where the float64 reference is (an fp16 product or exp past "
                 "65504, or a product that underflowed to 0 times an inf): eager's precision gives no value "
@@ -162,6 +171,22 @@ def rms_norm_inf_row(ops: Sequence[str], args: Sequence[Any], fn: Any, g: Any, e
     return any(isinstance(c, torch.Tensor) and c.shape == g.shape and
                bool(((c[odd.cpu()].float() - g.detach().cpu()[odd.cpu()].float()).abs() <= 1e-2).all())
                for c in outs)
+
+
+SQRT_FLOAT32_MAX = 1.8e19      # a finite float32 whose square overflows float32
+
+
+def layer_norm_overflow_row(ops: Sequence[str], args: Sequence[Any], g: Any, e: Any, judge: Any) -> bool:
+    """The ``layer_norm_overflow_row`` deviation: the graph has a layer norm, runs on the CPU and a
+    float argument holds a finite value past float32's square root of its max; ``g`` differs from
+    eager's ``e`` only where ``e`` is NaN (``judge(g')`` passes once those elements are eager's)."""
+    if "layer_norm" not in ops or not g.is_floating_point() or g.shape != e.shape or g.device.type != "cpu":
+        return False
+    if not any(isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel()
+               and bool((a.detach().isfinite() & (a.detach().abs() >= SQRT_FLOAT32_MAX)).any()) for a in args):
+        return False
+    odd = e.isnan() & ~g.isnan()
+    return bool(odd.any()) and judge(torch.where(odd, e, g.detach())) is None
 
 
 # (class name in issue 10, categories, ops or None for any op; "alias:*" matches every alias statement)

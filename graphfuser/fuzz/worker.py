@@ -17,6 +17,9 @@ def _main(conn: Any, device: str, knobs: dict, env: dict) -> None:
     from ..config import config
     from .oracle import run_case
 
+    if env.get("GRAPHFUSER_FUZZ_CUDA_DECISIONS", os.environ.get("GRAPHFUSER_FUZZ_CUDA_DECISIONS")) == "1":
+        take_cuda_decisions_on_the_cpu()
+
     workdir = tempfile.mkdtemp(prefix="graphfuser-fuzz-")
     config.reload()
     config.set(repro_dir=os.path.join(workdir, "repro"), **knobs)
@@ -37,6 +40,15 @@ def _main(conn: Any, device: str, knobs: dict, env: dict) -> None:
         conn.send(res)
         if any("CUDA error" in f["detail"] for f in res["findings"]):
             return      # the context is lost (sticky error): the parent starts a fresh worker
+
+
+def take_cuda_decisions_on_the_cpu() -> None:
+    """The graph rewrites made only for CUDA devices (where eager's cost differs), made for the CPU
+    too: their results must equal eager's on either device."""
+    from ..passes import bias
+
+    bias.ROUTE_DEVICES = tuple(dict.fromkeys(bias.ROUTE_DEVICES + ("cpu",)))
+    bias.HALF_CONV_DEVICES = tuple(dict.fromkeys(bias.HALF_CONV_DEVICES + ("cpu",)))
 
 
 class Worker:

@@ -460,6 +460,48 @@ def test_welford_inf_is_matched_narrowly():
     assert not welford_inf(["var_mean"], torch.tensor([0.5, nan, 1.0]), e2, judge2)        # another difference
 
 
+@pytest.mark.parametrize("how", ["linear", "addmm"])
+def test_generated_linears_with_biases_match_eager(monkeypatch, how):
+    """The generator's linears with a bias (F.linear; GPT-2's Conv1D, an addmm of the flattened
+    input unflattened back), under grad, with the CUDA-only route of their bias gradient taken
+    on the CPU too (``--cuda-decisions``): no finding."""
+    from graphfuser.fuzz import campaign
+    from graphfuser.fuzz.worker import take_cuda_decisions_on_the_cpu
+    from graphfuser.passes import bias
+
+    monkeypatch.setattr(bias, "ROUTE_DEVICES", bias.ROUTE_DEVICES)
+    monkeypatch.setattr(bias, "HALF_CONV_DEVICES", bias.HALF_CONV_DEVICES)
+    take_cuda_decisions_on_the_cpu()
+    assert "cpu" in bias.ROUTE_DEVICES
+    cases = [c for c in campaign.cases_at(34601, list(range(60)), 8, None) if how in c["ops"]]
+    assert cases
+    for case in cases[:3]:
+        res = run_case(case, "cpu", "/tmp", f"linear_{how}")
+        assert not res["findings"], (case["source"], res["findings"])
+
+
+def test_layer_norm_overflow_row_is_matched_narrowly():
+    # fuzz graph 636 of CPU seed 34442 (torch.compile): a float32 layer norm over a row of 7
+    # holding 3e38 twice, then log: eager's CPU kernel NaN for so short a row, graphfuser the
+    # bias (and its log), as eager gives for rows of its vector width or more
+    from graphfuser.fuzz.known import layer_norm_overflow_row
+    from graphfuser.fuzz.oracle import compare_tensor
+
+    nan = float("nan")
+    e = torch.tensor([0.25, nan, 1.0])
+
+    def judge(g2):
+        return compare_tensor(g2, e, None, 1e-3, check_strides=False)
+
+    huge = [torch.tensor([0.5, 3e38, 3e38, 1.0])]
+    g = torch.tensor([0.25, -4.2, 1.0])
+    assert layer_norm_overflow_row(["layer_norm", "log"], huge, g, e, judge)
+    assert not layer_norm_overflow_row(["rms_norm", "log"], huge, g, e, judge)                  # no layer norm
+    assert not layer_norm_overflow_row(["layer_norm"], [torch.tensor([0.5, 1e10])], g, e, judge)   # no overflow
+    assert not layer_norm_overflow_row(["layer_norm"], huge, torch.tensor([0.5, -4.2, 1.0]), e, judge)  # elsewhere
+    assert not layer_norm_overflow_row(["layer_norm"], huge, g.to("meta"), e.to("meta"), judge)  # not the CPU
+
+
 def _judge_spread(body: str, inputs: list, g_of):
     from graphfuser.fuzz.oracle import _rounding_spread_covers, load, make_args
 
