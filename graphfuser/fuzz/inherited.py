@@ -107,6 +107,24 @@ def _dead_statements_dropped(source: str) -> str:
     # write into one that nothing reads after it is dead too (TorchScript's executor drops it)
     fresh = {st.targets[0].id for st in fn.body if isinstance(st, ast.Assign) and len(st.targets) == 1
              and isinstance(st.targets[0], ast.Name) and _fresh(st.value)}
+    # the views of each name (``v8 = v5.expand(...)``): a write into a name is seen through them
+    views: dict[str, set[str]] = {}
+    for st in fn.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            for n in ast.walk(st.value):
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MAY_ALIAS \
+                        and isinstance(n.func.value, ast.Name):
+                    views.setdefault(n.func.value.id, set()).add(st.targets[0].id)
+
+    def seen_through(name: str) -> set[str]:
+        out, todo = {name}, [name]
+        while todo:
+            for v in views.get(todo.pop(), ()):
+                if v not in out:
+                    out.add(v)
+                    todo.append(v)
+        return out
+
     changed = True
     while changed:
         changed = False
@@ -114,8 +132,8 @@ def _dead_statements_dropped(source: str) -> str:
             if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and \
                     isinstance(st.value.func, ast.Attribute) and isinstance(st.value.func.value, ast.Name) and \
                     st.value.func.value.id in fresh and st.value.func.attr.endswith("_"):
-                name = st.value.func.value.id
-                if not any(isinstance(n, ast.Name) and n.id == name for s2 in fn.body[i + 1:] for n in ast.walk(s2)):
+                names = seen_through(st.value.func.value.id)
+                if not any(isinstance(n, ast.Name) and n.id in names for s2 in fn.body[i + 1:] for n in ast.walk(s2)):
                     del fn.body[i]
                     changed = True
                     break

@@ -630,3 +630,22 @@ def test_hardswish_nan_gradient_is_eagers_own_disagreement():
     assert _hardswish_nan(case, g, e)
     assert not _hardswish_nan({"ops": ["mul"]}, g, e)
     assert not _hardswish_nan(case, torch.tensor([0.5, 1.0]), e)         # a finite difference: a finding
+
+
+def test_pruning_keeps_a_write_seen_through_a_live_view():
+    """The program TorchScript's frontend keeps drops a dead write into a fresh tensor, not one a
+    live view of it sees (CPU fuzz graph 79 of seed 34341: ``v8 = v5.expand(...)`` returned after
+    ``v5.add_(1)``; the dead ``v3.mul_(0.5)``, which eager refuses, goes)."""
+    from graphfuser.fuzz.inherited import _dead_statements_dropped
+
+    src = ("def fn(x0, x1):\n"
+           "    v3 = x1 * x1.size(-1)\n"
+           "    v5 = F.mish(x0)\n"
+           "    v8 = v5.expand([2, 5])\n"
+           "    v5.add_(1)\n"
+           "    v9 = v3.squeeze()\n"
+           "    v3.mul_(0.5)\n"
+           "    return v8\n")
+    kept = _dead_statements_dropped(src)
+    assert "v5.add_(1)" in kept and "v8 = v5.expand" in kept
+    assert "v3.mul_" not in kept and "v9" not in kept
