@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import operator
 import threading
 from typing import Any, Callable, Iterator, Optional
 
@@ -37,7 +36,7 @@ from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, f
 from ..passes.attention import apply_attention, plan_attention
 from ..passes.rotary import apply_rotary, plan_rotary
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
-from ..passes.module_flags import specialize_training, training_modules
+from ..passes.module_flags import flag_reader, specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
 from .fusion import STATS, FusionFailure, FusionSite, compile_threads, make_group_runner
 from .recovery import Recovering
@@ -53,7 +52,6 @@ from .weight_cache import keep_weights
 from .weight_casts import batch_weight_casts
 
 _state = threading.local()
-_TRAINING = operator.attrgetter("training")
 
 
 @contextlib.contextmanager
@@ -95,8 +93,10 @@ class ScriptedFunction(Recovering, SelfChecking):
     _replayable = True           # steady no-grad CUDA calls may replay a CUDA graph (``from_graph``)
     _known: dict = {}            # input position -> "saved" / "grad": what a backward's caller vouches for
     _oom_retry = False           # a call running again after an out-of-memory error (``_after_oom``)
-    _flag_mods: list = []        # the submodules whose ``training`` flag the graph reads (passes/module_flags.py)
-    _flags: tuple = ()           # their flags, as this specialization has them as constants
+    _flag_mods: list = []        # the (submodule, flag) pairs the graph reads: ``training``, bool branch
+                                 # conditions (passes/module_flags.py)
+    _flags: tuple = ()           # their values, as this specialization has them as constants
+    _read_flags = staticmethod(tuple)   # their current values (``module_flags.flag_reader``)
 
     def __init__(self, obj: Any, capture: Callable[[Any], Captured]) -> None:
         """``capture``: the frontend's, turning ``obj`` into a ``Captured`` (or raising
@@ -122,7 +122,8 @@ class ScriptedFunction(Recovering, SelfChecking):
         self._module = self._captured.module
         self.graph: Graph = self._captured.graph
         self._flag_mods = training_modules(self.graph, self._module)
-        self._flags = tuple(map(_TRAINING, self._flag_mods))
+        self._read_flags = flag_reader(self._flag_mods)
+        self._flags = self._read_flags()
         self._reset()
 
     @classmethod
@@ -152,7 +153,7 @@ class ScriptedFunction(Recovering, SelfChecking):
             return self
         state = autocast_state()
         if flags is None:
-            flags = tuple(map(_TRAINING, self._flag_mods))
+            flags = self._read_flags()
         if state is None and flags == self._flags:
             return self
         sf = self._variants.get((state, flags))
@@ -162,7 +163,7 @@ class ScriptedFunction(Recovering, SelfChecking):
             sf._lock = threading.Lock()
             sf._captured, sf._module, sf.graph = self._captured, self._module, self.graph
             sf._autocast, sf._variants = state, None
-            sf._flag_mods, sf._flags = self._flag_mods, flags
+            sf._flag_mods, sf._flags, sf._read_flags = self._flag_mods, flags, self._read_flags
             sf._replayable, sf._known = self._replayable, self._known
             sf._reset()
             training = f", {sum(flags)} of {len(flags)} module(s) training" if flags else ""
@@ -219,7 +220,7 @@ class ScriptedFunction(Recovering, SelfChecking):
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._variants is not None:          # the root: pick the specialization for this call
-            flags = tuple(map(_TRAINING, self._flag_mods)) if self._flag_mods else self._flags
+            flags = self._read_flags() if self._flag_mods else self._flags
             if flags != self._flags or torch._C._is_any_autocast_enabled():
                 sf = self._specialized(flags)
                 if sf is not self:

@@ -20,7 +20,8 @@ attribute (``prim::SetAttr``), stay run-time reads.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+import operator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -46,15 +47,21 @@ def _nodes(block: Block) -> Iterator[Node]:
             yield from _nodes(b)
 
 
-def _reads(graph: Graph, module: Optional[torch.nn.Module]) -> list[tuple[Node, torch.nn.Module]]:
-    """(GetAttr node, the module it reads ``training`` of) for each read on a chain from ``module``."""
+def _branch_only(v: Value) -> bool:
+    """Whether every use of ``v`` is the condition of a ``prim::If``."""
+    return bool(v.uses) and all(user.kind == "prim::If" and i == 0 for user, i in v.uses)
+
+
+def _reads(graph: Graph, module: Optional[torch.nn.Module]) -> list[tuple[Node, torch.nn.Module, str]]:
+    """(GetAttr node, the module, the flag's name) for each read of a flag on a chain from
+    ``module``: its ``training``, and its plain bool attributes read only as a branch's condition
+    (timm's ConvNeXt block's ``if self.use_conv_mlp:``), none of them written by the graph."""
     if module is None or not graph.inputs:
         return []
+    written = {n.attrs.get("name") for n in _nodes(graph.block) if n.kind == "prim::SetAttr"}
     objs: dict[Value, Any] = {graph.inputs[0]: module}
     out = []
     for n in _nodes(graph.block):
-        if n.kind == "prim::SetAttr" and n.attrs.get("name") == "training":
-            return []
         if n.kind != "prim::GetAttr" or n.inputs[0] not in objs:
             continue
         parent = objs[n.inputs[0]]
@@ -62,7 +69,8 @@ def _reads(graph: Graph, module: Optional[torch.nn.Module]) -> list[tuple[Node, 
             continue
         name = n.attrs["name"]
         if name == "training":
-            out.append((n, parent))
+            if name not in written:
+                out.append((n, parent, name))
             continue
         try:
             obj = module_attr(parent, name)
@@ -70,28 +78,40 @@ def _reads(graph: Graph, module: Optional[torch.nn.Module]) -> list[tuple[Node, 
             continue
         if isinstance(obj, torch.nn.Module):
             objs[n.outputs[0]] = obj
+        elif type(obj) is bool and name not in written and name in parent.__dict__ and _branch_only(n.outputs[0]):
+            out.append((n, parent, name))
     return out
 
 
-def training_modules(graph: Graph, module: Optional[torch.nn.Module]) -> list[torch.nn.Module]:
-    """The modules whose ``training`` flag ``graph`` reads (each once, in graph order)."""
-    seen: dict[int, torch.nn.Module] = {}
-    for _, m in _reads(graph, module):
-        seen.setdefault(id(m), m)
+def training_modules(graph: Graph, module: Optional[torch.nn.Module]) -> list[tuple[torch.nn.Module, str]]:
+    """The (module, flag name) pairs ``graph`` reads (each once, in graph order)."""
+    seen: dict[tuple[int, str], tuple[torch.nn.Module, str]] = {}
+    for _, m, name in _reads(graph, module):
+        seen.setdefault((id(m), name), (m, name))
     return list(seen.values())
 
 
-def specialize_training(graph: Graph, module: Optional[torch.nn.Module], modules: list[torch.nn.Module],
+def flag_reader(pairs: list[tuple[torch.nn.Module, str]]) -> Callable[[], tuple]:
+    """A function of no argument returning the current value of each flag of ``pairs`` (what the
+    executor reads on every call to pick its specialization)."""
+    mods = [m for m, _ in pairs]
+    if all(name == "training" for _, name in pairs):
+        training = operator.attrgetter("training")
+        return lambda: tuple(map(training, mods))
+    return lambda: tuple(getattr(m, name) for m, name in pairs)
+
+
+def specialize_training(graph: Graph, module: Optional[torch.nn.Module], pairs: list[tuple[torch.nn.Module, str]],
                         flags: tuple) -> int:
-    """Replace every read of a ``training`` flag in ``modules`` by the constant in ``flags``
-    (``flags[i]`` is ``modules[i].training`` at the call); returns how many reads were replaced."""
-    value = {id(m): f for m, f in zip(modules, flags)}
+    """Replace every read of a flag of ``pairs`` by the constant in ``flags`` (``flags[i]`` is
+    the flag ``pairs[i]`` at the call); returns how many reads were replaced."""
+    value = {(id(m), name): f for (m, name), f in zip(pairs, flags)}
     done = 0
-    for node, m in _reads(graph, module):
-        if id(m) not in value:
+    for node, m, name in _reads(graph, module):
+        if (id(m), name) not in value:
             continue
         block = node.owner
-        const = graph.create("prim::Constant", [], [Type("bool")], {"value": bool(value[id(m)])})
+        const = graph.create("prim::Constant", [], [Type("bool")], {"value": bool(value[(id(m), name)])})
         block.insert_before(node, const)
         for user, i in list(node.output.uses):
             user.replace_input(i, const.output)
@@ -99,6 +119,6 @@ def specialize_training(graph: Graph, module: Optional[torch.nn.Module], modules
         block.remove(node)
         done += 1
     if done:
-        jit_log("graph_fuser", 2, f"{done} module training flag read(s) specialized "
-                f"({sum(map(bool, flags))} of {len(flags)} module(s) training)")
+        jit_log("graph_fuser", 2, f"{done} module flag read(s) specialized "
+                f"({sum(map(bool, flags))} of {len(flags)} flag(s) set)")
     return done

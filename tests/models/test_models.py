@@ -179,3 +179,51 @@ def test_batch_norm_and_dropout_modules_fuse_in_training():
 
 def corpus_case(name: str) -> Case:
     return next(c for c in CORPUS if c.name == name)
+
+
+class _Branchy(torch.nn.Module):
+    """timm's ConvNeXt block head: a bool attribute chooses the branch (``use_conv_mlp``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.norm = torch.nn.LayerNorm(8)
+        self.use_conv_mlp = False
+        self.scale = 2.0
+
+    def forward(self, x):
+        x = self.conv(x)
+        if self.use_conv_mlp:
+            x = x * self.scale
+        else:
+            x = self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return x.relu()
+
+
+def test_a_bool_branch_flag_is_a_guarded_constant():
+    """A module's plain bool attribute read only as a branch's condition is a constant of the
+    specialization, as ``training`` is (passes/module_flags.py): the branch taken is inlined
+    before the passes (the conv's bias then joins the layer norm's group past the permute);
+    setting the attribute runs the other branch's specialization, as eager does."""
+    from graphfuser.passes.module_flags import training_modules
+
+    torch.manual_seed(0)
+    model = _Branchy().eval()
+    sm = graphfuser.script(model)
+    x = torch.randn(2, 8, 5, 5)
+    with torch.no_grad():
+        for mode in (False, True, False):
+            model.use_conv_mlp = mode
+            for _ in range(4):
+                compare(sm(x), model(x))
+            g = graphfuser.last_executed_optimized_graph()
+            assert "use_conv_mlp" not in str(g), str(g)          # the read is a constant
+            if not mode:
+                assert "aten::layer_norm" in _group_kinds(g)
+                assert any(n.kind == "aten::conv2d" and n.inputs[2].type.name == "NoneType" for n in g.all_nodes())
+    assert [name for _, name in training_modules(sm.graph, model)] == ["use_conv_mlp"]
+    # the float attribute is no flag: read at run time
+    model.scale = 3.0
+    model.use_conv_mlp = True
+    with torch.no_grad():
+        compare(sm(x), model(x))
