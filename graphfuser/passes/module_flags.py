@@ -20,7 +20,6 @@ attribute (``prim::SetAttr``), stay run-time reads.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -93,12 +92,14 @@ def training_modules(graph: Graph, module: Optional[torch.nn.Module]) -> list[tu
 
 def flag_reader(pairs: list[tuple[torch.nn.Module, str]]) -> Callable[[], tuple]:
     """A function of no argument returning the current value of each flag of ``pairs`` (what the
-    executor reads on every call to pick its specialization)."""
-    mods = [m for m, _ in pairs]
-    if all(name == "training" for _, name in pairs):
-        training = operator.attrgetter("training")
-        return lambda: tuple(map(training, mods))
-    return lambda: tuple(getattr(m, name) for m, name in pairs)
+    executor reads on every call to pick its specialization): one tuple display of attribute
+    reads, the modules bound in its namespace."""
+    ns: dict[str, Any] = {f"m{i}": m for i, (m, _) in enumerate(pairs)}
+    items = "".join(f"m{i}.{name}, " for i, (_, name) in enumerate(pairs) if name.isidentifier())
+    if len(items.split(", ")) - 1 != len(pairs):
+        return lambda: tuple(getattr(m, name) for m, name in pairs)
+    exec(f"def read():\n    return ({items})\n", ns)  # noqa: S102 - names are identifiers
+    return ns["read"]
 
 
 def specialize_training(graph: Graph, module: Optional[torch.nn.Module], pairs: list[tuple[torch.nn.Module, str]],
