@@ -353,6 +353,11 @@ def _fused_readers(v: Value) -> Optional[Value]:
     for user, i in v.uses:
         if user.kind in _SIZE_READERS:
             continue
+        if user.kind.endswith("_") and len(v.uses) > 1:
+            # an in-place write beside other reads (``v.relu_()`` then ``relu6(v)``) stays a
+            # write: functionalize cannot make it a fresh value, and it would write into
+            # ``bias_grad``'s result (CPU fuzz graph 861 of seed 34611)
+            return None
         row = lookup(user.kind) or (lookup(user.kind[:-1]) if user.kind.endswith("_") and i == 0 else None)
         if row is None or row.kind == "cast" and i != 0 or user.owner is not v.node.owner:
             return None
