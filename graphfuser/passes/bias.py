@@ -214,7 +214,7 @@ def _time_gemms(x: TensorType, w: TensorType) -> bool:
         wt = torch.empty_strided(w.sizes, w.strides, dtype=w.dtype, device=dev).uniform_(-1, 1)
         b = torch.empty(w.sizes[0], dtype=x.dtype, device=dev).uniform_(-1, 1)
         best = {True: float("inf"), False: float("inf")}
-        with torch.no_grad(), torch.cuda.device(dev):
+        with torch.no_grad(), torch.cuda.device(dev), torch.autocast("cuda", enabled=False):
             for _ in range(2):
                 F.linear(a, wt, b), F.linear(a, wt)
             for _ in range(3):
