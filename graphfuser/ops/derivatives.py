@@ -113,8 +113,16 @@ def _bias_grad(d, a, g, out):
     sums it; under autocast (an fp16 / bf16 product of a float32 bias) rounded to the product's
     dtype first, as eager's gradient of the cast bias is, then made the bias's dtype."""
     rank = d.rank(a["self"])
-    s = d.op("aten::sum", g, list(range(rank - 1)), False) if rank > 1 else g
     st, bt = d.ftypes.get(a["self"]), d.ftypes.get(a["bias"])
+    if bt is not None and bt.sizes is not None and len(bt.sizes) > 1:
+        # past a permute the bias comes as [C, 1, ...] (passes/bias.py): summed over the dims it
+        # broadcasts along, in one reduction, then viewed to its shape
+        lead = rank - len(bt.sizes)
+        dims = [j for j in range(rank) if j < lead or bt.sizes[j - lead] == 1]
+        s = d.op("aten::sum", g, dims, True)
+        s = d.op("aten::view", s, list(bt.sizes)) if lead else s
+    else:
+        s = d.op("aten::sum", g, list(range(rank - 1)), False) if rank > 1 else g
     if st is not None and bt is not None and st.dtype != bt.dtype:
         s = d.to(d.to(s, st.dtype), bt.dtype)
     return {"self": g, "bias": Exact(s)}

@@ -257,7 +257,10 @@ def _split_past_permute(block: Block, conv: Node, permute: Node, bias: Value, bt
     5.4 on an H200, where Inductor adds it in the layer norm's kernel.)"""
     rank = len(conv.output.type.sizes)
     dims = [d % rank for d in constant_ints(permute.inputs[1])]
-    trailing = rank - 1 - dims.index(1)
+    # the channel dim: a conv result's dim 1, a linear's last (ConvNeXt's MLP output permuted
+    # back to channels first); where it lands after the permute decides the bias's unsqueezes
+    channel = 1 if conv.kind in _CONVS else rank - 1
+    trailing = rank - 1 - dims.index(channel)
     none = block.graph.create("prim::Constant", [], [Type("NoneType")])
     block.insert_before(conv, none)
     conv.replace_input(2, none.output)
@@ -339,16 +342,28 @@ def _fusible_read(v: Value, through_views: bool = True) -> Optional[Value]:
 _SIZE_READERS = ("graphfuser::philox_state",)
 
 
-def _fused_readers(v: Value) -> Optional[Value]:
-    """The value (``v``, past views and eval-mode dropouts with no other use) whose every
-    consumer is an op the op table fuses (at least one) or reads only its size and device; None
-    otherwise. GPT-2's tanh GELU reads its input three times (``x * 0.5``, ``x ** 3``,
-    ``x + ...``), and a training dropout beside its random state's size read."""
+def _fused_readers(v: Value) -> tuple[Optional[Value], int]:
+    """(the value, the place of ``v``'s last dim in it): ``v`` past views and eval-mode dropouts
+    with no other use, then at most one ``permute`` by constant dims (timm's ConvNeXt permutes its
+    MLP's result back to channels first), whose every consumer is an op the op table fuses (at
+    least one) or reads only its size and device; (None, -1) otherwise. GPT-2's tanh GELU reads
+    its input three times (``x * 0.5``, ``x ** 3``, ``x + ...``), and a training dropout beside
+    its random state's size read."""
     while len(v.uses) == 1:
         user, i = v.uses[0]
         if not (user.kind in _VIEWS and i == 0 or user.kind in _IDENTITIES):
             break
         v = user.output
+    place = -1
+    if len(v.uses) == 1 and v.uses[0][0].kind == "aten::permute" and v.uses[0][1] == 0 \
+            and isinstance(v.type, TensorType) and v.type.sizes:
+        permute = v.uses[0][0]
+        dims = constant_ints(permute.inputs[1])
+        rank = len(v.type.sizes)
+        if dims is None or sorted(d % rank for d in dims) != list(range(rank)):
+            return None, -1
+        place = [d % rank for d in dims].index(rank - 1)
+        v = permute.output
     rows = 0
     for user, i in v.uses:
         if user.kind in _SIZE_READERS:
@@ -357,12 +372,12 @@ def _fused_readers(v: Value) -> Optional[Value]:
             # an in-place write beside other reads (``v.relu_()`` then ``relu6(v)``) stays a
             # write: functionalize cannot make it a fresh value, and it would write into
             # ``bias_grad``'s result (CPU fuzz graph 861 of seed 34611)
-            return None
+            return None, -1
         row = lookup(user.kind) or (lookup(user.kind[:-1]) if user.kind.endswith("_") and i == 0 else None)
         if row is None or row.kind == "cast" and i != 0 or user.owner is not v.node.owner:
-            return None
+            return None, -1
         rows += 1
-    return v if rows and v.node is not None else None
+    return (v, place) if rows and v.node is not None else (None, -1)
 
 
 def _bias_of(node: Node) -> Optional[Value]:
@@ -417,19 +432,26 @@ def route_bias_gradients(graph: Graph) -> int:
                 and (bt.dtype == out.dtype or bt.dtype == torch.float32 and out.dtype in _HALVES)
                 and bt.sizes is not None and len(bt.sizes) == 1 and out.sizes and bt.sizes[0] == out.sizes[-1]):
             continue
-        read = _fused_readers(node.output)
+        read, place = _fused_readers(node.output)
         rt = read.type if read is not None else None
-        if not (isinstance(rt, TensorType) and rt.sizes and rt.sizes[-1] == bt.sizes[0] and read.node is not None
+        if not (isinstance(rt, TensorType) and rt.sizes and rt.sizes[place] == bt.sizes[0] and read.node is not None
                 and read.node.owner is node.owner):
             continue
         block = node.owner
+        # past a permute, the bias as the channel dim's new place wants it: [C, 1, 1] after
+        # permute(0, 3, 1, 2) (views of the parameter, whose gradient flows back through them)
+        operand, trailing = b, (len(rt.sizes) - 1 - place) if place >= 0 else 0
+        e = _Emitter(block, node)
+        for k in range(1, trailing + 1):
+            operand = e.aten("aten::unsqueeze", _UNSQUEEZE, [operand, e.const(-1, "int")], node.source)
+            operand.type = _unsqueezed(bt, k)
         detach = graph.create("aten::detach", [b], [dataclasses.replace(bt, requires_grad=False)], source=node.source)
         detach.schema = resolve_aten("aten::detach", _DETACH)
         block.insert_before(node, detach)
         node.replace_input(0 if node.kind == "aten::addmm" else 2, detach.output)
         # next to the op that reads it (after the views between: GPT-2's addmm result is viewed
         # back to [batch, tokens, width]), so that the two share a group
-        route = graph.create("graphfuser::bias_grad", [read, b], [rt], source=node.source)
+        route = graph.create("graphfuser::bias_grad", [read, operand], [rt], source=node.source)
         # (no schema: the host program runs the op table's eager program, ops/pointwise.py)
         block.insert_after(read.node, route)
         for user, i in list(read.uses):

@@ -490,3 +490,32 @@ def test_cuda_inference_linear_bias_splits_where_its_gemm_is_faster(split):
     if split == "auto":
         assert len(bias_pass._GEMM_CHOICE) == 1
     assert "aten::gelu" in kinds and ("aten::add" in kinds) is expect
+
+
+class LinearPermute(nn.Module):
+    """timm's ConvNeXt MLP tail: a linear's result permuted back to channels first, then scaled.
+    Its channel dim is the linear's last, not a conv's dim 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 6)
+
+    def forward(self, x):
+        return self.fc(x).permute(0, 3, 1, 2) * 2.0
+
+
+@pytest.mark.parametrize("front", ["script", "compile"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_linear_bias_split_past_a_permute_lands_on_the_channel_dim(front, grad):
+    # the height equals the channels (6): a bias unsqueezed for a conv's channel place broadcast
+    # along the height instead, a wrong value with no error
+    torch.manual_seed(0)
+    m = LinearPermute()
+    x = torch.randn(2, 6, 6, 16)
+    f = graphfuser.script(m) if front == "script" else torch.compile(m, backend=graphfuser.graphfuser_backend)
+    with torch.set_grad_enabled(grad):
+        for _ in range(4):
+            torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
+    if not grad:
+        g = graphfuser.last_executed_optimized_graph()
+        assert any(n.kind == "aten::linear" and n.inputs[2].type.name == "NoneType" for n in g.all_nodes()), str(g)
