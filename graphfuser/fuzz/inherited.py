@@ -107,6 +107,10 @@ def _dead_statements_dropped(source: str) -> str:
     # write into one that nothing reads after it is dead too (TorchScript's executor drops it)
     fresh = {st.targets[0].id for st in fn.body if isinstance(st, ast.Assign) and len(st.targets) == 1
              and isinstance(st.targets[0], ast.Name) and _fresh(st.value)}
+    # ... and each tensor of a call that makes several (``v0, v1 = torch.var_mean(...)``)
+    fresh |= {t.id for st in fn.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+              and isinstance(st.targets[0], ast.Tuple) and _fresh(st.value)
+              for t in st.targets[0].elts if isinstance(t, ast.Name)}
     # the views of each name (``v8 = v5.expand(...)``): a write into a name is seen through them
     views: dict[str, set[str]] = {}
     for st in fn.body:

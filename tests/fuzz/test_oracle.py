@@ -649,3 +649,10 @@ def test_pruning_keeps_a_write_seen_through_a_live_view():
     kept = _dead_statements_dropped(src)
     assert "v5.add_(1)" in kept and "v8 = v5.expand" in kept
     assert "v3.mul_" not in kept and "v9" not in kept
+    # each tensor of a call that makes several is fresh: a dead write into one goes (CPU fuzz
+    # graph 411 of seed 34613: ``v0.copy_(x0)`` of a var_mean's variance, eager refusing the shape)
+    src = ("def fn(x0, x2):\n"
+           "    v0, v1 = torch.var_mean(x2, None, correction=2, keepdim=True)\n"
+           "    v0.copy_(x0)\n"
+           "    return v1 * 2\n")
+    assert "copy_" not in _dead_statements_dropped(src)
