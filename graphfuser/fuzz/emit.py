@@ -425,7 +425,16 @@ def _emit_matmul(s: _State) -> bool:
         w, b = _add_input(s, (a.shape[-1], k), "float32"), _add_input(s, (k,), "float32")
         line = (f"torch.addmm({b.name}.to({a.name}.dtype), {a.name}.reshape(-1, {a.name}.size(-1)), "
                 f"{w.name}.to({a.name}.dtype)).unflatten(0, {a.name}.shape[:-1])")
-    v = _new_var(s, a.shape[:-1] + (k,), "f")
+    shape = a.shape[:-1] + (k,)
+    r = len(shape)
+    if how != "matmul" and r >= 3 and s.d(st.booleans()):
+        # the result permuted to channels first (timm's ConvNeXt MLP output): the bias passes
+        # move its bias past the permute, onto the channel dim's new place
+        order = (0, r - 1) + tuple(range(1, r - 1))
+        line = f"{line}.permute{order}"
+        shape = tuple(shape[i] for i in order)
+        how += "_permute"
+    v = _new_var(s, shape, "f")
     s.lines.append(f"{v.name} = {line}")
     s.ops.append(how)
     return True
