@@ -322,10 +322,19 @@ def _fit(d: D, r: Value, inp: Value, out: Value, vmap: dict) -> Value:
         return r
     n = max(len(pr), len(pi))
     ar, ai = (True,) * (n - len(pr)) + pr, (True,) * (n - len(pi)) + pi
-    wider = len(pr) > len(pi) or any(not x and y for x, y in zip(ar, ai))
+    po = _pattern(out.type)
+    ao = (True,) * (n - len(po)) + po if po is not None and len(po) <= n else None
+    # narrow where ``inp`` was broadcast too, along a dim the output has: the gradient there is
+    # the sum of r over that dim, n times r, not r (a split bias add before a mean over the
+    # spatial dims got 1 / (H * W) of its gradient)
+    spread = ao is None or any(x and y and not z for x, y, z in zip(ar, ai, ao))
+    wider = len(pr) > len(pi) or any(not x and y for x, y in zip(ar, ai)) or spread and any(
+        x and y for x, y in zip(ar, ai))
     if not wider:
         return r
-    if any(x and not y for x, y in zip(ar, ai)):       # wider in some dims, narrower in others
+    if spread and any(x and y for x, y in zip(ar, ai)) or any(x and not y for x, y in zip(ar, ai)):
+        # wider in some dims, narrower in others, or narrow along a dim the output broadcast
+        # ``inp`` over: r at the output's shape first
         r = d.broadcast(r, vmap[out])
     pr = d.pattern(r)
     if pr is not None and len(pr) == len(pi):

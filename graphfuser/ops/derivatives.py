@@ -114,6 +114,11 @@ def _bias_grad(d, a, g, out):
     dtype first, as eager's gradient of the cast bias is, then made the bias's dtype."""
     rank = d.rank(a["self"])
     st, bt = d.ftypes.get(a["self"]), d.ftypes.get(a["bias"])
+    pg, ps = d.pattern(g), d.pattern(a["self"])
+    if pg is None or ps is None or len(pg) < len(ps) or any(x and not y for x, y in zip(pg[len(pg) - len(ps):], ps)):
+        # a gradient constant along dims self has (a mean's backward after it) is summed at
+        # self's shape: each of those dims counts its size, not once
+        g = d.broadcast(g, a["self"])
     if bt is not None and bt.sizes is not None and len(bt.sizes) > 1:
         # past a permute the bias comes as [C, 1, ...] (passes/bias.py): summed over the dims it
         # broadcasts along, in one reduction, then viewed to its shape

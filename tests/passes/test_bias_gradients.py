@@ -260,3 +260,33 @@ def test_a_permuted_product_routes_its_bias_gradient(front, dtype):
     assert _routed(g) == (1 if dtype else 0), str(g)
     if dtype is None:
         assert any(n.kind == "aten::linear" and n.inputs[2].type.name == "NoneType" for n in g.all_nodes())
+
+
+class TailThenMean(ConvNeXtTail):
+    """ConvNeXt's last block into the head's global average pool: the routed bias's gradient
+    is constant along the pooled dims, and counts each of them (it had counted once)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x.permute(0, 3, 1, 2)[:, :6]
+        y = self.fc(x).permute(0, 3, 1, 2)
+        return (y.mul(self.gamma.reshape(1, -1, 1, 1)) + shortcut).mean((2, 3))
+
+
+@pytest.mark.parametrize("front", ["script", "compile"])
+def test_a_routed_bias_before_a_mean_gets_its_whole_gradient(front):
+    torch.manual_seed(0)
+    m = TailThenMean()
+    ref = copy.deepcopy(m)
+    f = _entry(front, m)
+    with config.override(disable=["fallback"]):
+        for batch in (3, 3, 3, 3, 5):
+            x = torch.randn(batch, 4, 5, 16)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out, want = f(x), ref(x)
+            g = graphfuser.last_executed_optimized_graph()
+            out.float().pow(2).sum().backward()
+            want.float().pow(2).sum().backward()
+            for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=2e-2 * q.grad.abs().max().item(), msg=name)
+                p.grad = q.grad = None
+    assert _routed(g) == 1, str(g)
