@@ -349,11 +349,13 @@ def _fused_readers(v: Value) -> tuple[Optional[Value], int]:
     least one) or reads only its size and device; (None, -1) otherwise. GPT-2's tanh GELU reads
     its input three times (``x * 0.5``, ``x ** 3``, ``x + ...``), and a training dropout beside
     its random state's size read."""
+    chain = [v]
     while len(v.uses) == 1:
         user, i = v.uses[0]
         if not (user.kind in _VIEWS and i == 0 or user.kind in _IDENTITIES):
             break
         v = user.output
+        chain.append(v)
     place = -1
     if len(v.uses) == 1 and v.uses[0][0].kind == "aten::permute" and v.uses[0][1] == 0 \
             and isinstance(v.type, TensorType) and v.type.sizes:
@@ -364,20 +366,34 @@ def _fused_readers(v: Value) -> tuple[Optional[Value], int]:
             return None, -1
         place = [d % rank for d in dims].index(rank - 1)
         v = permute.output
+        chain.append(v)
+    if any(_returned(c) for c in chain):
+        return None, -1     # (the graph hands the product out: its readers are not all here)
     rows = 0
     for user, i in v.uses:
         if user.kind in _SIZE_READERS:
             continue
-        if user.kind.endswith("_") and len(v.uses) > 1:
-            # an in-place write beside other reads (``v.relu_()`` then ``relu6(v)``) stays a
-            # write: functionalize cannot make it a fresh value, and it would write into
-            # ``bias_grad``'s result (CPU fuzz graph 861 of seed 34611)
+        if user.kind.endswith("_"):
+            # an in-place write stays a write into the product: routed, it would write into
+            # ``bias_grad``'s result instead, which no other alias of the product sees (a view
+            # of it returned after ``v.mul_(2)``: CPU fuzz graph 486 of seed 34634; ``v.relu_()``
+            # then ``relu6(v)``: graph 861 of seed 34611)
             return None, -1
         row = lookup(user.kind) or (lookup(user.kind[:-1]) if user.kind.endswith("_") and i == 0 else None)
         if row is None or row.kind == "cast" and i != 0 or user.owner is not v.node.owner:
             return None, -1
         rows += 1
     return (v, place) if rows and v.node is not None else (None, -1)
+
+
+def _returned(v: Value) -> bool:
+    """Whether ``v`` is returned by its block or a block around it."""
+    b = v.node.owner if v.node is not None else None
+    while b is not None:
+        if v in b.returns:
+            return True
+        b = b.owner.owner if b.owner is not None else None
+    return False
 
 
 def _bias_of(node: Node) -> Optional[Value]:

@@ -290,3 +290,29 @@ def test_a_routed_bias_before_a_mean_gets_its_whole_gradient(front):
                 torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=2e-2 * q.grad.abs().max().item(), msg=name)
                 p.grad = q.grad = None
     assert _routed(g) == 1, str(g)
+
+
+def _written_view(x0, x2, x3):
+    v0 = F.linear(x0, x2.to(x0.dtype), x3.to(x0.dtype))
+    v1 = v0.view(-1)
+    v1.mul_(2)
+    return v1
+
+
+@pytest.mark.parametrize("front", ["script", "compile"])
+def test_a_product_written_through_a_returned_view_is_not_routed(front):
+    """A product viewed (to the same shape), the view written in place and returned (CPU fuzz
+    graph 486 of seed 34634): routed, the write went into ``bias_grad``'s result and the
+    returned view missed it (12 where eager has 24)."""
+    f = graphfuser.script(_written_view) if front == "script" else _entry(front, _written_view)
+    torch.manual_seed(0)
+    with config.override(disable=["fallback"]):
+        for _ in range(5):
+            args = [torch.randint(-3, 3, (16,)).half().requires_grad_(), torch.randn(3, 16, requires_grad=True),
+                    torch.randn(3, requires_grad=True)]
+            ref = [a.detach().clone().requires_grad_() for a in args]
+            out, want = f(*args), _written_view(*ref)
+            torch.testing.assert_close(out, want)
+            for a, r, g, w in zip("x0 w b".split(), args, torch.autograd.grad(out.float().sum(), args),
+                                  torch.autograd.grad(want.float().sum(), ref)):
+                torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2, msg=a)
