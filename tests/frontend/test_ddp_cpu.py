@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 
 import pytest
 import torch
@@ -75,16 +74,12 @@ def _train_compiled(rank: int, mode: str, out_dir: str) -> None:
     torch.save({"losses": losses_g}, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _train(rank: int, port: int, out_dir: str, mode: str = "script") -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def _train(rank: int, out_dir: str, mode: str = "script") -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    # rendezvous through a file of the test's own directory: no TCP port another test process
+    # could take between choosing and binding it (a suite run in parallel workers)
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out_dir, 'rendezvous')}",
+                            rank=rank, world_size=WORLD)
     try:
         if mode != "script":
             _train_compiled(rank, mode, out_dir)
@@ -118,7 +113,7 @@ def _train(rank: int, port: int, out_dir: str, mode: str = "script") -> None:
 
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo")
 def test_ddp_over_scripted_module_trains_like_eager_ddp(tmp_path):
-    mp.spawn(_train, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_train, args=(str(tmp_path),), nprocs=WORLD, join=True)
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     assert all(len(r["losses"]) == STEPS for r in results)
     assert results[0]["losses"] != results[1]["losses"]     # different shards, one model
@@ -127,7 +122,7 @@ def test_ddp_over_scripted_module_trains_like_eager_ddp(tmp_path):
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo")
 @pytest.mark.parametrize("mode", ["compile_ddp", "compile_fsdp2"])
 def test_ddp_and_fsdp2_under_the_backend_train_like_eager(tmp_path, mode):
-    mp.spawn(_train, args=(_free_port(), str(tmp_path), mode), nprocs=WORLD, join=True)
+    mp.spawn(_train, args=(str(tmp_path), mode), nprocs=WORLD, join=True)
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     assert all(len(r["losses"]) == STEPS for r in results)
     assert results[0]["losses"] != results[1]["losses"]     # different shards, one model
