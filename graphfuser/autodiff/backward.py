@@ -423,7 +423,8 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
         args = {k: vmap[v] if isinstance(v, Value) else v for k, v in bound.items()}
         d.row = row.name
         reducing, data_arg = isinstance(row, ReductionRow), row.promote[0]
-        full = row.kind not in ("pointwise", "cast")    # reductions' formulas need the full gradient
+        # reductions' formulas need the full gradient, and so do those that sum it (bias_grad)
+        full = row.kind not in ("pointwise", "cast") or getattr(formula, "full_gradient", False)
 
         def widen(gout, out):
             return d.broadcast(gout, vmap[out]) if full and gout is not None and \

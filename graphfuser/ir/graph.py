@@ -81,6 +81,15 @@ class Value:
         """Every profiling run saw the same value (``profiled``)."""
         return self.profiled is not UNPROFILED and self.profiled is not VARIED
 
+    def returned(self) -> bool:
+        """Whether the block that makes this value, or a block around it, returns it."""
+        b = self.node.owner if self.node is not None else None
+        while b is not None:
+            if self in b.returns:
+                return True
+            b = b.owner.owner if b.owner is not None else None
+        return False
+
 
 class Node:
     """One operation. ``attrs`` hold constant attributes (``value``, ``types``, ``cache_id`` ...)."""

@@ -114,11 +114,6 @@ def _bias_grad(d, a, g, out):
     dtype first, as eager's gradient of the cast bias is, then made the bias's dtype."""
     rank = d.rank(a["self"])
     st, bt = d.ftypes.get(a["self"]), d.ftypes.get(a["bias"])
-    pg, ps = d.pattern(g), d.pattern(a["self"])
-    if pg is None or ps is None or len(pg) < len(ps) or any(x and not y for x, y in zip(pg[len(pg) - len(ps):], ps)):
-        # a gradient constant along dims self has (a mean's backward after it) is summed at
-        # self's shape: each of those dims counts its size, not once
-        g = d.broadcast(g, a["self"])
     if bt is not None and bt.sizes is not None and len(bt.sizes) > 1:
         # past a permute the bias comes as [C, 1, ...] (passes/bias.py): summed over the dims it
         # broadcasts along, in one reduction, then viewed to its shape
@@ -131,6 +126,11 @@ def _bias_grad(d, a, g, out):
     if st is not None and bt is not None and st.dtype != bt.dtype:
         s = d.to(d.to(s, st.dtype), bt.dtype)
     return {"self": g, "bias": Exact(s)}
+
+
+# a pointwise row whose formula sums its gradient: it gets the gradient at its output's shape
+# (one constant along dims the output has, after a mean, counts each of them), as reductions do
+_bias_grad.full_gradient = True
 
 
 @derivative("sub")

@@ -265,14 +265,20 @@ def _split_past_permute(block: Block, conv: Node, permute: Node, bias: Value, bt
     block.insert_before(conv, none)
     conv.replace_input(2, none.output)
     e = _Emitter(block, permute)
-    b = bias
-    for k in range(1, trailing + 1):
-        b = e.aten("aten::unsqueeze", _UNSQUEEZE, [b, e.const(-1, "int")], conv.source)
-        b.type = _unsqueezed(bt, k)
+    b = _unsqueeze_trailing(e, bias, bt, trailing, conv.source)
     out = e.aten("aten::add", _ADD, [permute.output, b, e.const(1, "int")], conv.source)
     reroute(block, permute.output, out)
     out.type = permute.output.type
     SPLIT_BIAS[out.node] = (conv, original)
+
+
+def _unsqueeze_trailing(e: _Emitter, bias: Value, bt: TensorType, trailing: int, source: Any) -> Value:
+    """``bias`` ([C]) unsqueezed ``trailing`` times at -1 ([C, 1, 1] for a channel dim with two
+    dims after it), each step typed as eager gives it."""
+    for k in range(1, trailing + 1):
+        bias = e.aten("aten::unsqueeze", _UNSQUEEZE, [bias, e.const(-1, "int")], source)
+        bias.type = _unsqueezed(bt, k)
+    return bias
 
 
 def _constant(block: Block, before: Node, value: Any, type_name: str) -> Value:
@@ -367,7 +373,7 @@ def _fused_readers(v: Value) -> tuple[Optional[Value], int]:
         place = [d % rank for d in dims].index(rank - 1)
         v = permute.output
         chain.append(v)
-    if any(_returned(c) for c in chain):
+    if any(c.returned() for c in chain):
         return None, -1     # (the graph hands the product out: its readers are not all here)
     rows = 0
     for user, i in v.uses:
@@ -379,21 +385,11 @@ def _fused_readers(v: Value) -> tuple[Optional[Value], int]:
             # of it returned after ``v.mul_(2)``: CPU fuzz graph 486 of seed 34634; ``v.relu_()``
             # then ``relu6(v)``: graph 861 of seed 34611)
             return None, -1
-        row = lookup(user.kind) or (lookup(user.kind[:-1]) if user.kind.endswith("_") and i == 0 else None)
+        row = lookup(user.kind)
         if row is None or row.kind == "cast" and i != 0 or user.owner is not v.node.owner:
             return None, -1
         rows += 1
     return (v, place) if rows and v.node is not None else (None, -1)
-
-
-def _returned(v: Value) -> bool:
-    """Whether ``v`` is returned by its block or a block around it."""
-    b = v.node.owner if v.node is not None else None
-    while b is not None:
-        if v in b.returns:
-            return True
-        b = b.owner.owner if b.owner is not None else None
-    return False
 
 
 def _bias_of(node: Node) -> Optional[Value]:
@@ -456,11 +452,8 @@ def route_bias_gradients(graph: Graph) -> int:
         block = node.owner
         # past a permute, the bias as the channel dim's new place wants it: [C, 1, 1] after
         # permute(0, 3, 1, 2) (views of the parameter, whose gradient flows back through them)
-        operand, trailing = b, (len(rt.sizes) - 1 - place) if place >= 0 else 0
-        e = _Emitter(block, node)
-        for k in range(1, trailing + 1):
-            operand = e.aten("aten::unsqueeze", _UNSQUEEZE, [operand, e.const(-1, "int")], node.source)
-            operand.type = _unsqueezed(bt, k)
+        trailing = (len(rt.sizes) - 1 - place) if place >= 0 else 0
+        operand = _unsqueeze_trailing(_Emitter(block, node), b, bt, trailing, node.source)
         detach = graph.create("aten::detach", [b], [dataclasses.replace(bt, requires_grad=False)], source=node.source)
         detach.schema = resolve_aten("aten::detach", _DETACH)
         block.insert_before(node, detach)

@@ -130,8 +130,8 @@ def _pad_linear(graph: Graph, node: Node, pad: int, padded_returns: bool) -> Non
     block.insert_after(after, sl)
     result = sl.output
     # the graph's own return, or the tuple it returns (a Dynamo graph's outputs)
-    packed = [u for u, _ in users if u.kind == "prim::TupleConstruct" and _returned(block, u.output)]
-    returned = _returned(block, out) or bool(packed)
+    packed = [u for u, _ in users if u.kind == "prim::TupleConstruct" and u.output.returned()]
+    returned = out.returned() or bool(packed)
     readers = [u for u, _ in users if u not in packed]
     # (under grad the returned view would carry the slice's autograd node, and a training
     # replay hands out dense outputs only: the copy stays)
@@ -146,15 +146,6 @@ def _pad_linear(graph: Graph, node: Node, pad: int, padded_returns: bool) -> Non
     for user, i in users:
         user.replace_input(i, result)
     block.replace_return_everywhere(out, result)
-
-
-def _returned(block: Any, v: Value) -> bool:
-    b = block
-    while b is not None:
-        if v in b.returns:
-            return True
-        b = b.owner.owner if b.owner is not None else None
-    return False
 
 
 def pad_gemms(graph: Graph, padded_returns: bool = False) -> int:
