@@ -663,6 +663,20 @@ def test_layer_norm_of_a_dropout_residual(device, dtype, layout):
     groups = fusion_groups(sf._optimized)
     assert any("graphfuser::dropout" in str(gr.subgraph) and "aten::layer_norm" in str(gr.subgraph)
                for gr in groups), str(sf._optimized)
+    # the weight and bias gradients are column sums of the backward kernel that redraws the mask
+    # (passes/column_sums.py): one kernel each way
+    from tests.autodiff.column_cases import backward_groups, column_kernels
+    assert backward_groups(sf) == 1
+    (k,) = column_kernels(sf)
+    assert k.has_random() and sum(t.partials for t in k.tensors) == 2
+    from graphfuser.runtime import nvrtc
+    if device == "cpu" and layout == "dense" and nvrtc.available()[0]:
+        # its CUDA rendering (each variant, the random draws beside the column partials) compiles
+        from graphfuser.autodiff.function import DifferentiableGroup
+        from tests.autodiff.grad_helpers import compile_as_cuda
+        subs = [n.subgraph for r in sf._runners.values() if isinstance(r, DifferentiableGroup)
+                for n in r.backward._optimized.all_nodes() if n.kind.endswith("FusionGroup")]
+        compile_as_cuda(subs, "dropout_ln_cols")
 
 
 def test_captured_calls_take_offsets_relative_to_a_device_base():
