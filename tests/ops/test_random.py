@@ -664,11 +664,12 @@ def test_layer_norm_of_a_dropout_residual(device, dtype, layout):
     assert any("graphfuser::dropout" in str(gr.subgraph) and "aten::layer_norm" in str(gr.subgraph)
                for gr in groups), str(sf._optimized)
     # the weight and bias gradients are column sums of the backward kernel that redraws the mask
-    # (passes/column_sums.py): one kernel each way
+    # (passes/column_sums.py); on the CPU, one kernel each way
     from tests.autodiff.column_cases import backward_groups, column_kernels
-    assert backward_groups(sf) == 1
-    (k,) = column_kernels(sf)
-    assert k.has_random() and sum(t.partials for t in k.tensors) == 2
+    # (a backward specialization per pattern of incoming gradients: the call above gave none to y)
+    assert any(k.has_random() and sum(t.partials for t in k.tensors) == 2 for k in column_kernels(sf))
+    if device == "cpu":
+        assert backward_groups(sf) == 1
     from graphfuser.runtime import nvrtc
     if device == "cpu" and layout == "dense" and nvrtc.available()[0]:
         # its CUDA rendering (each variant, the random draws beside the column partials) compiles
