@@ -14,13 +14,7 @@ captures a callable: one warm-up forward + ``torch.autograd.grad`` on a side str
 accumulated; module buffers are put back), then the forward into one graph and the backward
 (``autograd.grad`` of the outputs that require grad, from static incoming gradients, with respect
 to the arguments and the module parameters that require grad) into a second graph on the same
-memory pool. The backward graph leaves out the outputs that no warm call's backward reached (a
-hook on each notes it): a step whose loss is returned beside the logits (a Hugging Face causal
-LM's) gave the logits no gradient, and its replays had filled a zero gradient of the logits' size
-and carried it back through the graph (GPT-2 at 8 x 512 tokens: 412 MB of zeros, then added to
-the loss's gradient of the logits). A replay whose backward then gets a gradient for such an
-output differentiates the host program (as a recompute, below), and the signature runs the host
-program from then on. A replayed call copies its arguments into the static inputs (except the parameters
+memory pool. A replayed call copies its arguments into the static inputs (except the parameters
 and buffers a Dynamo graph takes as arguments: read and written in place, as a TorchScript
 graph's module attributes; batch norm's running stats update the module's own), replays the forward
 graph and returns clones of the outputs from one autograd node (``_Replay``) whose inputs are the
@@ -77,7 +71,7 @@ class _TrainEntry:
 
     __slots__ = ("fwd", "bwd", "inputs", "outputs", "treedef", "diff", "grad_outs", "grads", "params", "host",
                  "trials", "best", "generation", "node", "fn", "rng", "draws", "seed", "eager_draws",
-                 "wanted", "__weakref__")
+                 "__weakref__")
 
     def __init__(self) -> None:
         self.generation = 0
@@ -86,7 +80,6 @@ class _TrainEntry:
         self.eager_draws = False                    # eager's random ops recorded in the graphs
         self.node: Optional[weakref.ref] = None
         self.trials, self.best = 0, float("inf")
-        self.wanted: list[bool] = []                # per output requiring grad: the backward graph takes its gradient
 
     def busy(self) -> bool:
         """An earlier replay's node is alive and its backward has not run."""
@@ -123,15 +116,10 @@ class _Replay(torch.autograd.Function):
         entry: _TrainEntry = ctx.entry
         ctx.ran = True
         diff_grads = [g for g, d in zip(grads, entry.diff) if d]
-        unseen = any(g is not None and not w for g, w in zip(diff_grads, entry.wanted))
-        if unseen:
-            # a gradient for an output the backward graph was captured without: this call
-            # differentiates the host program, later ones run it
-            ctx.replayer._unwanted(entry)
-        if unseen or torch.is_grad_enabled() or ctx.generation != entry.generation:
+        if torch.is_grad_enabled() or ctx.generation != entry.generation:
             res = ctx.replayer._recompute(ctx, diff_grads)
         else:
-            for s, g in zip(entry.grad_outs, [g for g, w in zip(diff_grads, entry.wanted) if w]):
+            for s, g in zip(entry.grad_outs, diff_grads):
                 if g is None:
                     s.zero_()
                 else:
@@ -193,8 +181,7 @@ def _replay_once(entry: _TrainEntry, args: tuple) -> None:
             s.copy_(a)
     entry.fwd.replay()
     outs = [o.clone() for o in entry.outputs if isinstance(o, torch.Tensor)]
-    diff = [o for o, d in zip(outs, entry.diff) if d]
-    for s, o in zip(entry.grad_outs, [o for o, w in zip(diff, entry.wanted) if w]):
+    for s, o in zip(entry.grad_outs, [o for o, d in zip(outs, entry.diff) if d]):
         s.copy_(o)                    # (as an incoming gradient would be: its values do not matter)
     entry.bwd.replay()
     present = [g for g in entry.grads if g is not None]
@@ -231,10 +218,6 @@ class TrainingReplayer(GraphReplayer):
     """Captures and replays training calls of one specialization (see module doc)."""
 
     grad = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.grads_seen: dict[tuple, set] = {}     # per signature: outputs a warm call's backward reached
 
     def _busy(self, entry: _TrainEntry) -> bool:
         return entry.busy()
@@ -345,8 +328,6 @@ class TrainingReplayer(GraphReplayer):
                 tensors = [o for o in flat if isinstance(o, torch.Tensor)]
                 entry.diff = [o.requires_grad for o in tensors]
                 diff = [o for o in tensors if o.requires_grad]
-                entry.wanted = self._wanted(key, len(diff))
-                diff = [o for o, w in zip(diff, entry.wanted) if w]
                 entry.grad_outs = [torch.empty_like(o) for o in diff]
                 with torch.cuda.graph(entry.bwd, pool=entry.fwd.pool(), capture_error_mode="thread_local"), \
                         autocast_cache_off(), torch.autograd.set_multithreading_enabled(False), _backward_autocast():
@@ -377,36 +358,6 @@ class TrainingReplayer(GraphReplayer):
                 f"({len(self.entries)} signatures)")
         while len(self.entries) > self.max_graphs:
             self.entries.popitem(last=False)
-
-    def _observe(self, key: tuple, out: Any) -> Any:
-        """Note which outputs of a warm call requiring grad receive a gradient (a hook each): a
-        training step's loss does, a model's logits returned beside it usually do not. The
-        backward graph is captured for those that did (``_wanted``)."""
-        if key is None:
-            return out
-        seen = self.grads_seen.setdefault(key, set())
-        diff = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
-        for i, o in enumerate(diff):
-            if i not in seen:
-                o.register_hook(lambda g, i=i: seen.add(i))
-        return out
-
-    def _wanted(self, key: tuple, n: int) -> list[bool]:
-        """Per output requiring grad: whether the backward graph takes its gradient. Those no
-        warm call's backward reached are left out (their incoming gradients would be zeros: a
-        fill, and its way back through the graph), unless none was reached (no warm call ran a
-        backward yet): then all."""
-        seen = self.grads_seen.get(key, set())
-        return [i in seen for i in range(n)] if seen else [True] * n
-
-    def _unwanted(self, entry: _TrainEntry) -> None:
-        """A replay's backward got a gradient for an output its graph left out: drop the entry;
-        this signature runs the host program from now on."""
-        for key, e in list(self.entries.items()):
-            if e is entry:
-                del self.entries[key]
-                self._capture_failed(key, RuntimeError("a backward gave a gradient to an output no warm "
-                                                       "call's backward had reached"))
 
     def _alias_parameters(self, params: list, swapped: list) -> list:
         """For the warm-up and the captures, each parameter the graph reads becomes a new leaf
