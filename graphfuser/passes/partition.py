@@ -546,7 +546,7 @@ def partition(graph: Graph) -> list[Node]:
     """Create fusion groups in ``graph`` (in place); returns the new group nodes.
 
     Shape reads (and the random ops' element counts) move to the value they come from
-    (``passes/sources.py``), and dead nodes are dropped first (a dead op would make a group
+    (``passes/sources.py``), and dead nodes are dropped before and after that (a dead op would make a group
     member, or a whole group, whose result nobody reads). Functionalized in-place ops that no group took are turned back into
     in-place ops; automatically split bias adds that no group took go back into their conv /
     linear."""
@@ -554,6 +554,11 @@ def partition(graph: Graph) -> list[Node]:
     from .dce import dce
     from .sources import read_counts_from_sources, read_shapes_from_sources
 
+    # dead nodes go before the shape reads move too: a normalization read only for its shape
+    # keeps that read (and with it eager's shape check), which a dead reader of its output
+    # would have hidden (fuzz graph 772 of seed 34701: ``layer_norm(x, [7]).size(-1)`` beside a
+    # dead ``atan2`` of it; a batch of 0 raised in eager, not here)
+    dce(graph)
     read_shapes_from_sources(graph)
     read_counts_from_sources(graph)
     dce(graph)

@@ -370,3 +370,31 @@ def test_zero_derivative_output_beside_an_undefined_gradient_gives_zeros():
         (og[0].sum() + og[1].nansum()).backward()
         torch.testing.assert_close(og[0], oe[0], equal_nan=True)
         torch.testing.assert_close(xg.grad, xe.grad, equal_nan=True)
+
+
+
+def _shape_of_a_layer_norm_beside_dead_readers(x0, x1, x2):
+    # CPU fuzz graph 772 of seed 34701: the first layer norm's output is read for its size and
+    # by an atan2 whose only reader, a second layer norm, is dead
+    v0 = F.layer_norm(x0, [7], None, None, 1e-12)
+    x1.neg_()
+    v1 = x1 * v0.size(-1)
+    v3 = torch.atan2(v0, v1)
+    v5 = F.layer_norm(v3, [7], x2, None, 1e-05)
+    return v1
+
+
+def test_layer_norm_read_for_its_size_keeps_its_shape_check():
+    """Eager's layer norm raises for an input whose last dim is not the normalized shape, even
+    where only its size is read. The shape read had moved to the input while the (dead) atan2
+    still read the output; then the atan2 and the layer norms went as dead code, and a batch of
+    0 ran without the error."""
+    fn = _shape_of_a_layer_norm_beside_dead_readers
+    sf = graphfuser.script(fn)
+    x2 = torch.randn(7)
+    for _ in range(4):
+        torch.testing.assert_close(sf(torch.randn(7), torch.tensor(0.5), x2), fn(torch.randn(7), torch.tensor(0.5), x2))
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        fn(torch.randn(0), torch.tensor(0.5), x2)
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        sf(torch.randn(0), torch.tensor(0.5), x2)
