@@ -352,7 +352,7 @@ class GraphReplayer:
         n = self.seen.get(key, 0) + 1
         self.seen[key] = n
         if n <= self.warm:
-            return fast(*args)
+            return self._observe(key, fast(*args))
         start = time.perf_counter()
         out = fast(*args)
         host = time.perf_counter() - start
@@ -370,6 +370,11 @@ class GraphReplayer:
     def _busy(self, entry: Any) -> bool:
         """Whether ``entry``'s static buffers are still in use (cuda_graphs_train.py)."""
         return False
+
+    def _observe(self, key: tuple, out: Any) -> Any:
+        """A warm call's outputs, on their way to the caller (cuda_graphs_train.py watches which
+        of them receive gradients)."""
+        return out
 
     def _replay(self, entry: _Entry, fast: Callable, args: tuple) -> Any:
         """Replay a variant of ``entry`` whose outputs no caller holds and hand its outputs out

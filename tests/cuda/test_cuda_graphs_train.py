@@ -106,6 +106,58 @@ def test_sgd_steps_match_eager_and_replay(make, shape, frontend):
 
 
 
+class _LossAndLogits(nn.Module):
+    """A causal LM's shape of output: the loss and, beside it, the logits it came from."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU())
+        self.head = nn.Linear(64, 40)
+
+    def forward(self, x, labels):
+        logits = self.head(self.body(x))
+        return nn.functional.cross_entropy(logits.float(), labels), logits
+
+
+@FRONTENDS
+def test_outputs_without_a_gradient_from_the_caller_stay_out_of_the_backward_graph(frontend):
+    """Steps that differentiate the loss only: the backward graph is captured without the logits
+    (no zero gradient of their size filled per replay); replays match eager. A later step that
+    differentiates the logits too gets eager's gradients (the host program differentiated), and
+    the signature stops replaying."""
+    from graphfuser.executor.cuda_graphs_train import TrainingReplayer
+
+    m, twin, sf = _pair(lambda: _LossAndLogits().cuda().train(), frontend)
+    opts = [torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9) for a in (m, twin)]
+    x, labels = torch.randn(16, 32, device="cuda"), torch.randint(0, 40, (16,), device="cuda")
+    before = _replays()
+    for k in range(8):
+        for fn, o in ((sf, opts[0]), (twin, opts[1])):
+            o.zero_grad(set_to_none=True)
+            loss, logits = fn(x, labels)
+            loss.backward()
+        _same(m, twin)
+        for o in opts:
+            o.step()
+    assert _replays() > before, STATS
+    from graphfuser.executor.cuda_graphs import _LIVE
+    wanted = [e.wanted for r in list(_LIVE) if isinstance(r, TrainingReplayer) for e in r.entries.values()]
+    assert [True, False] in wanted, wanted
+    failures = STATS["capture_failures"]
+    for fn, o in ((sf, opts[0]), (twin, opts[1])):
+        o.zero_grad(set_to_none=True)
+        loss, logits = fn(x, labels)
+        (loss + logits.square().mean()).backward()
+    _same(m, twin)
+    assert STATS["capture_failures"] == failures + 1, STATS
+    replays = _replays()
+    for fn in (sf, twin):
+        loss, logits = fn(x, labels)
+        (loss + logits.square().mean()).backward()
+    _same(m, twin)
+    assert _replays() == replays, STATS
+
+
 class _Rotary(nn.Module):
     """Angles under ``torch.no_grad()`` inside a training forward (Hugging Face's rotary
     embeddings): Dynamo's graph switches grad mode off and on, which replay takes."""
