@@ -554,9 +554,10 @@ class GraphReplayer:
                 return f"output of type {type(o).__name__}"
             if o.requires_grad and not self.grad:
                 return "an output requires grad"
-            # (without grad a view of the program's own memory leaves as it is, padded GEMM
-            # outputs through torch.compile: passes/gemm_pad.py; its copies keep its strides)
-            if not _dense(o) and o.numel() > 1 and (self.grad or not _disjoint(o)):
+            # (a view of the program's own memory leaves as it is, padded GEMM outputs through
+            # torch.compile: passes/gemm_pad.py; its copies keep its strides, a training
+            # replay's clones are dense)
+            if not _dense(o) and o.numel() > 1 and not _disjoint(o):
                 return "an output is not dense"
             p = o.untyped_storage().data_ptr()
             if p in owners or p in seen:

@@ -24,10 +24,15 @@ the result's dtype first, once, and the padded copy made of the cast); a product
 slice's end is the weight's size at run time, so a weight of another width later is still
 exact. The result stays a strided view of the padded output only where every consumer is a row
 of the op table (a fusion group reads strided inputs); otherwise ``contiguous`` gives eager's
-layout. A result the graph returns is copied so only for ``graphfuser.script`` and under grad:
-through ``torch.compile`` without grad it leaves as the strided view, as Inductor returns GPT-2's
-logits (strides ``(25735168, 50264, 1)`` where eager's are ``(25731584, 50257, 1)``, measured);
-the copy was 0.51 ms of GPT-2's 3.6 ms of kernels per call (bf16, 8 x 512 tokens, H100).
+layout. A result the graph returns is copied so only for ``graphfuser.script``: through
+``torch.compile`` it leaves as the strided view, as Inductor returns GPT-2's logits (strides
+``(25735168, 50264, 1)`` where eager's are ``(25731584, 50257, 1)``, measured); the copy was 0.51
+ms of GPT-2's 3.6 ms of kernels per call (bf16, 8 x 512 tokens, H100). Under grad too: the view's
+gradient goes back through the slice's autograd node, and a replayed training step hands out
+a dense clone of it (executor/cuda_graphs_train.py), which replaces the copy the graph had made
+before its own clone (GPT-2's bf16 training step at 8 x 512 tokens ran two strided copies of the
+logits' size on an H200, 0.47 ms each, logs/prof-cuda-H200-train-gpt2-llama-bf16.txt: the slice's
+backward and this copy).
 ``PYTORCH_NVFUSER_DISABLE=padded_outputs`` gives eager's layout there too. The backward of the
 padded product (through autograd, unfused) has aligned leading dimensions too.
 ``PYTORCH_NVFUSER_DISABLE=gemm_padding`` turns it off.
@@ -133,9 +138,6 @@ def _pad_linear(graph: Graph, node: Node, pad: int, padded_returns: bool) -> Non
     packed = [u for u, _ in users if u.kind == "prim::TupleConstruct" and u.output.returned()]
     returned = out.returned() or bool(packed)
     readers = [u for u, _ in users if u not in packed]
-    # (under grad the returned view would carry the slice's autograd node, and a training
-    # replay hands out dense outputs only: the copy stays)
-    padded_returns = padded_returns and not out_t.requires_grad
     if not all(lookup(u.kind) is not None for u in readers) or (not readers or returned) and not padded_returns:
         fmt = graph.create("prim::Constant", [], [Type("int")], {"value": 0})     # contiguous_format
         block.insert_after(sl, fmt)
