@@ -352,7 +352,7 @@ class GraphReplayer:
         n = self.seen.get(key, 0) + 1
         self.seen[key] = n
         if n <= self.warm:
-            return self._observe(key, fast(*args))
+            return self._observe(key, args, fast(*args))
         start = time.perf_counter()
         out = fast(*args)
         host = time.perf_counter() - start
@@ -371,7 +371,7 @@ class GraphReplayer:
         """Whether ``entry``'s static buffers are still in use (cuda_graphs_train.py)."""
         return False
 
-    def _observe(self, key: tuple, out: Any) -> Any:
+    def _observe(self, key: tuple, args: tuple, out: Any) -> Any:
         """A warm call's outputs, on their way to the caller (cuda_graphs_train.py watches which
         of them receive gradients)."""
         return out

@@ -145,18 +145,19 @@ class _Replay(torch.autograd.Function):
 
 class _Probe(torch.autograd.Function):
     """The identity on a warm call's outputs that require grad (copies: the caller may write
-    them in place); its backward adds to ``seen`` the positions that got a gradient."""
+    them in place); its backward adds to ``seen`` the positions (``at``) of those that got a
+    gradient."""
 
     @staticmethod
-    def forward(ctx: Any, seen: set, *outs: torch.Tensor) -> tuple:
-        ctx.seen = seen
+    def forward(ctx: Any, seen: set, at: list, *outs: torch.Tensor) -> tuple:
+        ctx.seen, ctx.at = seen, at
         ctx.set_materialize_grads(False)
         return tuple(o.clone() for o in outs)
 
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple:
-        ctx.seen.update(i for i, g in enumerate(grads) if g is not None)
-        return (None,) + grads
+        ctx.seen.update(j for j, g in zip(ctx.at, grads) if g is not None)
+        return (None, None) + grads
 
 
 def _set_base(entry: _TrainEntry) -> tuple[int, int]:
@@ -394,21 +395,34 @@ class TrainingReplayer(GraphReplayer):
         while len(self.entries) > self.max_graphs:
             self.entries.popitem(last=False)
 
-    def _observe(self, key: tuple, out: Any) -> Any:
+    def _observe(self, key: tuple, args: tuple, out: Any) -> Any:
         """A warm call's outputs requiring grad pass through ``_Probe``, whose backward notes
         which of them received a gradient from the caller: a training step's loss does, a
         model's logits returned beside it usually do not (their gradient inside the call, on
         the way to the loss, does not count: the probe sits after it). The backward graph is
-        captured for those that did (``_wanted``)."""
+        captured for those that did (``_wanted``). The probe hands out copies, so an output that
+        shares memory with an argument, a module tensor or another output (its aliasing is
+        what the caller sees) is not probed, and counts as given a gradient."""
         if key is None:
             return out
         flat, spec = tree_flatten(out)
-        at = [i for i, o in enumerate(flat) if isinstance(o, torch.Tensor) and o.requires_grad]
-        if not at:
+        diff = [i for i, o in enumerate(flat) if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not diff:
             return out
         seen = self.grads_seen.setdefault(key, set())
-        for i, o in zip(at, _Probe.apply(seen, *[flat[i] for i in at])):
-            flat[i] = o
+        owners = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        owners |= {t.untyped_storage().data_ptr() for t in self._parameters() + self._buffers()}
+        ptrs = [o.untyped_storage().data_ptr() if isinstance(o, torch.Tensor) else None for o in flat]
+        probed = []
+        for j, i in enumerate(diff):
+            if ptrs[i] in owners or ptrs.count(ptrs[i]) > 1:
+                seen.add(j)
+            else:
+                probed.append((j, i))
+        if probed:
+            outs = _Probe.apply(seen, [j for j, _ in probed], *[flat[i] for _, i in probed])
+            for (_, i), o in zip(probed, outs):
+                flat[i] = o
         return tree_unflatten(flat, spec)
 
     def _wanted(self, key: tuple, n: int) -> list[bool]:

@@ -16,7 +16,7 @@ def test_probe_sees_the_gradients_the_caller_gives():
     w = torch.randn(4, 3, requires_grad=True)
     x = torch.randn(3, 4)
     seen: set = set()
-    loss, logits = _Probe.apply(seen, *_call(w, x))
+    loss, logits = _Probe.apply(seen, [0, 1], *_call(w, x))
     loss.backward()
     # the logits' gradient on the way to the loss is inside the call: not the caller's
     assert seen == {0}
@@ -24,7 +24,7 @@ def test_probe_sees_the_gradients_the_caller_gives():
     w.grad = None
     _call(w, x)[0].backward()
     torch.testing.assert_close(ref, w.grad)
-    loss, logits = _Probe.apply(seen, *_call(w, x))
+    loss, logits = _Probe.apply(seen, [0, 1], *_call(w, x))
     (loss + logits.square().sum()).backward()
     assert seen == {0, 1}
 
@@ -32,7 +32,7 @@ def test_probe_sees_the_gradients_the_caller_gives():
 def test_probe_outputs_may_be_written_in_place():
     w = torch.randn(4, 3, requires_grad=True)
     seen: set = set()
-    loss, logits = _Probe.apply(seen, *_call(w, torch.randn(3, 4)))
+    loss, logits = _Probe.apply(seen, [0, 1], *_call(w, torch.randn(3, 4)))
     logits.mul_(2)
     (loss + logits.sum()).backward()
     assert seen == {0, 1} and w.grad is not None
