@@ -94,7 +94,9 @@ def test_single_pass_outer_split_lets_the_last_block_finish():
     assert "k0_outer_split_v1_i32" in names and not any(cg.grid_sync)
     src = cg.variant_sources[names.index("k0_outer_split_v1_i32")]
     assert "gf_grid_last(gf_sem + i0, gf_smem)" in src and "gf_grid_sync(" not in src.split("k0_outer_split")[1]
-    assert "gf_grid_combine_y<gf_op_max, float>" in src
+    # the last block combines the partials of every reduction in one batched combine
+    tail = src.split("gf_grid_last(gf_sem + i0, gf_smem)")[-1]
+    assert "gf_k < gridDim.y" in tail and "gf_block_reduce_y_k<gf_op_max, float" in tail, tail
     _compile(cg, ["k0_outer_split_v1_i32", "k0_outer_split_v1_i64"])
     compile(launcher_source(cg), "<launcher>", "exec")
 
