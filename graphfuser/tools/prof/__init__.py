@@ -6,6 +6,7 @@
     python -m graphfuser prof race-row --rows gpt2:infer-bf16 --backends eager,inductor_ro,graphfuser_compile
     python -m graphfuser prof bn-shapes --device cuda
     python -m graphfuser prof cold --device cuda --rows gpt2:train-bf16,llama:infer-bf16
+    python -m graphfuser prof outer-sums --device cuda
     python -m graphfuser prof <subcommand> --help
 
 ``infer``: inference of zoo models, eager vs ``torch.jit.script`` vs graphfuser (wall, enqueue and
@@ -28,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "race-row": ("race_row", "kernel timeline of a race row, each backend side by side"),
     "bn-shapes": ("bn_shapes", "batch norm (train) + ReLU kernel time at a model's shapes, channels-last and NCHW"),
     "cold": ("cold", "a race row's cold start through the backend, by phase, beside Dynamo alone"),
+    "outer-sums": ("outer_sums", "column sums and layer-norm backwards: kernel time, eager vs Inductor vs graphfuser"),
 }
 
 
