@@ -37,17 +37,9 @@ def _inputs(n: int, c: int, h: int, channels_last: bool, dtype: torch.dtype, dev
 
 def kernel_us(fn, args: tuple, grad: torch.Tensor, calls: int) -> float:
     """Kernel microseconds per forward + backward step (CUDA kernels in torch.profiler's record)."""
-    from torch.profiler import ProfilerActivity, profile
+    from .common import kernel_us_per_step
 
-    for _ in range(4):                      # profiling runs, compile, first fused call
-        fn(*args).backward(grad)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn(*args).backward(grad)
-        torch.cuda.synchronize()
-    total = sum(ev.device_time for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA)
-    return total / calls
+    return kernel_us_per_step(lambda: fn(*args).backward(grad), calls)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

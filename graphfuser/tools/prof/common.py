@@ -11,7 +11,7 @@ import torch
 
 from ..timing import sync
 
-__all__ = ["cprofile_text", "cuda_kernel_times", "sync"]
+__all__ = ["cprofile_text", "cuda_kernel_times", "kernel_us_per_step", "sync"]
 
 
 def cprofile_text(pr: cProfile.Profile, rows: int) -> list[str]:
@@ -30,3 +30,19 @@ def cuda_kernel_times(prof: Any) -> tuple[dict[str, float], collections.Counter]
             times[ev.name] += ev.device_time_total
             counts[ev.name] += 1
     return times, counts
+
+
+def kernel_us_per_step(step: Any, calls: int, warm: int = 4) -> float:
+    """CUDA kernel microseconds per call of ``step()`` (every kernel torch.profiler records over
+    ``calls`` calls), after ``warm`` calls (profiling runs, compiles, first fused calls)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warm):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+    total = sum(ev.device_time for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA)
+    return total / calls

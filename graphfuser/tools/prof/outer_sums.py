@@ -55,22 +55,14 @@ def cases(device: str) -> list[tuple[str, Callable, Callable[[], tuple], bool]]:
 
 
 def kernel_us(fn: Callable, args: tuple, backward: bool, calls: int) -> float:
-    from torch.profiler import ProfilerActivity, profile
+    from .common import kernel_us_per_step
 
     def step():
         out = fn(*args)
         if backward:
             out.backward(torch.ones_like(out))
 
-    for _ in range(4):                      # profiling runs, compile, first fused call
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            step()
-        torch.cuda.synchronize()
-    total = sum(ev.device_time for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA)
-    return total / calls
+    return kernel_us_per_step(step, calls)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
