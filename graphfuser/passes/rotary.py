@@ -28,8 +28,19 @@ round's profiled types (``plan_rotary``), as the attention rewrite is planned, a
 unprofiled graph before profiling again (``apply_rotary``): the pattern structurally (the slices at a constant ``h`` of the last dim, the negation and the cat
 used once, the products and the sum used once, ``add``'s alpha 1); ``x``, ``cos`` and ``sin``
 floating tensors whose last dim is ``2 * h`` (not broadcast there: splitting needs the full
-width); not under grad (the backward of the slices of the split view would cost what the cat's
-did). ``PYTORCH_NVFUSER_DISABLE=rotary_rewrite`` keeps the cat.
+width).
+
+Under grad the split's two slices of ``x`` would each send their gradient back through a zero-
+filled copy of ``x``'s size, as the cat's halves do. There the rotated half is a roll instead::
+
+    rv = roll(x, h, -1).unflatten(-1, [2, h])      [x2, x1]: one copy, as the cat's
+    out = (xv * cv + where(k == 0, -rv, rv) * sv).flatten(-2, -1)
+
+whose gradient is one roll back, added to ``x``'s (a Llama's bf16 training step had run, per
+rotary embedding, eager's negation and cat forward and a negation, two fills, two slice copies
+and two adds backward). The rolled form also serves without grad where the split form's result
+would not have eager's strides (``sin * rotate_half(q) + cos * q``: eager's follows the cat's
+contiguous layout, as the roll's does). ``PYTORCH_NVFUSER_DISABLE=rotary_rewrite`` keeps the cat.
 """
 from __future__ import annotations
 
@@ -51,6 +62,7 @@ _ARANGE = ("aten::arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=N
 _UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
 _EQ = "aten::eq.Scalar(Tensor self, Scalar other) -> Tensor"
 _NEG = "aten::neg(Tensor self) -> Tensor"
+_ROLL = "aten::roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor"
 _WHERE = "aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor"
 _MUL = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
 _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
@@ -161,27 +173,33 @@ def _match(add: Node) -> Optional[Rotary]:
     return None
 
 
-def _types_allow(m: Rotary) -> Optional[str]:
+def _types_allow(m: Rotary) -> tuple[Optional[str], str]:
+    """(why the pattern keeps its cat or None, the form it takes: ``split`` or ``roll``)."""
     ts = [m.x.type, m.cos.type, m.sin.type, m.add.outputs[0].type]
     if not all(isinstance(t, TensorType) and t.sizes and t.dtype is not None for t in ts):
-        return "untyped operands"
+        return "untyped operands", ""
     if not all(t.dtype.is_floating_point for t in ts):
-        return "not floating"
-    if any(t.requires_grad for t in ts):
-        return "under grad"
+        return "not floating", ""
     if len({t.device for t in ts}) != 1:
-        return "on several devices"
+        return "on several devices", ""
     if any(t.sizes[-1] != 2 * m.h for t in ts):
-        return "a last dim that is not 2 * h (broadcast or another split)"
+        return "a last dim that is not 2 * h (broadcast or another split)", ""
     if any(t.strides is None for t in ts):
-        return "unknown strides"
-    try:
-        strides = _rewritten_strides(m, *(_meta(t) for t in ts[:3]))
-    except RuntimeError as e:
-        return f"the split form does not run on these types ({e})"
-    if strides != tuple(ts[3].strides):
-        return f"the split form's result would have strides {strides}, eager's {ts[3].strides}"
-    return None
+        return "unknown strides", ""
+    # under grad the split's slices would take their gradients back through two zero-filled
+    # copies of x: the rolled form's through one roll
+    forms = ("roll",) if any(t.requires_grad for t in ts) else ("split", "roll")
+    why = ""
+    for form in forms:
+        try:
+            strides = _rewritten_strides(m, form, *(_meta(t) for t in ts[:3]))
+        except RuntimeError as e:
+            why = f"the {form} form does not run on these types ({e})"
+            continue
+        if strides == tuple(ts[3].strides):
+            return None, form
+        why = f"the {form} form's result would have strides {strides}, eager's {ts[3].strides}"
+    return why, ""
 
 
 def _meta(t: TensorType):
@@ -194,16 +212,20 @@ def _ordered(op, first: bool, u, v):
     return op(u, v) if first else op(v, u)
 
 
-def _rewritten_strides(m: Rotary, x, cos, sin) -> tuple:
-    """The strides of the rewritten form's result on meta tensors of the profiled types (the
+def _rewritten_strides(m: Rotary, form: str, x, cos, sin) -> tuple:
+    """The strides of the rewritten ``form``'s result on meta tensors of the profiled types (the
     same ops, in the same operand orders, as ``apply_rotary`` writes)."""
     import torch
 
     x_first, rot_first, xcos_first = m.orders
     xv, cv, sv = (t.unflatten(-1, (2, m.h)) for t in (x, cos, sin))
-    a, b = xv[..., 0:1, :], xv[..., 1:2, :]
     first = torch.arange(2, device="meta").unsqueeze(-1) == 0
-    rot = torch.where(first, -b, a)
+    if form == "split":
+        a, b = xv[..., 0:1, :], xv[..., 1:2, :]
+        rot = torch.where(first, -b, a)
+    else:
+        rv = torch.roll(x, [m.h], [-1]).unflatten(-1, (2, m.h))
+        rot = torch.where(first, -rv, rv)
     p = _ordered(torch.mul, x_first, xv, cv)
     q = _ordered(torch.mul, rot_first, rot, sv)
     return tuple(_ordered(torch.add, xcos_first, p, q).flatten(-2, -1).stride())
@@ -213,8 +235,9 @@ def _adds(g: Graph) -> list[Node]:
     return [n for n in g.all_nodes() if n.kind == "aten::add"]
 
 
-def plan_rotary(g: Graph, fixed_sizes: bool) -> Optional[list[int]]:
-    """The positions (among the graph's adds) of the profiled ``g``'s rotary embeddings, or None.
+def plan_rotary(g: Graph, fixed_sizes: bool) -> Optional[list[tuple[int, str]]]:
+    """The positions (among the graph's adds) of the profiled ``g``'s rotary embeddings and the
+    form each takes (``split`` / ``roll``), or None.
     ``fixed_sizes``: the graph's inputs keep their profiled sizes (``Captured.fixed_sizes``);
     else nothing is rewritten, as the split relies on the last dim staying ``2 * h``."""
     if config.is_disabled("rotary_rewrite") or not fixed_sizes:
@@ -224,19 +247,19 @@ def plan_rotary(g: Graph, fixed_sizes: bool) -> Optional[list[int]]:
         m = _match(n)
         if m is None:
             continue
-        why = _types_allow(m)
+        why, form = _types_allow(m)
         if why is not None:
             jit_log("graph_fuser", 2, f"rotary embedding at {n.where()} keeps its cat: {why}")
             continue
-        chosen.append(k)
+        chosen.append((k, form))
     return chosen or None
 
 
-def apply_rotary(g: Graph, plan: list[int]) -> int:
+def apply_rotary(g: Graph, plan: list[tuple[int, str]]) -> int:
     """Rewrite the unprofiled graph ``g`` (the one ``plan`` was made from, freshly cloned)."""
     adds = _adds(g)
     done = 0
-    for k in plan:
+    for k, form in plan:
         m = _match(adds[k]) if k < len(adds) else None
         if m is None:
             continue
@@ -257,14 +280,19 @@ def apply_rotary(g: Graph, plan: list[int]) -> int:
         last = const(-1, "int")
         xv, cv, sv = (node("aten::unflatten", _UNFLATTEN, [v, last, split]) for v in (m.x, m.cos, m.sin))
         two, one = const(-2, "int"), const(1, "int")
-        a = node("aten::slice", _SLICE, [xv, two, const(0, "int"), one, one])
-        b = node("aten::slice", _SLICE, [xv, two, one, const(2, "int"), one])
         device = node("prim::device", "", [m.x], Type("Device"))
         none = const(None, "NoneType")
         k2 = node("aten::unsqueeze", _UNSQUEEZE,
                   [node("aten::arange", _ARANGE, [const(2, "int"), none, none, device, none]), last])
         first = node("aten::eq", _EQ, [k2, const(0, "int")])
-        rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [b]), a])
+        if form == "split":
+            a = node("aten::slice", _SLICE, [xv, two, const(0, "int"), one, one])
+            b = node("aten::slice", _SLICE, [xv, two, one, const(2, "int"), one])
+            rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [b]), a])
+        else:
+            r = node("aten::roll", _ROLL, [m.x, const([m.h], "int[]"), const([-1], "int[]")])
+            rv = node("aten::unflatten", _UNFLATTEN, [r, last, split])
+            rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [rv]), rv])
         alpha = const(1, "int")
         x_first, rot_first, xcos_first = m.orders
         p = node("aten::mul", _MUL, [xv, cv] if x_first else [cv, xv])

@@ -75,9 +75,10 @@ def test_rotary_runs_without_its_cat_and_matches_eager(front, dtype, fn):
         # a Dynamo graph has fixed sizes (Dynamo guards them); a scripted function's sizes vary
         # from call to call, and a width that is not 2 * h would make the split impossible. The
         # swapped sum's eager result follows the cat's contiguous layout, which the split form's
-        # (following x) is not: it keeps its cat
-        rewritten = front == "compile" and fn is rope
+        # (following x) is not: it takes the rolled form, whose rotated half is contiguous too
+        rewritten = front == "compile"
         assert ("aten::cat" not in str(g)) == rewritten, str(g)
+        assert ("aten::roll" in str(g)) == (rewritten and fn is rope_swapped), str(g)
         assert fusion_groups(g)
         # new sizes (the kernels take sizes at run time), a contiguous layout, odd sizes, h = 1
         for more in (dict(b=3, seq=5), dict(layout="contiguous"), dict(b=1, heads=3, kv=1, seq=7, dim=2),
@@ -108,19 +109,32 @@ def test_cat_stays_where_the_types_do_not_fit(front):
             assert "aten::cat" in str(_graph(sf, front, args))
 
 
-def test_cat_stays_under_grad_and_with_the_knob():
-    args = _inputs()
-    q = args[0].detach().requires_grad_()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("fill", ["randn", "nonfinite"])
+def test_under_grad_the_rotated_half_is_a_roll(dtype, fill):
+    """Under grad the split's slices would send their gradients back through zero-filled copies:
+    the rotated half is ``roll(x, h)`` with its first half negated, whose gradient is one roll
+    back. Values, strides and the gradients of q, k, cos and sin match eager's."""
+    args = [a.detach().requires_grad_() for a in _inputs(dtype=dtype, fill=fill)]
     torch._dynamo.reset()
     sf = torch.compile(rope, backend=registered_backend())
-    for _ in range(4):
-        out = sf(q, *args[1:])
-    ref = rope(q, *args[1:])
-    torch.testing.assert_close(out, ref)
-    g1 = torch.autograd.grad(out[0].sum(), q)[0]
-    g2 = torch.autograd.grad(ref[0].sum(), q)[0]
-    torch.testing.assert_close(g1, g2)
-    assert "aten::cat" in str(graphfuser.last_executed_optimized_graph())
+    with config.override(disable=["fallback"]):
+        for _ in range(4):
+            out = sf(*args)
+    g = str(graphfuser.last_executed_optimized_graph())
+    assert "aten::cat" not in g and "aten::roll" in g, g
+    ref = rope(*args)
+    seeds = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)).to(dtype) for i, o in enumerate(ref)]
+    got = torch.autograd.grad(out, args, seeds)
+    want = torch.autograd.grad(ref, args, seeds)
+    for o, r in zip(list(out) + list(got), list(ref) + list(want)):
+        torch.testing.assert_close(o, r, equal_nan=True, **TOLERANCES[o.dtype])
+    for o, r in zip(out, ref):
+        assert o.stride() == r.stride()
+
+
+def test_cat_stays_with_the_knob():
+    args = _inputs()
     with config.override(disable=["rotary_rewrite"]), torch.no_grad():
         sf = _front(rope, "compile")
         for _ in range(4):
