@@ -92,3 +92,45 @@ def test_training_gradients(name):
                    for dg in adf.live_groups() if dg.backward._optimized is not None)
     assert backward >= 1
     assert live_fusion_groups() > groups(str(graphfuser.last_executed_optimized_graph()))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_training_with_dropout_takes_column_sums_beside_the_masks(name):
+    """With dropout on, the layer-norm backwards after a residual dropout redraw its mask; their weight and
+    bias gradients are column sums of those row kernels (passes/column_sums.py). The same steps
+    with the merge off (the same seeds draw the same masks) give the same gradients."""
+    from graphfuser.autodiff import function as adf
+    from graphfuser.codegen.reduction.lower import lower_reduction_group
+    from graphfuser.config import config
+    from graphfuser.ops.axes import needs_axes
+
+    def grads(disable):
+        torch._dynamo.reset()
+        earlier = {id(dg) for dg in adf.live_groups()}
+        torch.manual_seed(0)
+        m = MODELS[name](Config(layers=1, dropout=0.2)).train()
+        c = torch.compile(m, backend=graphfuser_backend)
+        out = []
+        with config.override(disable=disable):
+            for step in range(5):
+                ids, mask = inputs(2, 8, seed=step)
+                torch.manual_seed(100 + step)
+                first(c(ids, mask)).float().pow(2).mean().backward()
+                out.append([p.grad.clone() for p in m.parameters() if p.grad is not None])
+                m.zero_grad(set_to_none=True)
+        merged = 0
+        for dg in adf.live_groups():
+            if id(dg) in earlier or dg.backward._optimized is None:
+                continue
+            for n in dg.backward._optimized.all_nodes():
+                if n.kind.endswith("FusionGroup") and needs_axes(n.subgraph.block.nodes):
+                    k, _ = lower_reduction_group(n.subgraph)
+                    merged += k.has_random() and k.has_columns()
+        return out, merged
+
+    got, merged = grads([])
+    want, unmerged = grads(["column_sums"])
+    assert merged >= 1 and unmerged == 0, (merged, unmerged)
+    for a, b in zip(got, want):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
