@@ -157,6 +157,7 @@ class _Probe(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple:
         ctx.seen.update(j for j, g in zip(ctx.at, grads) if g is not None)
+        ctx.seen.add(-1)                  # a backward reached the probe
         return (None, None) + grads
 
 
@@ -431,7 +432,7 @@ class TrainingReplayer(GraphReplayer):
         zeros: a fill, and its way back through the graph), unless none got one (no warm call's
         backward ran yet): then all."""
         seen = self.grads_seen.get(key, set())
-        return [i in seen for i in range(n)] if seen else [True] * n
+        return [i in seen for i in range(n)] if -1 in seen else [True] * n
 
     def _unwanted(self, entry: _TrainEntry) -> None:
         """A replay's backward got a gradient for an output its graph left out: drop the entry;
