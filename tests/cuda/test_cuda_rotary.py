@@ -8,19 +8,9 @@ import graphfuser
 from graphfuser.config import config
 from graphfuser.frontend.dynamo import graphfuser_backend
 from helpers import TOLERANCES
+from tests.passes.test_rotary import rope
 
 pytestmark = pytest.mark.cuda
-
-
-def rotate_half(x):
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def rope(q, k, cos, sin):
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
 
 
 def _inputs(dtype, grad):
