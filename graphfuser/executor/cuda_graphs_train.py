@@ -111,6 +111,8 @@ class _Replay(torch.autograd.Function):
         ctx.replayer, ctx.entry, ctx.fast, ctx.args = replayer, entry, fast, args
         ctx.versions = [t._version for t in leaves]
         ctx.leaves = leaves
+        ctx.autocast = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+        ctx.set_materialize_grads(False)   # an output the caller does not differentiate: None, no fill
         entry.node = weakref.ref(ctx)
         outs = tuple(o.clone() for o in entry.outputs if isinstance(o, torch.Tensor))
         fixed = [o for o, d in zip(outs, entry.diff) if not d]
@@ -490,7 +492,9 @@ class TrainingReplayer(GraphReplayer):
                 if gen.initial_seed() != eager_rng[0]:
                     gen.manual_seed(eager_rng[0])
                 gen.set_offset(eager_rng[1])
-            with torch.enable_grad(), (philox_fixed(*ctx.rng, ctx.entry.rng.device.index) if ctx.rng is not None
+            # the forward's autocast state: a backward runs outside the caller's autocast region
+            enabled, dtype = getattr(ctx, "autocast", (False, torch.float16))
+            with torch.enable_grad(), torch.autocast("cuda", dtype=dtype, enabled=enabled), (philox_fixed(*ctx.rng, ctx.entry.rng.device.index) if ctx.rng is not None
                                        else contextlib.nullcontext()):
                 flat = tree_flatten(ctx.fast(*ctx.args))[0]
         finally:

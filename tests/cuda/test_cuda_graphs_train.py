@@ -214,6 +214,23 @@ def test_two_forwards_before_one_backward(frontend):
     _same(m, twin)
 
 
+@FRONTENDS
+def test_two_forwards_under_autocast_before_one_backward(frontend):
+    """The first call's backward runs after the second replay: it differentiates the host program
+    again, under the autocast of the forward (the backward itself runs outside autocast)."""
+    m, twin, sf = _pair(_mlp, frontend)
+    before = _replays()
+    for k in range(10):
+        a, b = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+        for f in (sf, twin):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                ya, yb = f(a), f(b)
+            (ya.float() - yb.float()).square().mean().backward()
+        for p, q in zip(m.parameters(), twin.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=3e-2, atol=3e-2)
+    assert _replays() > before, STATS
+
+
 def test_retained_graph_backward_after_the_next_forward():
     """backward(retain_graph=True), the next call (a replay reusing the buffers), then a second
     backward through the first graph: it recomputes, and matches eager."""

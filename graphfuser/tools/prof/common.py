@@ -5,7 +5,7 @@ import collections
 import cProfile
 import io
 import pstats
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -32,9 +32,10 @@ def cuda_kernel_times(prof: Any) -> tuple[dict[str, float], collections.Counter]
     return times, counts
 
 
-def kernel_us_per_step(step: Any, calls: int, warm: int = 4) -> float:
+def kernel_us_per_step(step: Any, calls: int, warm: int = 4, kernels: Optional[dict] = None) -> float:
     """CUDA kernel microseconds per call of ``step()`` (every kernel torch.profiler records over
-    ``calls`` calls), after ``warm`` calls (profiling runs, compiles, first fused calls)."""
+    ``calls`` calls), after ``warm`` calls (profiling runs, compiles, first fused calls). Where
+    ``kernels`` is a dict, it receives (us per call, launches per call) by kernel name."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(warm):
@@ -44,5 +45,7 @@ def kernel_us_per_step(step: Any, calls: int, warm: int = 4) -> float:
         for _ in range(calls):
             step()
         torch.cuda.synchronize()
-    total = sum(ev.device_time for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA)
-    return total / calls
+    times, counts = cuda_kernel_times(prof)
+    if kernels is not None:
+        kernels.update({k: (t / calls, counts[k] / calls) for k, t in times.items()})
+    return sum(times.values()) / calls

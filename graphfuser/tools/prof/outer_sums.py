@@ -54,7 +54,7 @@ def cases(device: str) -> list[tuple[str, Callable, Callable[[], tuple], bool]]:
     return out
 
 
-def kernel_us(fn: Callable, args: tuple, backward: bool, calls: int) -> float:
+def kernel_us(fn: Callable, args: tuple, backward: bool, calls: int, kernels: Optional[dict] = None) -> float:
     from .common import kernel_us_per_step
 
     def step():
@@ -62,7 +62,7 @@ def kernel_us(fn: Callable, args: tuple, backward: bool, calls: int) -> float:
         if backward:
             out.backward(torch.ones_like(out))
 
-    return kernel_us_per_step(step, calls)
+    return kernel_us_per_step(step, calls, kernels=kernels)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -71,6 +71,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="prof outer-sums", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--calls", type=int, default=30)
+    p.add_argument("--kernels", action="store_true", help="after the table: each cell's kernels, us and launches per call")
     args = p.parse_args(argv)
     if args.device != "cuda" or not torch.cuda.is_available():
         print("prof outer-sums times CUDA kernels: it needs a GPU")
@@ -78,10 +79,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{torch.cuda.get_device_name()}: kernel us per call")
     print("| case | eager | inductor | graphfuser |")
     print("|---|---:|---:|---:|")
+    detail = []
     for name, fn, make, backward in cases(args.device):
         cells = []
-        for wrap in (lambda f: f, torch.compile, graphfuser.script):
+        for label, wrap in (("eager", lambda f: f), ("inductor", torch.compile), ("graphfuser", graphfuser.script)):
             torch.manual_seed(0)
-            cells.append(f"{kernel_us(wrap(fn), make(), backward, args.calls):.1f}")
+            kernels: dict = {}
+            cells.append(f"{kernel_us(wrap(fn), make(), backward, args.calls, kernels):.1f}")
+            detail.append((f"{name}, {label}", kernels))
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    if args.kernels:
+        for title, kernels in detail:
+            print(f"\n{title}:")
+            for k, (us, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0]):
+                print(f"  {us:8.1f} us  x{n:g}  {k[:110]}")
     return 0
