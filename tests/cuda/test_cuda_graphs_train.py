@@ -158,6 +158,47 @@ def test_outputs_without_a_gradient_from_the_caller_stay_out_of_the_backward_gra
     assert _replays() == replays, STATS
 
 
+class _Head(nn.Module):
+    """A language model's head whose width (777) breaks cuBLAS's alignment: its result leaves the
+    graph as a view of a padded buffer (passes/gemm_pad.py) and is differentiated outside."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(64, 64), nn.GELU())
+        self.head = nn.Linear(64, 777)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_a_padded_head_replays_from_its_padded_gradient(monkeypatch):
+    """The backward graph starts from the padded GEMM's result: the logits' gradient is copied into
+    the columns they own of a zeroed buffer of the padded width; steps match eager's."""
+    from graphfuser.executor.cuda_graphs import _LIVE
+    from graphfuser.executor.cuda_graphs_train import TrainingReplayer
+    from graphfuser.passes import gemm_pad
+
+    monkeypatch.setattr(gemm_pad, "MIN_ELEMENTS", 0)
+    torch.manual_seed(0)
+    m, twin, sf = _pair(lambda: _Head().cuda().train(), "compile")
+    opts = [torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9) for a in (m, twin)]
+    labels = torch.randint(0, 777, (32,), device="cuda")
+    before = _replays()
+    for k in range(8):
+        x = torch.randn(32, 64, device="cuda")
+        for fn, o in ((sf, opts[0]), (twin, opts[1])):
+            o.zero_grad(set_to_none=True)
+            logits = fn(x)
+            nn.functional.cross_entropy(logits, labels).backward()
+        _same(m, twin)
+        for o in opts:
+            o.step()
+    assert _replays() > before, STATS
+    padded = [s for r in list(_LIVE) if isinstance(r, TrainingReplayer) for e in r.entries.values()
+              for s in e.grad_outs if s._base is not None and s._base.shape[-1] == 780]
+    assert padded, "no backward graph started from the padded result"
+
+
 class _Rotary(nn.Module):
     """Angles under ``torch.no_grad()`` inside a training forward (Hugging Face's rotary
     embeddings): Dynamo's graph switches grad mode off and on, which replay takes."""

@@ -48,3 +48,33 @@ def test_wanted_is_every_output_until_a_backward_reached_the_probe():
     assert r._wanted(("k",), 2) == [True, True]
     r.grads_seen[("k",)].add(-1)
     assert r._wanted(("k",), 2) == [True, False]
+
+
+def test_a_padded_output_is_differentiated_from_its_base():
+    """A padded GEMM's result (``base[..., :n]``): the captured backward starts from the base, with
+    the incoming gradient copied into the columns the output owns and the padding left zero; the
+    parameters' gradients equal those through the slice."""
+    from graphfuser.executor.cuda_graphs_train import _backward_roots
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 8)
+    w = torch.randn(7, 8, requires_grad=True)
+    b = torch.randn(7, requires_grad=True)
+    wp, bp = torch.nn.functional.pad(w, [0, 0, 0, 1]), torch.nn.functional.pad(b, [0, 1])
+    base = torch.nn.functional.linear(x, wp, bp)
+    out = base[..., :7]
+    plain = torch.tanh(x @ w.t())                  # an output of its own: differentiated as is
+    roots, feeds, into = _backward_roots([out, plain])
+    assert roots[0] is base and roots[1] is plain
+    assert feeds[0].shape == (5, 8) and into[0].shape == (5, 7) and into[0]._base is feeds[0]
+    g, h = torch.randn(5, 7), torch.randn(5, 7)
+    into[0].copy_(g)
+    into[1].copy_(h)
+    got = torch.autograd.grad(roots, [w, b], feeds, retain_graph=True)
+    want = torch.autograd.grad([out, plain], [w, b], [g, h])
+    for a, c in zip(got, want):
+        torch.testing.assert_close(a, c)
+    assert feeds[0][..., 7:].eq(0).all()
+    # a slice that does not keep the base's strides, or of a base that needs no grad: as is
+    for o in (base[1:], base.detach()[..., :7]):
+        assert _backward_roots([o])[0][0] is o
