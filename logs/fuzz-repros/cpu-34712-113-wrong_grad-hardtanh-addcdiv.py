@@ -6,7 +6,7 @@ Ops: addcdiv, alias:squeeze, hardtanh, inplace:clamp_, isinf, sinh, size. Calls 
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: x0: int8['B', 1, 7, 2] dense zeros; x1: float64[1, 7, 2] dense edge requires_grad
 
-Run from the repository root: PYTHONPATH=. python scratch/fz12/fuzz-repros/cpu-00-wrong_grad-addcdiv-alias_squeeze.py
+Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-34712-113-wrong_grad-hardtanh-addcdiv.py
 """
 import torch
 import torch.nn.functional as F
