@@ -154,6 +154,9 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
             if cat == "wrong_value" and _hardswish_nan(case, g, e):
                 findings.append({"deviation": "hardswish_nan_grad", "call": call, "detail": f"grad of {name}: {detail}"})
                 continue
+            if cat == "wrong_value" and _hardtanh_nan(case, g, e):
+                findings.append({"deviation": "hardtanh_nan_grad", "call": call, "detail": f"grad of {name}: {detail}"})
+                continue
             if cat == "wrong_value" and _empty_statistics(case, ea, g, e):
                 findings.append({"deviation": "empty_statistics_grad", "call": call, "detail": f"grad of {name}: {detail}"})
                 continue
@@ -180,14 +183,31 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
 NORMS = frozenset({"group_norm", "instance_norm", "batch_norm", "layer_norm"})
 
 
+def _cpu_nan_grad(case: dict, g: torch.Tensor, e: torch.Tensor, ops: frozenset, eager_zero: bool) -> bool:
+    """A CPU graph with one of ``ops`` whose every differing gradient element is NaN in graphfuser
+    and, in eager, finite (exactly 0 where ``eager_zero``): an answer at a NaN input where eager's
+    CPU kernel disagrees with itself between its vectorized chunks and its scalar tail."""
+    if g.device.type != "cpu" or not ops & {o.split(":")[-1].rstrip("_") for o in case.get("ops", ())}:
+        return False
+    differ = ~((g == e) | (g.isnan() & e.isnan()))
+    eager = e == 0 if eager_zero else torch.isfinite(e)
+    return bool(differ.any()) and bool((g.isnan() & eager)[differ].all())
+
+
 def _hardswish_nan(case: dict, g: torch.Tensor, e: torch.Tensor) -> bool:
     """The ``hardswish_nan_grad`` deviation: a CPU graph with hardswish whose every differing
     gradient element is NaN in graphfuser and finite in eager (its scalar tail's answer at a NaN;
     fuzz graph 2640 of seed 33631: a 0-dim fp16 NaN)."""
-    if g.device.type != "cpu" or "hardswish" not in {o.split(":")[-1] for o in case.get("ops", ())}:
-        return False
-    differ = ~((g == e) | (g.isnan() & e.isnan()))
-    return bool(differ.any()) and bool((g.isnan() & torch.isfinite(e))[differ].all())
+    return _cpu_nan_grad(case, g, e, frozenset({"hardswish"}), eager_zero=False)
+
+
+def _hardtanh_nan(case: dict, g: torch.Tensor, e: torch.Tensor) -> bool:
+    """The ``hardtanh_nan_grad`` deviation: a CPU graph with hardtanh or relu6 whose every
+    differing gradient element is NaN in graphfuser and 0 in eager: eager's vectorized chunks
+    zero the gradient at a NaN input (``(x > min) & (x < max)``), its scalar tail passes it
+    (``x <= min || x >= max ? 0 : g``), as graphfuser does (fuzz graph 113 of CPU seed 34712: a
+    NaN into ``hardtanh`` and then ``sinh``, whose upstream gradient there is NaN)."""
+    return _cpu_nan_grad(case, g, e, frozenset({"hardtanh", "relu6"}), eager_zero=True)
 
 
 def _empty_statistics(case: dict, args: list, g: torch.Tensor, e: torch.Tensor) -> bool:

@@ -79,6 +79,15 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (which of NaN and the upstream gradient eager gives depends on the element's position)",
         "when_on": "",
     },
+    "hardtanh_nan_grad": {
+        "what": "hardtanh's (and relu6's) gradient at a NaN input on the CPU, where eager's own kernel "
+                "disagrees with itself: its vectorized loop gives 0 for the elements of whole vector chunks "
+                "((x > min) & (x < max) is false at a NaN) and the upstream gradient for the scalar tail "
+                "(x <= min || x >= max is false too); graphfuser passes the upstream gradient, the scalar "
+                "answer",
+        "knob": "none (which of 0 and the upstream gradient eager gives depends on the element's position)",
+        "when_on": "",
+    },
     "welford_inf": {
         "what": "statistics of data holding an inf, where eager's own kernels disagree: a batch / instance "
                 "norm's running mean or var after the call, which eager's CUDA kernel (Welford's update, "

@@ -656,3 +656,25 @@ def test_pruning_keeps_a_write_seen_through_a_live_view():
            "    v0.copy_(x0)\n"
            "    return v1 * 2\n")
     assert "copy_" not in _dead_statements_dropped(src)
+
+
+def test_hardtanh_nan_gradient_is_eagers_own_disagreement():
+    """Fuzz graph 113 of CPU seed 34712: eager's CPU hardtanh backward gives 0 at a NaN input in
+    its vectorized chunks and the upstream gradient in its scalar tail (a tensor smaller than one
+    chunk); graphfuser passes the upstream gradient. Only NaN-for-0 differences of a CPU graph
+    with hardtanh or relu6 are that deviation."""
+    from graphfuser.fuzz.grads import _hardtanh_nan
+
+    x = torch.full((64,), float("nan"), dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.hardtanh(x, -0.5, 0.25).sinh().backward(torch.ones(64, dtype=torch.float64))
+    assert bool((x.grad == 0).any())                        # eager's vectorized chunks: 0
+    tail = torch.tensor(float("nan"), dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.hardtanh(tail, -0.5, 0.25).backward(torch.tensor(0.7, dtype=torch.float64))
+    assert tail.grad.item() == pytest.approx(0.7)           # eager's scalar path passes the gradient
+    case = {"ops": ["hardtanh", "sinh"]}
+    g, e = torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0])
+    assert _hardtanh_nan(case, g, e)
+    assert _hardtanh_nan({"ops": ["relu6"]}, g, e)
+    assert not _hardtanh_nan({"ops": ["hardswish"]}, g, e)
+    assert not _hardtanh_nan(case, g, torch.tensor([0.5, 1.0]))          # eager finite, not 0: a finding
+    assert not _hardtanh_nan(case, torch.tensor([0.5, 1.0]), e)          # a finite difference: a finding
