@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .known import layer_norm_overflow_row
+from .known import layer_norm_inf_grad, layer_norm_overflow_row
 from .reference import spread_patched
 
 KINKED = frozenset({"amax", "amin", "max_other", "min_other", "maximum", "minimum", "fmax", "fmin", "relu",
@@ -164,6 +164,10 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
                                                                 lambda g2: compare(g2, e, r, go_scale)):
                 findings.append({"deviation": "layer_norm_overflow_row", "call": call,
                                  "detail": f"grad of {name}: {detail}"})
+                continue
+            if cat == "wrong_value" and layer_norm_inf_grad(case.get("ops", ()), ea, g, e,
+                                                            lambda g2: compare(g2, e, r, go_scale)):
+                findings.append({"deviation": "layer_norm_inf_grad", "call": call, "detail": f"grad of {name}: {detail}"})
                 continue
             if cat == "wrong_value" and runs and (ps := spread_of(n)) is not None \
                     and (g2 := spread_patched(g, e, ps)) is not None and compare(g2, e, r, go_scale) is None:

@@ -114,6 +114,15 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "knob": "none (eager's answer depends on the row's length)",
         "when_on": "",
     },
+    "layer_norm_inf_grad": {
+        "what": "a layer norm's input gradient on the CPU where an argument holds an inf (a weight of -inf): "
+                "the row's sums of weighted gradients are infinite, and eager's CPU formula "
+                "(rstd * g * w + b * x + c, with b and c built from both sums) makes every element of the row "
+                "NaN, while graphfuser's (rstd * (g * w - (xhat * m2 + m1))) gives an inf where the two "
+                "infinite sums have one sign at that element and NaN where they cancel",
+        "knob": "none (both answers are non-finite; graphfuser's form keeps rows of huge mean accurate)",
+        "when_on": "",
+    },
     "eager_overflow": {
         "what": "eager's value is not finite where the float64 reference is (an fp16 product or exp past "
                 "65504, or a product that underflowed to 0 times an inf): eager's precision gives no value "
@@ -195,6 +204,19 @@ def layer_norm_overflow_row(ops: Sequence[str], args: Sequence[Any], g: Any, e: 
                and bool((a.detach().isfinite() & (a.detach().abs() >= SQRT_FLOAT32_MAX)).any()) for a in args):
         return False
     odd = e.isnan() & ~g.isnan()
+    return bool(odd.any()) and judge(torch.where(odd, e, g.detach())) is None
+
+
+def layer_norm_inf_grad(ops: Sequence[str], args: Sequence[Any], g: Any, e: Any, judge: Any) -> bool:
+    """The ``layer_norm_inf_grad`` deviation: the graph has a layer norm, runs on the CPU and a float
+    argument holds an inf; ``g`` differs from eager's ``e`` only where ``e`` is NaN and ``g`` is an
+    inf (``judge(g')`` passes once those elements are eager's; fuzz graph 186 of CPU seed 34701)."""
+    if "layer_norm" not in ops or not g.is_floating_point() or g.shape != e.shape or g.device.type != "cpu":
+        return False
+    if not any(isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel()
+               and bool(a.detach().isinf().any()) for a in args):
+        return False
+    odd = e.isnan() & g.isinf()
     return bool(odd.any()) and judge(torch.where(odd, e, g.detach())) is None
 
 

@@ -502,6 +502,33 @@ def test_layer_norm_overflow_row_is_matched_narrowly():
     assert not layer_norm_overflow_row(["layer_norm"], huge, g.to("meta"), e.to("meta"), judge)  # not the CPU
 
 
+def test_layer_norm_inf_grad_is_matched_narrowly():
+    """Fuzz graph 186 of CPU seed 34701: a layer norm whose weight holds -inf. Eager's CPU backward
+    gives NaN across the row; graphfuser an inf where its two infinite sums agree in sign. Only
+    inf-for-NaN differences, with an inf among the arguments, are that deviation."""
+    from graphfuser.fuzz.known import layer_norm_inf_grad
+    from graphfuser.fuzz.oracle import compare_tensor
+
+    inf, nan = float("inf"), float("nan")
+    # eager's own backward of such a row
+    x = torch.tensor([[-2.3, -0.8, 0.5, 1.4]], requires_grad=True)
+    w = torch.tensor([-0.8, -inf, 0.5, 1.3])
+    torch.nn.functional.layer_norm(x, [4], w).backward(torch.tensor([[0.3, -1.1, 0.7, 2.0]]))
+    assert bool(x.grad.isnan().all())
+    e = torch.tensor([nan, nan, 1.0])
+
+    def judge(g2):
+        return compare_tensor(g2, e, None, 1e-3, check_strides=False)
+
+    args = [torch.tensor([0.5, -inf, 1.0])]
+    g = torch.tensor([-inf, nan, 1.0])
+    assert layer_norm_inf_grad(["layer_norm", "mul"], args, g, e, judge)
+    assert not layer_norm_inf_grad(["rms_norm"], args, g, e, judge)                          # no layer norm
+    assert not layer_norm_inf_grad(["layer_norm"], [torch.tensor([0.5, 1.0])], g, e, judge)  # no inf argument
+    assert not layer_norm_inf_grad(["layer_norm"], args, torch.tensor([-4.0, nan, 1.0]), e, judge)  # finite
+    assert not layer_norm_inf_grad(["layer_norm"], args, torch.tensor([-inf, nan, 2.0]), e, judge)  # elsewhere
+    assert not layer_norm_inf_grad(["layer_norm"], args, g.to("meta"), e.to("meta"), judge)  # not the CPU
+
 def _judge_spread(body: str, inputs: list, g_of):
     from graphfuser.fuzz.oracle import _rounding_spread_covers, load, make_args
 
