@@ -207,7 +207,11 @@ def _normalized_grad(d, g, x, w, dims: list[int], mean, rstd):
     re-centred as var's are (``_centered``): a float32 mean of rows near 1e4 with a 1e-2 spread is
     off by a tenth of the spread (fuzz graph 2713 of seed 9292, an instance norm's gradient 27%
     off where eager's was 3%)."""
-    xhat = d.mul(_centered(d, x, mean, dims), rstd)
+    # rstd 0: finite data whose variance overflows (0.5 then 3e38 twice in a float32 row). The
+    # forward gives such a row its bias (xhat 0, ops/norms.py ``_normalize_parts``), eager's
+    # value; the backward's own mean may overflow there (inf, and (x - inf) * 0 is NaN), so xhat
+    # is 0 as the forward's, and the row's dx 0, as eager's (fuzz graph 469 of CPU seed 34716)
+    xhat = d.where(d.op("aten::eq", rstd, 0.0), 0.0, d.mul(_centered(d, x, mean, dims), rstd))
     gw = g if w is None else d.mul(g, w)
     m1 = d.op("aten::mean", gw, dims, True)
     m2 = d.op("aten::mean", d.mul(gw, xhat), dims, True)

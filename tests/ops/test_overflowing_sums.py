@@ -61,3 +61,38 @@ def test_variance_of_rows_whose_sums_overflow_is_inf(dtype):
     assert bool(var[2:4].isnan().all())
     assert torch.equal(var[:2].isinf(), ref[:2].isinf())
     torch.testing.assert_close(var[4:], ref[4:], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("front", ["script", "compile"])
+@pytest.mark.parametrize("width", [16, 4096])
+def test_layer_norm_gradient_of_rows_whose_sums_overflow(front, width):
+    """The backward of those rows: the forward gives their bias (xhat 0), so their input gradient
+    is 0 and their weight gradient gets nothing from them, as eager's long rows have it. The
+    backward's own mean of such a row overflowed, and (x - inf) * 0 made it NaN (fuzz graph 469
+    of CPU seed 34716, through torch.compile, a row of 16 holding 3e38 twice)."""
+    x, w, b = _rows(width, torch.float32)
+    w.requires_grad_(True)
+    if front == "compile":
+        from graphfuser.frontend.dynamo import graphfuser_backend
+
+        torch._dynamo.reset()
+        f = torch.compile(_ln, backend=graphfuser_backend)
+    else:
+        f = graphfuser.script(_ln)
+    g = torch.randn(6, width)
+    for _ in range(4):
+        xg = x.clone().requires_grad_(True)
+        dx, dw = torch.autograd.grad(f(xg, w, b), [xg, w], g)
+    assert torch.equal(dx[:2], torch.zeros(2, width))
+    assert bool(dx[2:4].isnan().all())
+    xe = x.clone().requires_grad_(True)
+    ex, ew = torch.autograd.grad(_ln(xe, w, b), [xe, w], g)
+    torch.testing.assert_close(dx[4:], ex[4:], rtol=1e-4, atol=1e-5)
+    # eager's own backward gives these rows 0 where its mean stayed finite, NaN where not
+    assert bool(((ex[:2] == 0) | ex[:2].isnan()).all())
+    if width == 4096:
+        assert bool((ex[:2] == 0).any())
+    # the weight's gradient: NaN from the inf / NaN rows in both; the two overflowing rows add 0
+    both = torch.autograd.grad(_ln(x[4:].clone(), w, b), [w], g[4:])[0]
+    finite = torch.autograd.grad(f(x[[0, 1, 4, 5]].clone(), w, b), [w], g[[0, 1, 4, 5]])[0]
+    torch.testing.assert_close(finite, both, rtol=1e-4, atol=1e-5)
