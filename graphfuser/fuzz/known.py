@@ -207,6 +207,54 @@ def layer_norm_overflow_row(ops: Sequence[str], args: Sequence[Any], g: Any, e: 
     return bool(odd.any()) and judge(torch.where(odd, e, g.detach())) is None
 
 
+def _long_row_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Any = None,
+                         bias: Any = None, eps: float = 1e-5) -> torch.Tensor:
+    """eager's layer norm as its CPU kernel computes rows of its vector width or more, on rows of
+    any length: statistics exact, the variance rounded to the input's dtype (inf where finite data's
+    variance overflows it, so rstd is 0 and the row its bias)."""
+    dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
+    x = input.double()
+    mean = x.mean(dims, keepdim=True)
+    var = x.var(dims, unbiased=False, keepdim=True).to(input.dtype).double()
+    rstd = torch.rsqrt(var + eps)
+    y = torch.where(rstd == 0, torch.zeros_like(x), (x - mean) * rstd).to(input.dtype)
+    if weight is not None:
+        y = y * weight
+    return y + bias if bias is not None else y
+
+
+class LongRowLayerNorm(torch.overrides.TorchFunctionMode):
+    """Runs ``F.layer_norm`` as ``_long_row_layer_norm``: eager's program with the rule graphfuser
+    keeps for every row (``layer_norm_overflow_row``)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        if func is torch.nn.functional.layer_norm:
+            return _long_row_layer_norm(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def layer_norm_long_rows(ops: Sequence[str], args: Sequence[Any], fn: Any, where: int, g: Any, judge: Any) -> bool:
+    """The ``layer_norm_overflow_row`` deviation past the layer norm (a comparison of its output, a
+    reduction of it): the graph has a layer norm, runs on the CPU and a float argument holds a finite
+    value past float32's square root of its max; ``g`` passes against output ``where`` of the
+    program run with every layer norm's rows as eager's long rows (``LongRowLayerNorm``; fuzz
+    graph 1083 of CPU seed 34719: ``expm1(log1p(layer_norm(x))) < 1`` over rows of 3 holding 3e38,
+    eager's NaN rows False, graphfuser's bias rows True)."""
+    if "layer_norm" not in ops or g.device.type != "cpu" or where < 0:
+        return False
+    if not any(isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel()
+               and bool((a.detach().isfinite() & (a.detach().abs() >= SQRT_FLOAT32_MAX)).any()) for a in args):
+        return False
+    try:
+        with torch.no_grad(), LongRowLayerNorm():
+            out = fn(*args)
+    except Exception:  # noqa: BLE001 - no such run: the finding stands
+        return False
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    want = outs[where] if where < len(outs) else None
+    return isinstance(want, torch.Tensor) and tuple(want.shape) == tuple(g.shape) and judge(g, want) is None
+
+
 def layer_norm_inf_grad(ops: Sequence[str], args: Sequence[Any], g: Any, e: Any, judge: Any) -> bool:
     """The ``layer_norm_inf_grad`` deviation: the graph has a layer norm and runs on the CPU; ``g``
     differs from eager's ``e`` only where ``e`` is NaN and ``g`` is an inf (``judge(g')`` passes

@@ -705,3 +705,32 @@ def test_hardtanh_nan_gradient_is_eagers_own_disagreement():
     assert not _hardtanh_nan({"ops": ["hardswish"]}, g, e)
     assert not _hardtanh_nan(case, g, torch.tensor([0.5, 1.0]))          # eager finite, not 0: a finding
     assert not _hardtanh_nan(case, torch.tensor([0.5, 1.0]), e)          # a finite difference: a finding
+
+
+def test_layer_norm_overflow_rows_are_matched_past_the_layer_norm():
+    """Fuzz graph 1083 of CPU seed 34719: a comparison of a layer norm's output over rows of 3
+    holding 3e38. Eager's short rows are NaN there (the comparison False), graphfuser's its bias,
+    as eager's long rows are (True): rerun with every layer norm's rows as eager's long rows, the
+    program gives graphfuser's answer. Without an overflowing argument, or off the CPU, no match."""
+    from graphfuser.fuzz.known import LongRowLayerNorm, layer_norm_long_rows
+    from graphfuser.fuzz.oracle import compare_tensor
+
+    def fn(x):
+        return (torch.nn.functional.layer_norm(x, [3]) < 1,)
+
+    x = torch.tensor([[3e38, 1.0, 0.5], [0.1, 0.2, 0.4]])
+    eager = fn(x)[0]
+    assert not bool(eager[0].any())                          # eager's short row: NaN, so False
+    with LongRowLayerNorm():
+        long_rows = torch.nn.functional.layer_norm(x, [3])
+    assert torch.equal(long_rows[0], torch.zeros(3))         # the bias (none): 0
+    torch.testing.assert_close(long_rows[1], torch.nn.functional.layer_norm(x[1], [3]))
+    g = torch.tensor([[True, True, True], [True, True, False]])
+
+    def judge(a, b):
+        return compare_tensor(a, b, None, 1e-6, check_strides=False)
+
+    assert eager.tolist()[1] == g.tolist()[1] and layer_norm_long_rows(["layer_norm", "lt"], [x], fn, 0, g, judge)
+    assert not layer_norm_long_rows(["layer_norm", "lt"], [x], fn, 0, ~g, judge)             # not its answer
+    assert not layer_norm_long_rows(["layer_norm"], [torch.tensor([[1.0, 2.0, 3.0]])], fn, 0, g, judge)
+    assert not layer_norm_long_rows(["rms_norm"], [x], fn, 0, g, judge)
