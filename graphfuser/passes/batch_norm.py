@@ -179,12 +179,19 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
     if xt.dtype == torch.float32 and xt.device is not None and xt.device.type == "cpu" \
             and not _contiguous(xt) and not (xt.rank in (4, 5) and _contiguous(xt, channels_last=True)):
         var_acc = torch.float64
+    # On the CPU the mean of a float32 input is summed in double: eager's sums of finite values
+    # past float's range there (3e38 four times beside -inf four times) come out -inf or NaN by
+    # the order its vector lanes meet them; double's sum is the float64 reference's -inf (fuzz
+    # graph 637 of CPU seed 34722). The new running mean is rounded to float once.
+    mean_acc = acc
+    if xt.dtype == torch.float32 and xt.device is not None and xt.device.type == "cpu":
+        mean_acc = torch.float64
     xs = {}
-    for dt in {acc, var_acc}:
+    for dt in {mean_acc, var_acc}:
         xs[dt] = x if dt == xt.dtype else e.op(
             "aten::to", [x, e.const(scalar_type_code(dt), "int"), false, false, e.const(None, "NoneType")],
             replace(xt, dtype=dt))
-    mean = e.op("aten::mean", [xs[acc], dims, false], _vector_type(xt, acc, bool(xt.requires_grad)))
+    mean = e.op("aten::mean", [xs[mean_acc], dims, false], _vector_type(xt, mean_acc, bool(xt.requires_grad)))
     var = e.op("aten::var", [xs[var_acc], dims, e.const(True, "bool"), false],
                _vector_type(xt, var_acc, bool(xt.requires_grad)))
     one = e.const(1.0, "float")
