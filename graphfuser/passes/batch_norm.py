@@ -179,12 +179,14 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
     if xt.dtype == torch.float32 and xt.device is not None and xt.device.type == "cpu" \
             and not _contiguous(xt) and not (xt.rank in (4, 5) and _contiguous(xt, channels_last=True)):
         var_acc = torch.float64
-    # On the CPU the mean of a float32 input is summed in double: eager's sums of finite values
-    # past float's range there (3e38 four times beside -inf four times) come out -inf or NaN by
-    # the order its vector lanes meet them; double's sum is the float64 reference's -inf (fuzz
-    # graph 637 of CPU seed 34722). The new running mean is rounded to float once.
+    # On the CPU the mean of a float32 (or bf16 / fp16) input is summed in double: eager's float
+    # sums of finite values past float's range there (3e38 four times beside -inf four times)
+    # come out -inf or NaN by the order its vector lanes meet them; double's sum is the float64
+    # reference's -inf (fuzz graphs 637 and 1354 of CPU seed 34722, float32 and bf16). The new
+    # running mean is rounded to the buffer's dtype once.
     mean_acc = acc
-    if xt.dtype == torch.float32 and xt.device is not None and xt.device.type == "cpu":
+    if xt.dtype in (torch.float32, torch.float16, torch.bfloat16) and xt.device is not None \
+            and xt.device.type == "cpu":
         mean_acc = torch.float64
     xs = {}
     for dt in {mean_acc, var_acc}:
