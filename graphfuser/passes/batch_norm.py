@@ -158,6 +158,11 @@ def _update(e: _Builder, x: Value, stat: Value, running: Value, momentum: Value,
     return new
 
 
+# where a training batch norm's new running mean is summed in double (``_training_nodes``); tests
+# that render CUDA kernels from graphs profiled on the CPU take it off
+DOUBLE_MEAN_DEVICES = ("cpu",)
+
+
 def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, Value]]]:
     """The fusible training batch norm and the new running stats, appended through ``e``;
     returns (output, [(running stat, its new value)])."""
@@ -186,7 +191,7 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
     # running mean is rounded to the buffer's dtype once.
     mean_acc = acc
     if xt.dtype in (torch.float32, torch.float16, torch.bfloat16) and xt.device is not None \
-            and xt.device.type == "cpu":
+            and xt.device.type in DOUBLE_MEAN_DEVICES:
         mean_acc = torch.float64
     xs = {}
     for dt in {mean_acc, var_acc}:
