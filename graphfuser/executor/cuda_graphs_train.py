@@ -524,7 +524,7 @@ class TrainingReplayer(GraphReplayer):
                     gen.manual_seed(eager_rng[0])
                 gen.set_offset(eager_rng[1])
             # the forward's autocast state: a backward runs outside the caller's autocast region
-            enabled, dtype = getattr(ctx, "autocast", (False, torch.float16))
+            enabled, dtype = ctx.autocast
             with torch.enable_grad(), torch.autocast("cuda", dtype=dtype, enabled=enabled), (philox_fixed(*ctx.rng, ctx.entry.rng.device.index) if ctx.rng is not None
                                        else contextlib.nullcontext()):
                 flat = tree_flatten(ctx.fast(*ctx.args))[0]

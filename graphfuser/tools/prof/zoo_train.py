@@ -41,7 +41,7 @@ import torch.nn.functional as F
 import graphfuser
 
 from ..zoo_train import _amp, _build
-from .common import cprofile_text, cuda_kernel_times, sync as _sync
+from .common import cprofile_text, kernel_us_per_step, sync as _sync
 
 # narrow versions of the zoo's training models (--slim): the same graph structure, tiny kernels
 SLIM = {"timm:resnet50": dict(channels=(8, 16, 32, 64), stem_width=8, num_classes=10),
@@ -240,20 +240,13 @@ def host_table(a) -> int:
 
 def _kernels(step, top: int, steps: int = 5) -> None:
     """Device time per step under torch.profiler: the total, graphfuser's kernels, the slowest."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    times, counts = cuda_kernel_times(prof)
-    total = sum(times.values()) / steps / 1e3
-    ours = sum(t for k, t in times.items() if k.startswith("cuda_fusion")) / steps / 1e3
-    n = sum(counts.values()) // steps
+    kernels: dict = {}
+    total = kernel_us_per_step(step, steps, warm=0, kernels=kernels) / 1e3
+    ours = sum(us for k, (us, _) in kernels.items() if k.startswith("cuda_fusion")) / 1e3
+    n = round(sum(c for _, c in kernels.values()))
     print(f"   device time {total:.2f} ms/step in {n} kernels/step; graphfuser kernels {ours:.2f} ms/step")
-    for k, t in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
-        print(f"   {t / steps / 1e3:8.3f} ms  x{counts[k] // steps:<4d} {k[:100]}")
+    for k, (us, c) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"   {us / 1e3:8.3f} ms  x{int(c):<4d} {k[:100]}")
 
 
 def _profile(step, dev: str, top: int) -> None:
