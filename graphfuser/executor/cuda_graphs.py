@@ -79,6 +79,7 @@ from ..ir.graph import Graph
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..passes.module_flags import module_attr as _attr
+from .lent import _copy_out, _dense
 from .replay_eligibility import _chains, ineligible_reason, launches  # noqa: F401 - (the eligibility tests read them here)
 
 STATS = {"captures": 0, "replays": 0, "capture_failures": 0, "copy_bound": 0, "slower_replays": 0}
@@ -158,10 +159,6 @@ def autocast_cache_off() -> Iterator[None]:
         torch.set_autocast_cache_enabled(was)
 
 
-def _dense(t: torch.Tensor) -> bool:
-    return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
-
-
 def _disjoint(t: torch.Tensor) -> bool:
     """No two elements share memory (a padded layout, a slice's; not an expanded view): what a
     copy with the same strides can hold."""
@@ -171,14 +168,6 @@ def _disjoint(t: torch.Tensor) -> bool:
             return False
         span = stride * size
     return True
-
-
-def _copy_out(t: torch.Tensor) -> torch.Tensor:
-    """A copy of a replayed output with its strides (a padded GEMM's result keeps its padding:
-    ``clone`` would make a non-dense tensor contiguous)."""
-    if _dense(t):
-        return t.clone()
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)

@@ -70,14 +70,18 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..log import jit_log
 from ..ops.philox import philox_capture, philox_fixed, reserve, signed_seed
 from .cuda_graphs import STATS, GraphReplayer, _attr, autocast_cache_off
+from .lent import Lent
+
+
+_TENSOR = object()     # where a static output sits in a signature's flat outputs (``_TrainEntry.lent`` holds it)
 
 
 class _TrainEntry:
     """One captured signature: its two graphs and their static tensors."""
 
-    __slots__ = ("fwd", "bwd", "inputs", "outputs", "treedef", "diff", "grad_outs", "grads", "params", "host",
+    __slots__ = ("fwd", "bwd", "inputs", "outputs", "treedef", "diff", "grad_outs", "params", "host",
                  "trials", "best", "generation", "node", "fn", "rng", "draws", "seed", "eager_draws",
-                 "wanted", "__weakref__")
+                 "wanted", "lent", "lent_grads", "__weakref__")
 
     def __init__(self) -> None:
         self.generation = 0
@@ -114,7 +118,8 @@ class _Replay(torch.autograd.Function):
         ctx.autocast = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
         ctx.set_materialize_grads(False)   # an output the caller does not differentiate: None, no fill
         entry.node = weakref.ref(ctx)
-        outs = tuple(o.clone() for o in entry.outputs if isinstance(o, torch.Tensor))
+        outs = tuple(entry.lent.hand_out())
+        ctx.out_versions = entry.lent.versions()
         fixed = [o for o, d in zip(outs, entry.diff) if not d]
         if fixed:
             ctx.mark_non_differentiable(*fixed)
@@ -130,7 +135,13 @@ class _Replay(torch.autograd.Function):
             # a gradient for an output the backward graph was captured without: this call
             # differentiates the host program, later ones run it
             ctx.replayer._unwanted(entry)
-        if unseen or torch.is_grad_enabled() or ctx.generation != entry.generation:
+        fresh = ctx.generation == entry.generation
+        if fresh and not entry.lent_grads.reclaim():
+            # a caller grew a lent gradient in place: the graph would write memory nobody reads
+            ctx.replayer._drop(entry, "a caller grew a replayed gradient in place")
+            fresh = False
+        if unseen or torch.is_grad_enabled() or not fresh or entry.lent.versions() != ctx.out_versions:
+            # (a lent output written in place since the call: the backward graph may read it)
             res = ctx.replayer._recompute(ctx, diff_grads)
         else:
             for s, g in zip(entry.grad_outs, [g for g, w in zip(diff_grads, entry.wanted) if w]):
@@ -139,9 +150,7 @@ class _Replay(torch.autograd.Function):
                 else:
                     s.copy_(g)
             entry.bwd.replay()
-            present = [g for g in entry.grads if g is not None]
-            fresh = iter(torch._foreach_mul(present, 1) if present else [])
-            res = [next(fresh) if g is not None else None for g in entry.grads]
+            res = entry.lent_grads.hand_out()
         return (None, None, None, None) + tuple(res)
 
 
@@ -212,14 +221,12 @@ def _replay_once(entry: _TrainEntry, args: tuple) -> None:
         if s is not None:
             s.copy_(a)
     entry.fwd.replay()
-    outs = [o.clone() for o in entry.outputs if isinstance(o, torch.Tensor)]
+    outs = entry.lent.copies_only()
     diff = [o for o, d in zip(outs, entry.diff) if d]
     for s, o in zip(entry.grad_outs, [o for o, w in zip(diff, entry.wanted) if w]):
         s.copy_(o)                    # (as an incoming gradient would be: its values do not matter)
     entry.bwd.replay()
-    present = [g for g in entry.grads if g is not None]
-    if present:
-        torch._foreach_mul(present, 1)
+    entry.lent_grads.copies_only()
 
 
 def _sliced_base(o: torch.Tensor) -> Optional[torch.Tensor]:
@@ -293,9 +300,12 @@ class TrainingReplayer(GraphReplayer):
     def _replay(self, entry: _TrainEntry, fast: Callable, args: tuple) -> Any:
         for c in self.caches:           # kept weights (of parameters that want no gradient)
             c.refresh()
+        if not entry.lent.reclaim():
+            self._drop(entry, "a caller grew a replayed output in place")
+            return fast(*args)
         leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] + entry.params
         outs = iter(_Replay.apply(self, entry, fast, args, *leaves))
-        flat = [next(outs) if isinstance(o, torch.Tensor) else o for o in entry.outputs]
+        flat = [next(outs) if o is _TENSOR else o for o in entry.outputs]
         STATS["train_replays"] = STATS.get("train_replays", 0) + 1
         return tree_unflatten(flat, entry.treedef)
 
@@ -401,9 +411,12 @@ class TrainingReplayer(GraphReplayer):
                 roots, feeds, entry.grad_outs = _backward_roots(diff)
                 with torch.cuda.graph(entry.bwd, pool=entry.fwd.pool(), capture_error_mode="thread_local"), \
                         autocast_cache_off(), torch.autograd.set_multithreading_enabled(False), _backward_autocast():
-                    entry.grads = list(torch.autograd.grad(roots, leaves, feeds, allow_unused=True))
+                    grads = list(torch.autograd.grad(roots, leaves, feeds, allow_unused=True))
             entry.draws, entry.eager_draws = draws.used, eager_draws
-            entry.outputs = [o.detach() if isinstance(o, torch.Tensor) else o for o in flat]
+            # (the static outputs live in ``entry.lent``: the flat list keeps the other items)
+            entry.outputs = [_TENSOR if isinstance(o, torch.Tensor) else o for o in flat]
+            entry.lent = Lent([o.detach() for o in tensors])
+            entry.lent_grads = Lent(grads, batched=True)
             entry.inputs = statics
             replayed = _replay_seconds(entry, args)
             step = max(launched, _graphs_seconds(entry))
@@ -470,11 +483,13 @@ class TrainingReplayer(GraphReplayer):
     def _unwanted(self, entry: _TrainEntry) -> None:
         """A replay's backward got a gradient for an output its graph left out: drop the entry;
         this signature runs the host program from now on."""
+        self._drop(entry, "a backward gave a gradient to an output no warm call's caller had given one")
+
+    def _drop(self, entry: _TrainEntry, why: str) -> None:
         for key, e in list(self.entries.items()):
             if e is entry:
                 del self.entries[key]
-                self._capture_failed(key, RuntimeError("a backward gave a gradient to an output no warm "
-                                                       "call's caller had given one"))
+                self._capture_failed(key, RuntimeError(why))
 
     def _alias_parameters(self, params: list, swapped: list) -> list:
         """For the warm-up and the captures, each parameter the graph reads becomes a new leaf

@@ -2,7 +2,9 @@
 step equals eager's (outputs, gradients, parameters after SGD, running stats), with gradient
 accumulation, two forwards before one backward, a second backward through a retained graph after
 the next forward, double backward, autocast with weights that change, frozen parameters, and the
-knob that turns it off."""
+knob that turns it off. Every test runs twice: with the graphs' outputs and gradients lent to
+the caller (executor/lent.py; these nets' buffers are below the size that is lent by default)
+and with copies handed out."""
 import copy
 
 import pytest
@@ -17,6 +19,14 @@ from helpers import philox_dropouts
 pytestmark = pytest.mark.cuda
 
 TOL = dict(rtol=2e-3, atol=2e-3)
+
+
+@pytest.fixture(autouse=True, params=["lent", "copied"])
+def _lending(monkeypatch, request):
+    from graphfuser.executor import lent
+
+    monkeypatch.setattr(lent, "LEND_BYTES", 0 if request.param == "lent" else 1 << 62)
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -242,6 +252,40 @@ def test_gradient_accumulation_and_input_grads(frontend):
         torch.testing.assert_close(x.grad, x2.grad, **TOL)
     _same(m, twin)
     assert _replays() > before
+
+
+@FRONTENDS
+def test_kept_outputs_and_gradients_keep_their_values(frontend, _lending):
+    """A loop that keeps every step's output and every step's ``.grad`` (lent: the next replay
+    moves each onto a copy before writing its buffers again), with one step that writes its
+    output in place before the backward (a backward graph may read an output: with lending, that
+    step differentiates the host program): everything kept equals eager's."""
+    m, twin, sf = _pair(_mlp, frontend)
+    kept, ref = [], []
+    before = _replays()
+    for k in range(8):
+        x = torch.randn(16, 32, device="cuda")
+        for model, fn, into in ((m, sf, kept), (twin, twin, ref)):
+            for p in model.parameters():
+                p.grad = None
+            out = fn(x)
+            if k == 5:
+                out.mul_(0.5)                 # (the last Linear's backward does not read it)
+            out.square().mean().backward()
+            into.append((out.detach(), [p.grad for p in model.parameters()]))
+    for (o, gs), (ro, rgs) in zip(kept, ref):
+        torch.testing.assert_close(o, ro, **TOL)
+        for g, rg in zip(gs, rgs):
+            if rg is None:
+                assert g is None
+            else:
+                torch.testing.assert_close(g, rg, **TOL)
+    assert _replays() > before
+    if _lending == "lent":
+        from graphfuser.executor.cuda_graphs import _LIVE
+
+        entries = [e for r in list(_LIVE) if r.training is not None for e in r.training.entries.values()]
+        assert any(e.lent.copies and e.lent_grads.copies for e in entries)
 
 
 @FRONTENDS
