@@ -1,26 +1,24 @@
-"""A CUDA graph's static buffers lent to callers without a copy, moved onto a copy only if a
-caller still holds them when the graph is about to write them again.
+"""A CUDA graph's static buffers lent to callers without a copy, for as long as the caller gives
+each back before the graph writes it again.
 
 A replayed graph writes its outputs (and a training replay's backward its gradients) into the
 same memory on every replay. Handing out copies keeps what a caller holds valid, but a copy per
-call is GPU time: GPT-2's padded logits, a strided copy of 0.4 GB per training step (0.55 ms on an
+call is GPU time: GPT-2's padded logits, a strided copy of 0.4 GB per training step (0.47 ms on an
 H200), and its parameters' gradients, another 0.25 GB (0.28 ms). A training loop seldom keeps
 them: ``loss = model(x, labels=y).loss`` drops the logits at once, and ``zero_grad()`` (which
 sets ``.grad`` to None) drops the gradients before the next backward.
 
-So each buffer is lent: the caller gets an alias of the static tensor (``detach()``: the same
-storage). Before the graph runs again, ``reclaim`` counts the references to each buffer's storage
-(``torch._C._storage_Use_Count``). A storage no caller references any more is simply written
-again. One still referenced (the caller kept the tensor, a view of it, or autograd made it a
-parameter's ``.grad``) is copied, and the two storages then exchange their memory
-(``UntypedStorage._swap_data_ptr_``): the caller's storage, and so every view of it, now owns
-the copy; a new static tensor over the graph's memory takes the old one's place. The caller sees
-the values it was given, as with a copy per call, and pays for a copy only where it kept one.
+So each large buffer is lent: the caller gets an alias of the static tensor (``detach()``: the
+same storage). Before the graph runs again, ``held`` counts the references to each lent buffer's
+storage (``torch._C._storage_Use_Count``) against the count when nothing was lent: a storage no
+caller references any more is simply written again. What the replayer does with a buffer still
+held (the caller kept the tensor or a view of it, or autograd made it a parameter's ``.grad``)
+is its own choice (cuda_graphs_train.py): never to write it while it is held.
 
 A buffer is lent only where every reference to its storage is accounted for when lending starts
-(the static tensors on it and this module's own handle): otherwise it is handed out as a copy,
-as before. A caller that grows a lent tensor in place (``resize_``) moves the storage away from
-the graph's memory: ``reclaim`` reports it, and the replayer stops replaying that graph.
+(its static tensor and this module's handle): otherwise, and for small buffers, it is handed out
+as a copy. A caller that grows a lent tensor in place (``resize_``) moves the storage, and the
+static tensor with it, away from the graph's memory: ``moved`` tells.
 """
 from __future__ import annotations
 
@@ -29,34 +27,26 @@ from typing import Optional
 import torch
 
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
-_SWAP = getattr(torch.UntypedStorage, "_swap_data_ptr_", None)
-ENABLED = _USE_COUNT is not None and _SWAP is not None
 LEND_BYTES = 1 << 16     # buffers smaller than this are copied (a launch either way; no bookkeeping)
 
 
-def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
-    """All of ``t``'s storage as one uint8 tensor (a padded GEMM output's padding included)."""
-    s = t.untyped_storage()
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(s, 0, (s.nbytes(),), (1,))
-
-
 class Lent:
-    """The static tensors of one graph that are lent (see module doc). ``hand_out`` gives the
-    caller's tensors (aliases where lent, copies elsewhere), ``reclaim`` makes the buffers the
-    graph's again before it runs."""
+    """The static tensors of one graph, some of them lent (see module doc). ``hand_out`` gives
+    the caller's tensors (aliases where lent, copies elsewhere); ``held`` says which lent ones a
+    caller still references."""
 
-    __slots__ = ("tensors", "lend", "handles", "counts", "ptrs", "copies", "batched")
+    __slots__ = ("tensors", "lend", "handles", "counts", "ptrs", "batched")
 
-    def __init__(self, tensors: list[Optional[torch.Tensor]], batched: bool = False) -> None:
+    def __init__(self, tensors: list[Optional[torch.Tensor]], batched: bool = False, lend: bool = True) -> None:
         self.tensors = list(tensors)
         # the copies of those not lent made by one ``_foreach_mul`` (a training step's small
         # gradients: biases and norm weights, dozens of them) rather than a launch each
         self.batched = batched
-        self.lend = [ENABLED and t is not None and t.untyped_storage().nbytes() >= LEND_BYTES for t in tensors]
+        self.lend = [lend and _USE_COUNT is not None and t is not None and t.untyped_storage().nbytes() >= LEND_BYTES
+                     for t in tensors]
         self.handles: list = []         # per tensor: its storage's Python handle (lent ones), set by _start
         self.counts: list[int] = []     # the references to that storage when no caller holds it
-        self.ptrs: list[int] = []
-        self.copies = 0                 # buffers moved onto a copy so far (the tests read it)
+        self.ptrs = [t.data_ptr() if t is not None else 0 for t in tensors]
 
     def _start(self) -> None:
         """Take the reference counts before anything is lent: a lent buffer's storage must be
@@ -72,7 +62,6 @@ class Lent:
             if h is not None and (on[h.data_ptr()] != 1 or _USE_COUNT(h._cdata) != 2):
                 self.lend[i], self.handles[i] = False, None
         self.counts = [_USE_COUNT(h._cdata) if h is not None else 0 for h in self.handles]
-        self.ptrs = [t.data_ptr() if t is not None else 0 for t in self.tensors]
 
     def hand_out(self) -> list[Optional[torch.Tensor]]:
         """The caller's tensors: an alias of each lent buffer, a copy of each other one."""
@@ -92,34 +81,18 @@ class Lent:
             made = iter([_copy_out(t) for t in kept])
         return [t if lend else next(made) for t, lend in zip(self.tensors, self.lend) if t is not None]
 
-    def reclaim(self) -> bool:
-        """Before the graph writes its buffers again: move the caller's hold of each lent buffer
-        still referenced onto a copy. False if a caller moved a lent buffer's storage (``resize_``):
-        the graph would write memory nobody reads."""
-        if not self.handles:
-            return True
-        for i, h in enumerate(self.handles):
-            if h is None:
-                continue
-            t = self.tensors[i]
-            if t.data_ptr() != self.ptrs[i]:
-                return False
-            if _USE_COUNT(h._cdata) > self.counts[i]:
-                self._move(i)
-        return True
+    def held(self) -> list[int]:
+        """The lent buffers a caller still references (a tensor, a view, a ``.grad``)."""
+        return [i for i, h in enumerate(self.handles) if h is not None and _USE_COUNT(h._cdata) > self.counts[i]]
 
-    def _move(self, i: int) -> None:
-        old = self.tensors[i]
-        copy = _storage_bytes(old).clone()
-        mine = copy.untyped_storage()
-        self.handles[i]._swap_data_ptr_(mine)       # the caller's storage: the copy; mine: the graph's memory
-        new = torch.empty(0, dtype=old.dtype, device=old.device).set_(mine, old.storage_offset(), old.shape,
-                                                                     old.stride())
-        del copy
-        self.tensors[i] = new
-        self.handles[i] = new.untyped_storage()
-        self.counts[i] = _USE_COUNT(self.handles[i]._cdata)
-        self.copies += 1
+    def holders(self, i: int) -> int:
+        """How many references beyond the static tensor's the caller has to buffer ``i``."""
+        return _USE_COUNT(self.handles[i]._cdata) - self.counts[i]
+
+    def moved(self) -> bool:
+        """A caller grew a lent tensor in place (``resize_``): the storage, and the static tensor
+        with it, left the memory the graph writes."""
+        return any(t is not None and t.data_ptr() != p for t, p in zip(self.tensors, self.ptrs))
 
     def versions(self) -> list[int]:
         """The version counters of the lent static tensors (an alias shares its tensor's): a

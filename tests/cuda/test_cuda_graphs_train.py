@@ -256,14 +256,15 @@ def test_gradient_accumulation_and_input_grads(frontend):
 
 @FRONTENDS
 def test_kept_outputs_and_gradients_keep_their_values(frontend, _lending):
-    """A loop that keeps every step's output and every step's ``.grad`` (lent: the next replay
-    moves each onto a copy before writing its buffers again), with one step that writes its
-    output in place before the backward (a backward graph may read an output: with lending, that
-    step differentiates the host program): everything kept equals eager's."""
+    """A loop that keeps every step's output and every step's ``.grad`` (lent: a replay must not
+    write buffers the caller holds: those calls run the host program until the signature is
+    captured again handing out copies), with one step that writes its output in place before
+    the backward (a backward graph may read an output: with lending, that step differentiates
+    the host program): everything kept equals eager's, and replay resumes."""
     m, twin, sf = _pair(_mlp, frontend)
     kept, ref = [], []
-    before = _replays()
-    for k in range(8):
+    before, held = _replays(), STATS.get("held_outputs", 0)
+    for k in range(14):
         x = torch.randn(16, 32, device="cuda")
         for model, fn, into in ((m, sf, kept), (twin, twin, ref)):
             for p in model.parameters():
@@ -273,19 +274,35 @@ def test_kept_outputs_and_gradients_keep_their_values(frontend, _lending):
                 out.mul_(0.5)                 # (the last Linear's backward does not read it)
             out.square().mean().backward()
             into.append((out.detach(), [p.grad for p in model.parameters()]))
+        if k == 9:
+            mid = _replays()
     for (o, gs), (ro, rgs) in zip(kept, ref):
         torch.testing.assert_close(o, ro, **TOL)
         for g, rg in zip(gs, rgs):
-            if rg is None:
-                assert g is None
-            else:
-                torch.testing.assert_close(g, rg, **TOL)
-    assert _replays() > before
+            torch.testing.assert_close(g, rg, **TOL)
+    assert _replays() > mid > before
     if _lending == "lent":
-        from graphfuser.executor.cuda_graphs import _LIVE
+        assert STATS.get("held_outputs", 0) > held
 
-        entries = [e for r in list(_LIVE) if r.training is not None for e in r.training.entries.values()]
-        assert any(e.lent.copies and e.lent_grads.copies for e in entries)
+
+@FRONTENDS
+def test_dropped_outputs_and_gradients_are_lent_without_copies(frontend, _lending):
+    """The usual loop (``zero_grad()``, the output dropped after its loss): replayed steps hand
+    out the graphs' own buffers, and ``.grad`` is the backward graph's buffer, not a copy."""
+    m, twin, sf = _pair(_mlp, frontend)
+    opts = [torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9) for a in (m, twin)]
+    for k in range(10):
+        _sgd_step(m, twin, sf, opts, torch.randn(16, 32, device="cuda"))
+    from graphfuser.executor.cuda_graphs import _LIVE
+
+    entries = [e for r in list(_LIVE) if r.training is not None for e in r.training.entries.values()]
+    assert entries
+    grads = {p.grad.data_ptr() for p in m.parameters()}
+    statics = {t.data_ptr() for e in entries for t in e.lent_grads.tensors if t is not None}
+    if _lending == "lent":
+        assert grads <= statics
+    else:
+        assert not grads & statics
 
 
 @FRONTENDS
