@@ -67,13 +67,14 @@ class Lent:
         """The caller's tensors: an alias of each lent buffer, a copy of each other one."""
         if not self.handles and any(self.lend):
             self._start()
-        copies = iter(self.copies_only())
-        return [None if t is None else t.detach() if lend else next(copies)
+        made = iter(self.copies_only())
+        return [None if t is None else next(made).detach() if lend else next(made)
                 for t, lend in zip(self.tensors, self.lend)]
 
     def copies_only(self) -> list[torch.Tensor]:
-        """Copies of the buffers that are not lent; the lent ones as they are (a replay timed
-        before anything is lent pays for the copies a replay will make, and no more)."""
+        """Per tensor (None left out): a copy of each buffer that is not lent, each lent one as it
+        is (a replay timed before anything is lent pays for the copies a replay will make, and
+        no more)."""
         kept = [t for t, lend in zip(self.tensors, self.lend) if t is not None and not lend]
         if self.batched and kept and all(t.is_floating_point() for t in kept):
             made = iter(torch._foreach_mul(kept, 1))

@@ -113,3 +113,19 @@ def test_padded_outputs_keep_their_strides():
     del base
     out = lent.hand_out()[0]
     assert lent.lend == [True] and out.stride() == (520, 1) and out.data_ptr() == ptr
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_hand_out_keeps_every_position(batched):
+    """Lent, copied and absent (None: an input without a gradient) in any order: each position
+    gets its own tensor's values."""
+    tensors = [torch.full((1 << 15,), 1.0), None, torch.full((3,), 2.0), torch.full((1 << 14,), 3.0),
+               torch.full((5,), 4.0), None]
+    lent = Lent(tensors, batched=batched)
+    outs = lent.hand_out()
+    assert [o is None for o in outs] == [t is None for t in tensors]
+    for o, t in zip(outs, tensors):
+        if t is not None:
+            assert o.shape == t.shape and bool((o == t).all())
+    assert [o is not None and o.data_ptr() == t.data_ptr() for o, t in zip(outs, tensors)] == \
+        [True, False, False, True, False, False]
