@@ -29,16 +29,14 @@ static ones (zeros where an output got none), replays the backward graph and ret
 gradients, which autograd accumulates into ``.grad`` (a gradient autograd takes as a parameter's
 ``.grad`` is not copied) and passes to hooks as usual.
 
-The outputs and gradients of 64 KiB and more are lent, not copied (``lent.py``): the caller gets
-aliases of the static buffers, and a replay never writes a buffer the caller still references.
-A call that finds a lent output still held (``y = model(x)`` in a loop keeps the last ``y``
-through the next call) runs the host program; a backward that finds a lent gradient still a
-leaf's ``.grad`` (steps accumulating without ``zero_grad``) swaps that ``.grad`` for a copy
-first, and one held otherwise differentiates the host program. After ``HELD_LIMIT`` such calls
-the signature is captured again with copies of that kind handed out, as every replay did before
-lending (GPT-2's training step at 8 x 512 tokens copied 0.4 GB of padded logits and 0.25 GB of
-gradients per step: 0.75 ms of an H200's 15). An output written in place before the backward
-(the backward graph may read it) makes that backward differentiate the host program.
+The gradients of 64 KiB and more are lent, not copied (``lent.py``): autograd takes each as the
+parameter's ``.grad`` without a copy, and a replay never writes a buffer the caller still
+references. A backward that finds a lent gradient still a leaf's ``.grad`` (steps accumulating
+without ``zero_grad``) swaps that ``.grad`` for a copy first; one held otherwise (a caller kept
+it) differentiates the host program, and after ``HELD_LIMIT`` such backwards the signature is
+captured again handing out copies (GPT-2's training step at 8 x 512 tokens copied 0.25 GB of
+gradients per step). The outputs are copies: a caller may keep one through the next call
+(``y = model(x)`` in a loop), where a lent one would make that call run the host program.
 
 What keeps it the same computation:
 
@@ -131,7 +129,6 @@ class _Replay(torch.autograd.Function):
         ctx.set_materialize_grads(False)   # an output the caller does not differentiate: None, no fill
         entry.node = weakref.ref(ctx)
         outs = tuple(entry.lent.hand_out())
-        ctx.out_versions = entry.lent.versions()
         fixed = [o for o, d in zip(outs, entry.diff) if not d]
         if fixed:
             ctx.mark_non_differentiable(*fixed)
@@ -140,14 +137,16 @@ class _Replay(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple:
         entry: _TrainEntry = ctx.entry
-        ctx.ran = True
+        # a second backward through a retained graph: the first replay of the backward graph
+        # reused the memory of the activations it had finished with
+        again, ctx.ran = ctx.ran, True
         diff_grads = [g for g, d in zip(grads, entry.diff) if d]
         unseen = any(g is not None and not w for g, w in zip(diff_grads, entry.wanted))
         if unseen:
             # a gradient for an output the backward graph was captured without: this call
             # differentiates the host program, later ones run it
             ctx.replayer._unwanted(entry)
-        fresh = ctx.generation == entry.generation and not unseen and not torch.is_grad_enabled()
+        fresh = ctx.generation == entry.generation and not (unseen or again or torch.is_grad_enabled())
         if fresh and entry.lent_grads.moved():
             # a caller grew a lent gradient in place: the graph would write memory nobody reads
             ctx.replayer._drop(entry, "a caller grew a replayed gradient in place")
@@ -155,8 +154,7 @@ class _Replay(torch.autograd.Function):
         if fresh and not _give_back_grads(entry, ctx.leaves):
             ctx.replayer._held(entry, "grads")
             fresh = False
-        if not fresh or entry.lent.versions() != ctx.out_versions:
-            # (a lent output written in place since the call: the backward graph may read it)
+        if not fresh:
             res = ctx.replayer._recompute(ctx, diff_grads)
         else:
             for s, g in zip(entry.grad_outs, [g for g, w in zip(diff_grads, entry.wanted) if w]):
@@ -336,13 +334,6 @@ class TrainingReplayer(GraphReplayer):
     def _replay(self, entry: _TrainEntry, fast: Callable, args: tuple) -> Any:
         for c in self.caches:           # kept weights (of parameters that want no gradient)
             c.refresh()
-        if entry.lent.moved():
-            self._drop(entry, "a caller grew a replayed output in place")
-            return fast(*args)
-        if entry.lent.held():
-            # the graph would overwrite outputs a caller still holds: this call runs the host program
-            self._held(entry, "outputs")
-            return fast(*args)
         leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] + entry.params
         outs = iter(_Replay.apply(self, entry, fast, args, *leaves))
         flat = [next(outs) if o is _TENSOR else o for o in entry.outputs]
@@ -455,9 +446,11 @@ class TrainingReplayer(GraphReplayer):
             entry.draws, entry.eager_draws = draws.used, eager_draws
             # (the static outputs live in ``entry.lent``: the flat list keeps the other items)
             entry.outputs = [_TENSOR if isinstance(o, torch.Tensor) else o for o in flat]
-            copied = self.copied.get(key, ())
-            entry.lent = Lent([o.detach() for o in tensors], lend="outputs" not in copied)
-            entry.lent_grads = Lent(grads, batched=True, lend="grads" not in copied)
+            # (outputs are copies: a caller may hold one through the next call, and a replay then
+            # would have to run the host program, whose draws and timing the replay's rules
+            # would have to follow too)
+            entry.lent = Lent([o.detach() for o in tensors], lend=False)
+            entry.lent_grads = Lent(grads, batched=True, lend="grads" not in self.copied.get(key, ()))
             entry.inputs = statics
             replayed = _replay_seconds(entry, args)
             step = max(launched, _graphs_seconds(entry))
@@ -527,12 +520,12 @@ class TrainingReplayer(GraphReplayer):
         self._drop(entry, "a backward gave a gradient to an output no warm call's caller had given one")
 
     def _held(self, entry: _TrainEntry, kind: str) -> None:
-        """A call (``outputs``) or a backward (``grads``) found buffers it lent still held: it ran
-        the host program. After ``HELD_LIMIT`` such calls the signature is captured again, its
+        """A backward (``grads``) found buffers it lent still held: it differentiated the host
+        program. After ``HELD_LIMIT`` such calls the signature is captured again, its
         graphs handing out copies of that kind (the callers keep what they hold: the old graphs'
         memory stays with them)."""
         entry.held += 1
-        STATS["held_outputs"] = STATS.get("held_outputs", 0) + 1
+        STATS[f"held_{kind}"] = STATS.get(f"held_{kind}", 0) + 1
         if entry.held < HELD_LIMIT:
             return
         for key, e in list(self.entries.items()):
