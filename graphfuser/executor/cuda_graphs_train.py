@@ -29,9 +29,13 @@ static ones (zeros where an output got none), replays the backward graph and ret
 gradients, which autograd accumulates into ``.grad`` (a gradient autograd takes as a parameter's
 ``.grad`` is not copied) and passes to hooks as usual.
 
-The gradients of 64 KiB and more are lent, not copied (``lent.py``): autograd takes each as the
-parameter's ``.grad`` without a copy, and a replay never writes a buffer the caller still
-references. A backward that finds a lent gradient still a leaf's ``.grad`` (steps accumulating
+The gradients of 64 KiB and more are lent, not copied (``lent.py``): each is handed to autograd
+as an alias of the backward graph's buffer, which autograd makes the parameter's ``.grad`` as it
+is (nothing else references it; checked on an H200 and in tests/executor/test_lent.py), and a
+replay never writes a buffer the caller still references. A buffer two gradients share, or one
+referenced elsewhere when lending starts, is copied (an MLP's 4 weight and bias gradients of 8;
+GPT-2's 50 large ones of 148 are lent, and its training step took 15.7 ms against 16.05 with
+every gradient copied, in one process on an H200). A backward that finds a lent gradient still a leaf's ``.grad`` (steps accumulating
 without ``zero_grad``) swaps that ``.grad`` for a copy first; one held otherwise (a caller kept
 it) differentiates the host program, and after ``HELD_LIMIT`` such backwards the signature is
 captured again handing out copies (GPT-2's training step at 8 x 512 tokens copied 0.25 GB of
