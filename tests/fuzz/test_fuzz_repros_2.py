@@ -437,3 +437,34 @@ def test_batch_norm_running_mean_of_sums_past_float_on_the_cpu(front, dtype):
     torch.testing.assert_close(rm[0], rme[0])
     if dtype == torch.float32:
         torch.testing.assert_close(rm, rme, equal_nan=True)
+
+
+def _sums_over_one(x):
+    y = x * 2
+    return (torch.sum(y, [-1], keepdim=True), torch.mean(y, [1]), torch.sum(y, [1, 2], keepdim=True),
+            torch.rsqrt(torch.mean(y, [-1])))
+
+
+@pytest.mark.parametrize("frontend", ["script", "compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_sum_over_size_one_dims_of_negative_zeros_is_positive_zero(device, dtype, frontend):
+    """Fuzz graph 1435 of CPU seed 34722 (torch.compile): rsqrt of a mean over a dim of size 1
+    of a batch norm's -0 (a constant channel, a negative weight) gave -inf where eager gives +inf
+    (eager's sum starts from +0, and -0 + +0 is +0). A reduction over size-1 dims only is the
+    identity in graphfuser's lowering; for a sum, plus +0. Zeros of both signs, NaN and inf rows
+    beside them; the signs are compared, not only the values."""
+    x = torch.tensor([[-0.0], [0.0], [float("nan")], [-float("inf")], [-1.5]], dtype=dtype, device=device)
+    x = x.reshape(5, 1, 1).expand(5, 1, 1).contiguous()
+    fn = _sums_over_one
+    if frontend == "compile":
+        torch._dynamo.reset()
+        sf = torch.compile(fn, backend="graphfuser")
+    else:
+        sf = graphfuser.script(fn)
+    for _ in range(4):
+        out = sf(x)
+    for g, e in zip(out, fn(x)):
+        torch.testing.assert_close(g, e, equal_nan=True)
+        real = ~e.isnan()
+        assert torch.equal(torch.signbit(g)[real], torch.signbit(e)[real]), (g, e)   # (a NaN's sign means nothing)

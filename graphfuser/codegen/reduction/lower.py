@@ -11,7 +11,8 @@ loop axes given by ``ops.axes.analyze``. Steps:
    contiguous dim. Adjacent roots of one class coalesce when every tensor is dense across them.
 3. Tensor params as in pointwise lowering (``bcast`` / ``unit`` / ``strided`` per root).
 4. Nodes lower through their rows; reduction rows build ``Reduce`` expressions (the four
-   primitives) and ``ReductionSize``. A reduction over size-1 dims only is the identity.
+   primitives) and ``ReductionSize``. A reduction over size-1 dims only is the identity (a sum's
+   plus +0, as eager's accumulator starts there: -0 sums to +0).
 
 The kernel is size-free: root extents and strides are run-time arguments, like pointwise ones.
 """
@@ -98,7 +99,12 @@ class _Builder(ExprBuilder):
 
     def reduce(self, op: str, e: Expr, dtype: Optional[torch.dtype] = None) -> Expr:
         if self.trivial:
-            return self.cast(e, dtype or e.dtype)
+            out = self.cast(e, dtype or e.dtype)
+            if op == "sum" and out.dtype.is_floating_point:
+                # eager's sum starts from +0: a sum over size-1 dims of -0 is +0 (rsqrt, a
+                # division or log after it tells the signs apart; fuzz graph 1435 of CPU seed 34722)
+                out = self.call("add", out, self.const(0.0, out.dtype))
+            return out
         if self.column:
             if op != "sum":
                 raise LoweringError(f"a column reduction must be a sum, not {op}")

@@ -3,10 +3,11 @@
 Observed (call 4): output 0: 3/3 elements; at [0, 0]: graphfuser -inf, eager nan, fp64 reference inf
 
 A training batch norm of a constant fp16 channel (an expanded input) with a negative weight and no
-bias, then a mean over a dim of 1 and rsqrt. graphfuser's output is -0 there ((x - mean) * rstd *
-weight), the float64 reference's +0 (x * scale + shift), so rsqrt gives -inf against inf; eager's
-own fp16 kernel gives NaN. Eager's sign of such a zero depends on its path (its float32 batch norm
-gives -0 too).
+bias gives -0, then a mean over a dim of size 1, then rsqrt. graphfuser lowered a sum over size-1
+dims as the identity, keeping the -0, where eager's sum starts from +0 and gives +0: rsqrt gave
+-inf against the float64 reference's +inf (eager's own fp16 kernel gives NaN there: its eps of
+1e-12 underflows in fp16). Fixed in codegen/reduction/lower.py (the identity of a sum adds +0);
+test: tests/fuzz/test_fuzz_repros_2.py::test_a_sum_over_size_one_dims_of_negative_zeros_is_positive_zero.
 
 Run from the repository root: PYTHONPATH=. GRAPHFUSER_FUZZ_FRONTEND=compile python logs/fuzz-repros/cpu-34722-1435-wrong_value-batch_norm-signed-zero.py
 """
