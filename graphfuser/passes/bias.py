@@ -308,6 +308,13 @@ def restore_unfused_bias(graph: Graph) -> int:
         block = add.owner
         if block is None or block.graph is not graph or conv.owner is not block:
             continue
+        bt = bias.type
+        if isinstance(bt, TensorType) and bt.sizes is not None and len(bt.sizes) != 1:
+            # a later pass gave the bias value another shape (sink_views moved the split add's
+            # unsqueezes above the bias's cast, which they were its only reader of: [C, 1, 1]
+            # after a permute; fuzz graph 2906 of CPU seed 34725): the add stays, unfused
+            del SPLIT_BIAS[add]
+            continue
         y0, out = add.inputs[0], add.output
         none = conv.inputs[2]
         conv.replace_input(2, bias)

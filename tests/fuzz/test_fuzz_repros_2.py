@@ -468,3 +468,33 @@ def test_a_sum_over_size_one_dims_of_negative_zeros_is_positive_zero(device, dty
         torch.testing.assert_close(g, e, equal_nan=True)
         real = ~e.isnan()
         assert torch.equal(torch.signbit(g)[real], torch.signbit(e)[real]), (g, e)   # (a NaN's sign means nothing)
+
+
+def _linear_permuted_with_a_cast_bias(x0, w, b, x4):
+    v0 = x0.contiguous()
+    x0.mul_(0.5)
+    v1 = F.linear(x0, w.to(x0.dtype), b.to(x0.dtype)).permute(0, 3, 1, 2)
+    v2 = F.linear(b, x4.to(b.dtype))
+    b.add_(7)
+    v3 = torch.var(v0, [2], unbiased=False, keepdim=True)
+    return v1.log1p(), v2, v3
+
+
+def test_a_split_bias_reshaped_by_a_later_pass_is_not_folded_back():
+    """Fuzz graph 2906 of CPU seed 34725: the bias of ``linear(...).permute(0, 3, 1, 2)`` split
+    off past the permute ([3] unsqueezed to [3, 1, 1]); sink_views then moved those unsqueezes
+    above the bias's cast, so the cast's value became [3, 1, 1]. No group took the add, and
+    folding it back put the [3, 1, 1] value into the linear: a broadcast error on the third
+    call. The add now stays (unfused): every call matches eager."""
+    def make():
+        x0 = torch.randn(1, 7, 7, 5).transpose(-1, -2)
+        return x0, torch.randn(3, 7), torch.randn(3), torch.randn(3, 3)
+
+    sf = graphfuser.script(_linear_permuted_with_a_cast_bias)
+    for _ in range(5):
+        a, b = make(), None
+        b = tuple(t.clone() for t in a)
+        for g, e in zip(sf(*b), _linear_permuted_with_a_cast_bias(*a)):
+            torch.testing.assert_close(g, e, equal_nan=True)
+        for x, y in zip(a, b):
+            torch.testing.assert_close(y, x)
