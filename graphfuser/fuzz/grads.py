@@ -16,7 +16,7 @@ value, within rounding of eager's, lands on the other side of a tie or kink: the
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -53,7 +53,8 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
                                   Optional[tuple[str, str]]],
                 perturbed: Optional[Callable[[int], Optional[tuple[list, list]]]] = None, runs: int = 0,
                 ints: Optional[Callable[[], Any]] = None,
-                dynamo: Optional[Callable[[], Any]] = None) -> Optional[list[dict]]:
+                dynamo: Optional[Callable[[], Any]] = None,
+                scalar_tail: Optional[Callable[[], Any]] = None) -> Optional[list[dict]]:
     """Findings of the backward of one call (None: not judged; items with a ``deviation`` key are
     deviations) (graphfuser outputs ``fo`` of inputs ``ga``, eager
     ``fe`` of ``ea``); ``reference()`` gives the float64 (outputs, inputs) with leaves that
@@ -68,7 +69,10 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
     inputs) of the call (the compile frontend: ``torch.compile`` with its eager backend): where
     graphfuser's gradient is that program's, the difference is ``dynamo_semantics`` (Dynamo
     rewrites ``addcdiv(x, t1, t2, value=v)`` as ``x + v * (t1 / t2)``, whose backward overflows
-    where eager's addcdiv formula does not: fuzz graph 591 of seed 33621)."""
+    where eager's addcdiv formula does not: fuzz graph 591 of seed 33621). ``scalar_tail()`` gives
+    eager's (outputs, inputs) with every hardtanh / relu6 differentiated as eager's scalar tail
+    does (``ScalarTailClamps``): where graphfuser's gradient is that program's, the difference is
+    ``hardtanh_nan_grad``."""
     idx, leaves = _targets(fe), _leaves(ea)
     if not idx or not leaves or _targets(fo) != idx or _leaves(ga) != leaves:
         return None
@@ -128,7 +132,7 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
             return None if done[0] is None else done[0][n]
         return grad
 
-    ints_grad, dynamo_grad = other_program(ints), other_program(dynamo)
+    ints_grad, dynamo_grad, tail_grad = other_program(ints), other_program(dynamo), other_program(scalar_tail)
 
     for n, k in enumerate(leaves):
         name = case["inputs"][k]["name"] if k < len(case["inputs"]) else str(k)
@@ -154,7 +158,8 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
             if cat == "wrong_value" and _hardswish_nan(case, g, e):
                 findings.append({"deviation": "hardswish_nan_grad", "call": call, "detail": f"grad of {name}: {detail}"})
                 continue
-            if cat == "wrong_value" and _hardtanh_nan(case, g, e):
+            if cat == "wrong_value" and (_hardtanh_nan(case, g, e) or (
+                    (gt := tail_grad(n)) is not None and compare(g, gt, None, go_scale) is None)):
                 findings.append({"deviation": "hardtanh_nan_grad", "call": call, "detail": f"grad of {name}: {detail}"})
                 continue
             if cat == "wrong_value" and _empty_statistics(case, ea, g, e):
@@ -212,6 +217,40 @@ def _hardtanh_nan(case: dict, g: torch.Tensor, e: torch.Tensor) -> bool:
     (``x <= min || x >= max ? 0 : g``), as graphfuser does (fuzz graph 113 of CPU seed 34712: a
     NaN into ``hardtanh`` and then ``sinh``, whose upstream gradient there is NaN)."""
     return _cpu_nan_grad(case, g, e, frozenset({"hardtanh", "relu6"}), eager_zero=True)
+
+
+class _ScalarTailHardtanh(torch.autograd.Function):
+    """hardtanh whose gradient is eager's scalar tail's: the upstream gradient unless
+    ``x <= min or x >= max`` (a NaN input passes it)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.lo, ctx.hi = lo, hi
+        return torch.nn.functional.hardtanh(x, lo, hi)      # (the mode is off inside its handler)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        (x,) = ctx.saved_tensors
+        return torch.where((x <= ctx.lo) | (x >= ctx.hi), torch.zeros_like(g), g), None, None
+
+
+class ScalarTailClamps(torch.overrides.TorchFunctionMode):
+    """Runs ``F.hardtanh`` and ``F.relu6`` with ``_ScalarTailHardtanh``'s gradient: eager's
+    program with the rule graphfuser keeps for every element at a NaN input (``hardtanh_nan_grad``;
+    fuzz graph 1763 of CPU seed 34725: a NaN into relu6 whose upstream gradient there is finite
+    or infinite, carried on to other inputs' gradients)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        F = torch.nn.functional
+        if func is F.relu6 and not kwargs.get("inplace", args[1] if len(args) > 1 else False):
+            return _ScalarTailHardtanh.apply(args[0], 0.0, 6.0)
+        if func is F.hardtanh and not kwargs.get("inplace", args[3] if len(args) > 3 else False):
+            lo = kwargs.get("min_val", args[1] if len(args) > 1 else -1.0)
+            hi = kwargs.get("max_val", args[2] if len(args) > 2 else 1.0)
+            return _ScalarTailHardtanh.apply(args[0], float(lo), float(hi))
+        return func(*args, **kwargs)
 
 
 def _empty_statistics(case: dict, args: list, g: torch.Tensor, e: torch.Tensor) -> bool:

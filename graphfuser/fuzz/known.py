@@ -84,7 +84,8 @@ DEVIATIONS: dict[str, dict[str, str]] = {
                 "disagrees with itself: its vectorized loop gives 0 for the elements of whole vector chunks "
                 "((x > min) & (x < max) is false at a NaN) and the upstream gradient for the scalar tail "
                 "(x <= min || x >= max is false too); graphfuser passes the upstream gradient, the scalar "
-                "answer",
+                "answer (matched where it is the NaN itself, or by rerunning eager with every hardtanh / relu6 "
+                "differentiated as its scalar tail: fuzz/grads.py ScalarTailClamps)",
         "knob": "none (which of 0 and the upstream gradient eager gives depends on the element's position)",
         "when_on": "",
     },

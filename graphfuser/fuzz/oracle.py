@@ -69,6 +69,20 @@ def _dynamo_run(fn: Any, case: dict, call: int, device: str) -> Any:
         torch._dynamo.reset()
 
 
+def _scalar_tail_run(fn: Any, case: dict, call: int, device: str) -> Any:
+    """Eager's (outputs, inputs after the call) of ``call`` with every hardtanh / relu6
+    differentiated as eager's CPU scalar tail does (``grads.ScalarTailClamps``), or the exception
+    it raises."""
+    from .grads import ScalarTailClamps
+
+    args = make_args(case, call, device)
+    try:
+        with autocast_of(case, device), ScalarTailClamps():
+            return _flat(fn(*args)), args
+    except Exception as e:  # noqa: BLE001
+        return e
+
+
 def _dynamo_answers(fn: Any, case: dict, call: int, device: str, outs: list, ga: list, low_eps: float) -> bool:
     """Dynamo alone (``torch.compile`` with its ``eager`` backend: no graphfuser), given the
     case's calls up to ``call`` in order, gives ``outs`` at ``call`` (and leaves the inputs as
@@ -406,7 +420,10 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     lambda seed: perturbed_run(fn, case, call, device, seed, grad=True), PERTURBED_RUNS,
                     (lambda: _ts.ints_run(case, call, device, workdir, tag)) if ts and _ts.has_bool_scalars(case)
                     else None,
-                    None if ts else (lambda: _dynamo_run(fn, case, call, device)))
+                    None if ts else (lambda: _dynamo_run(fn, case, call, device)),
+                    (lambda: _scalar_tail_run(fn, case, call, device))
+                    if device == "cpu" and {"hardtanh", "relu6"} & {o.split(":")[-1].rstrip("_") for o in case["ops"]}
+                    else None)
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]

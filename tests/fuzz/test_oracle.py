@@ -1,6 +1,7 @@
 """The fuzzer's own parts: generation covers the op table, the oracle can fail, hangs are caught."""
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -734,3 +735,32 @@ def test_layer_norm_overflow_rows_are_matched_past_the_layer_norm():
     assert not layer_norm_long_rows(["layer_norm", "lt"], [x], fn, 0, ~g, judge)             # not its answer
     assert not layer_norm_long_rows(["layer_norm"], [torch.tensor([[1.0, 2.0, 3.0]])], fn, 0, g, judge)
     assert not layer_norm_long_rows(["rms_norm"], [x], fn, 0, g, judge)
+
+
+def test_relu6_gradient_at_a_nan_is_matched_against_eagers_scalar_tail():
+    """Fuzz graph 1763 of CPU seed 34725: a NaN into relu6 whose upstream gradient there is finite
+    or infinite (a product with weights holding an inf), carried on through a rotation to other
+    inputs' gradients. Eager's vectorized chunks zero the gradient at the NaN, its scalar tail and
+    graphfuser pass it on: the oracle reruns eager with every hardtanh / relu6 differentiated as
+    the scalar tail (``ScalarTailClamps``), and graphfuser's gradients are that program's."""
+    from graphfuser.fuzz.grads import ScalarTailClamps
+
+    x = torch.tensor([float("nan"), 1.0, 7.0, -1.0, 6.0, 0.0], requires_grad=True)
+    with ScalarTailClamps():
+        y = torch.nn.functional.relu6(x)
+        z = torch.nn.functional.hardtanh(x, -0.5, 2.0)
+    assert torch.equal(y.isnan(), x.isnan()) and y.tolist()[1:] == [1.0, 6.0, 0.0, 6.0, 0.0]
+    (y * torch.tensor([float("inf"), 2.0, 3.0, 4.0, 5.0, 6.0]) + z).sum().backward()
+    assert math.isinf(x.grad[0]) and x.grad.tolist()[1:] == [3.0, 0.0, 0.0, 0.0, 1.0]
+
+    # a whole case: a relu6 of a row of 64 holding NaNs, and a product with an inf after it
+    x0 = {"name": "x0", "kind": "tensor", "dtype": "float32", "shape": [1, 64], "layout": "dense",
+          "fill": "edge", "requires_grad": True}
+    x1 = {"name": "x1", "kind": "tensor", "dtype": "float32", "shape": [64, 3], "layout": "dense",
+          "fill": "edge", "requires_grad": True}
+    body = "    v0 = x0 * 1.5\n    v1 = F.relu6(v0)\n    return torch.mm(v1, x1)\n"
+    case = _case(body, [x0, x1], [[1, False]] * 4)
+    case["ops"] = ["mul", "relu6", "mm"]
+    res = run_case(case, "cpu", "/tmp", "relu6nan")
+    assert res["findings"] == [], res["findings"]
+    assert {d["deviation"] for d in res["deviations"]} == {"hardtanh_nan_grad"}
