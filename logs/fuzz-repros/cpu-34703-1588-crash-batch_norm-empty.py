@@ -6,7 +6,10 @@ Ops: alias:dropout, alias:squeeze, alias:unsqueeze, batch_norm, eq, isinf, le, l
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: x0: bfloat16['B', 0, 5, 0] sliced positive; x1: bfloat16[1, 0] channels_last zeros; s0: int [2, 2]; x2: float32[33] dense normal; x3: float32[33] dense positive; x4: float32[33] dense normal
 
-Run from the repository root: PYTHONPATH=. python scratch/fz4/fuzz-repros/cpu-00-crash-alias_dropout-alias_squeeze.py
+Fixed in passes/batch_norm.py (_eligible: a batch norm profiled on an empty input is left as it is); test:
+tests/fuzz/test_fuzz_repros_2.py::test_training_batch_norm_of_an_empty_input_beside_stats_of_another_width.
+
+Run from the repository root: PYTHONPATH=. python logs/fuzz-repros/cpu-34703-1588-crash-batch_norm-empty.py
 """
 import torch
 import torch.nn.functional as F

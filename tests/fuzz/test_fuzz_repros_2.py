@@ -498,3 +498,35 @@ def test_a_split_bias_reshaped_by_a_later_pass_is_not_folded_back():
             torch.testing.assert_close(g, e, equal_nan=True)
         for x, y in zip(a, b):
             torch.testing.assert_close(y, x)
+
+
+def _batch_norm_of_an_empty_unsqueezed_input(x0, x2, x3, x4):
+    v2 = x0.unsqueeze(0)
+    x0.mul_(0.5)
+    v4 = torch.log1p(v2)
+    F.batch_norm(v4, x2, x3, None, x4, True, 0.1, 1e-12)
+    v7 = x0.squeeze()
+    v7.mul_(2)
+    return 2.0 * v4, torch.lgamma(v7)
+
+
+def test_training_batch_norm_of_an_empty_input_beside_stats_of_another_width():
+    """Fuzz graph 1588 of CPU seed 34703: a training batch norm of a [1, B, 0, 5, 0] input (its
+    channels are the batch) beside running stats of 33. Eager returns the empty input and checks
+    nothing; graphfuser's split-off running-stats update broadcast 35 channels' statistics into
+    the 33 stats and raised once B became 35 (a re-specialized layout). A batch norm profiled on
+    an empty input is left as it is."""
+    def make(batch, flip):
+        x0 = torch.rand(batch, 0, 5, 0, dtype=torch.bfloat16)
+        if flip:
+            x0 = torch.rand(0, 0, 5, batch, dtype=torch.bfloat16).transpose(0, 3)
+        return x0, torch.randn(33), torch.rand(33) + 0.5, torch.randn(33)
+
+    sf = graphfuser.script(_batch_norm_of_an_empty_unsqueezed_input)
+    for batch, flip in [(33, False)] * 4 + [(35, True)] * 3:
+        a = make(batch, flip)
+        b = tuple(t.clone() for t in a)
+        for g, e in zip(sf(*b), _batch_norm_of_an_empty_unsqueezed_input(*a)):
+            assert g.shape == e.shape and g.dtype == e.dtype
+        for x, y in zip(a[1:], b[1:]):
+            torch.testing.assert_close(y, x)
