@@ -544,8 +544,7 @@ class GraphReplayer:
             if o.requires_grad and not self.grad:
                 return "an output requires grad"
             # (a view of the program's own memory leaves as it is, padded GEMM outputs through
-            # torch.compile: passes/gemm_pad.py; its copies keep its strides, a training
-            # replay's clones are dense)
+            # torch.compile: passes/gemm_pad.py; its copies keep its strides)
             if not _dense(o) and o.numel() > 1 and not _disjoint(o):
                 return "an output is not dense"
             p = o.untyped_storage().data_ptr()

@@ -107,7 +107,13 @@ def _dense(t: torch.Tensor) -> bool:
 
 def _copy_out(t: torch.Tensor) -> torch.Tensor:
     """A copy of a replayed output with its strides (a padded GEMM's result keeps its padding:
-    ``clone`` would make a non-dense tensor contiguous)."""
-    if _dense(t):
+    ``clone`` would make a non-dense tensor contiguous). A non-dense one is copied as the one run
+    of memory it spans, padding and all: a copy between two padded layouts walks rows of odd
+    width element by element (GPT-2's [8, 512, 50257] bf16 logits in rows of 50264: 0.47 ms on
+    an H200), where a flat copy of the run is a vectorized one of about the same bytes."""
+    if _dense(t) or t.numel() == 0:
         return t.clone()
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    out.as_strided((span,), (1,), 0).copy_(t.as_strided((span,), (1,), t.storage_offset()))
+    return out

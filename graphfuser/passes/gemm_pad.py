@@ -29,10 +29,10 @@ layout. A result the graph returns is copied so only for ``graphfuser.script``: 
 ``(25735168, 50264, 1)`` where eager's are ``(25731584, 50257, 1)``, measured); the copy was 0.51
 ms of GPT-2's 3.6 ms of kernels per call (bf16, 8 x 512 tokens, H100). Under grad too: the view's
 gradient goes back through the slice's autograd node, and a replayed training step hands out
-a dense clone of it (executor/cuda_graphs_train.py), which replaces the copy the graph had made
-before its own clone (GPT-2's bf16 training step at 8 x 512 tokens ran two strided copies of the
-logits' size on an H200, 0.47 ms each, logs/prof-cuda-H200-train-gpt2-llama-bf16.txt: the slice's
-backward and this copy).
+a copy of it with its strides, made as one flat copy of the padded run (executor/lent.py
+``_copy_out``: a copy between two padded layouts took 0.47 ms of GPT-2's bf16 training step at
+8 x 512 tokens on an H200, logs/prof-race-row-cuda-H200-gpt2-train-e.txt, beside the slice's
+backward, a strided copy as long).
 ``PYTORCH_NVFUSER_DISABLE=padded_outputs`` gives eager's layout there too. The backward of the
 padded product (through autograd, unfused) has aligned leading dimensions too.
 ``PYTORCH_NVFUSER_DISABLE=gemm_padding`` turns it off.

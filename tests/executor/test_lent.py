@@ -129,3 +129,21 @@ def test_hand_out_keeps_every_position(batched):
             assert o.shape == t.shape and bool((o == t).all())
     assert [o is not None and o.data_ptr() == t.data_ptr() for o, t in zip(outs, tensors)] == \
         [True, False, False, True, False, False]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(6, 520)[:, :513],                       # a padded GEMM's result
+    lambda: torch.randn(2, 8, 40).transpose(1, 2)[:, 3:, :5],   # strided, offset
+    lambda: torch.randn(5, 1).expand(5, 7),                     # overlapping (stride 0)
+    lambda: torch.randn(0, 520)[:, :513],                       # empty
+], ids=["padded", "strided", "expanded", "empty"])
+def test_copies_keep_values_and_strides(make):
+    """A copy handed out (``_copy_out``) has the buffer's values and strides, and memory of its
+    own: the run of memory it spans is copied flat."""
+    from graphfuser.executor.lent import _copy_out
+
+    t = make()
+    c = _copy_out(t)
+    assert c.shape == t.shape and c.stride() == t.stride() and torch.equal(c, t)
+    assert c.numel() == 0 or c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    assert c._base is None
