@@ -135,7 +135,8 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "what": "graphfuser's value differs from the float64 reference by more than eager's but is the value "
                 "of a pipeline whose every op is correctly rounded (each op computed in float64 and rounded "
                 "to eager's dtype; a normalization's normalized value rounded before its affine, as every "
-                "kernel computes it): an op amplifies its input's last ulp (acos of a value that rounds to 1); "
+                "kernel computes it, its deviations taken from the exact mean or from the mean rounded to "
+                "the kernel's accumulation dtype): an op amplifies its input's last ulp (acos of a value that rounds to 1); "
                 "or the elements where it differs from eager are those eager's own value moves as far on when "
                 "every input and intermediate is nudged by two ulps (cos of a float64 product near 1e132, "
                 "whose last ulp another order of the products changes)",

@@ -25,7 +25,11 @@ def _deviations(x: torch.Tensor, dims: Any) -> tuple[torch.Tensor, torch.Tensor]
     residual = (x - first).sum(dims, keepdim=True) / n
     hi = first + residual
     lo = residual - (hi - first)                    # exact: the error of rounding first + residual
-    d = (x - hi) - lo
+    if _MEAN_TO[0] is not None:
+        # the mean as a kernel holds it: correctly rounded to its accumulation dtype
+        d = x - hi.to(_MEAN_TO[0]).double()
+    else:
+        d = (x - hi) - lo
     return d, (d * d).sum(dims, keepdim=True)
 
 
@@ -37,11 +41,16 @@ class ExactMoments(torch.overrides.TorchFunctionMode):
     ops run as usual. ``stages``: the normalized value and each affine step are rounded to that
     dtype too, as every kernel computes them (eager's and graphfuser's): a group norm of -1 plus a
     bias of 1.0 is then 0, where rounding only the sum keeps the -3e-8 of the exact value (fuzz
-    graph 225 of CPU seed 33701, whose logical_and of that value flipped)."""
+    graph 225 of CPU seed 33701, whose logical_and of that value flipped). ``rounded_mean``: the
+    deviations are taken from the mean correctly rounded to the kernel's accumulation dtype, as a
+    kernel holds it: a float64 row equal to its channel's mean rounded to float64 is then 0, where
+    its exact deviation is 1e-17 (fuzz graph 345 of CPU seed 34735: a batch norm's value at a
+    row equal to the channel's float64 mean, whose logical_xor with another value flipped)."""
 
-    def __init__(self, stages: bool = False) -> None:
+    def __init__(self, stages: bool = False, rounded_mean: bool = False) -> None:
         super().__init__()
         self.stages = stages
+        self.rounded_mean = rounded_mean
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -52,12 +61,13 @@ class ExactMoments(torch.overrides.TorchFunctionMode):
             out = func(*args, **kwargs)
             wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
             _ROUND_TO[0] = out.dtype if self.stages else None
+            _MEAN_TO[0] = (torch.float64 if out.dtype == torch.float64 else torch.float32) if self.rounded_mean else None
             try:
                 exact = _EXACT[name](*wide, **kwargs)
             except Exception:  # noqa: BLE001 - a signature the exact form does not cover
                 exact = NotImplemented
             finally:
-                _ROUND_TO[0] = None
+                _ROUND_TO[0] = _MEAN_TO[0] = None
             if exact is NotImplemented or exact.shape != out.shape:
                 return out
             return exact.to(out.dtype)
@@ -66,6 +76,9 @@ class ExactMoments(torch.overrides.TorchFunctionMode):
 
 # the dtype the exact forms round their stages to while ``ExactMoments(stages=True)`` runs one
 _ROUND_TO: list = [None]
+# the dtype the mean is rounded to before the deviations while ``ExactMoments(rounded_mean=True)``
+# runs one: a kernel's accumulation dtype (float32, or float64 for float64 data)
+_MEAN_TO: list = [None]
 
 
 def _stage(y: torch.Tensor) -> torch.Tensor:

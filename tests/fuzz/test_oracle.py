@@ -170,6 +170,25 @@ def test_rounded_pipeline_rounds_a_normalization_before_its_affine():
     assert 0 < whole[0, 0].item() < 1e-9
 
 
+def test_rounded_mean_reference_takes_deviations_from_the_mean_a_kernel_holds():
+    """Fuzz graph 345 of CPU seed 34735: a float64 batch norm of a channel holding thirds, at a
+    row equal to the channel's mean rounded to float64. Its exact deviation is 1e-17 (the exact
+    mean of those doubles is not a double), the value a kernel computes is 0 (its mean register
+    holds the rounded mean), and a logical_xor of it flipped. ``ExactMoments(rounded_mean=True)``
+    gives that 0; the exact reference does not."""
+    from graphfuser.fuzz.reference import ExactMoments
+    import torch.nn.functional as F
+
+    x = torch.tensor([1 / 3, 2 / 3, 1.0, 2 / 3], dtype=torch.float64).reshape(4, 1, 1)
+    rm, rv = torch.zeros(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+    assert x.mean().item() == 2 / 3
+    with torch.no_grad(), ExactMoments(stages=True, rounded_mean=True):
+        kernel = F.batch_norm(x, rm.clone(), rv.clone(), None, None, True, 0.1, 1e-12)
+    with torch.no_grad(), ExactMoments(stages=True):
+        exact = F.batch_norm(x, rm.clone(), rv.clone(), None, None, True, 0.1, 1e-12)
+    assert kernel[1].item() == 0.0 and exact[1].item() != 0.0
+
+
 def test_exact_moments_reference_holds_the_mean_beyond_float64():
     # fuzz graph 2090 (seed 8787): a float64 layer norm of rows with mean 1e4 and spread 1e-2 sums
     # to 0; with the mean rounded to float64 the reference's sum was 1.5e-10, eager's value, and
