@@ -44,7 +44,7 @@ class ExactMoments(torch.overrides.TorchFunctionMode):
     graph 225 of CPU seed 33701, whose logical_and of that value flipped). ``rounded_mean``: the
     deviations are taken from the mean correctly rounded to the kernel's accumulation dtype, as a
     kernel holds it: a float64 row equal to its channel's mean rounded to float64 is then 0, where
-    its exact deviation is 1e-17 (fuzz graph 345 of CPU seed 34735: a batch norm's value at a
+    its exact deviation is -2.4e-17 (fuzz graph 345 of CPU seed 34735: a batch norm's value at a
     row equal to the channel's float64 mean, whose logical_xor with another value flipped)."""
 
     def __init__(self, stages: bool = False, rounded_mean: bool = False) -> None:

@@ -172,7 +172,7 @@ def test_rounded_pipeline_rounds_a_normalization_before_its_affine():
 
 def test_rounded_mean_reference_takes_deviations_from_the_mean_a_kernel_holds():
     """Fuzz graph 345 of CPU seed 34735: a float64 batch norm of a channel holding thirds, at a
-    row equal to the channel's mean rounded to float64. Its exact deviation is 1e-17 (the exact
+    row equal to the channel's mean rounded to float64. Its exact deviation is -2.4e-17 (the exact
     mean of those doubles is not a double), the value a kernel computes is 0 (its mean register
     holds the rounded mean), and a logical_xor of it flipped. ``ExactMoments(rounded_mean=True)``
     gives that 0; the exact reference does not."""
