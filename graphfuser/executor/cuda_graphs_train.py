@@ -35,8 +35,8 @@ is (nothing else references it; checked on an H200 and in tests/executor/test_le
 replay never writes a buffer the caller still references. A buffer two gradients share, or one
 referenced elsewhere when lending starts, is copied (an MLP's 4 weight and bias gradients of 8;
 GPT-2's 50 large ones of 148 are lent, and its training step took 15.7 ms against 16.05 with
-every gradient copied, in one process on an H200). A backward that finds a lent gradient still a leaf's ``.grad`` (steps accumulating
-without ``zero_grad``) swaps that ``.grad`` for a copy first; one held otherwise (a caller kept
+every gradient copied, in one process on an H200). A backward that finds a lent gradient still
+a leaf's ``.grad`` (steps accumulating without ``zero_grad``) swaps that ``.grad`` for a copy first; one held otherwise (a caller kept
 it) differentiates the host program, and after ``HELD_LIMIT`` such backwards the signature is
 captured again handing out copies (GPT-2's training step at 8 x 512 tokens copied 0.25 GB of
 gradients per step). The outputs are copies: a caller may keep one through the next call
@@ -134,7 +134,7 @@ class _Replay(torch.autograd.Function):
             ctx.replayer._drop(entry, "a caller grew a replayed gradient in place")
             fresh = False
         if fresh and not _give_back_grads(entry, ctx.leaves):
-            ctx.replayer._held(entry, "grads")
+            ctx.replayer._grads_held(entry)
             fresh = False
         if not fresh:
             res = ctx.replayer._recompute(ctx, diff_grads)
@@ -220,7 +220,7 @@ class TrainingReplayer(GraphReplayer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.grads_seen: dict[tuple, set] = {}     # per signature: outputs a warm call's caller gave a gradient
-        self.copied: dict[tuple, set] = {}         # per signature: "outputs" / "grads" handed out as copies
+        self.grads_copied: set[tuple] = set()      # signatures whose gradients are handed out as copies
 
     def _busy(self, entry: _TrainEntry) -> bool:
         return entry.busy()
@@ -344,7 +344,7 @@ class TrainingReplayer(GraphReplayer):
             # would have to run the host program, whose draws and timing the replay's rules
             # would have to follow too)
             entry.lent = Lent([o.detach() for o in tensors], lend=False)
-            entry.lent_grads = Lent(grads, batched=True, lend="grads" not in self.copied.get(key, ()))
+            entry.lent_grads = Lent(grads, batched=True, lend=key not in self.grads_copied)
             entry.inputs = statics
             replayed = _replay_seconds(entry, args)
             step = max(launched, _graphs_seconds(entry))
@@ -413,21 +413,21 @@ class TrainingReplayer(GraphReplayer):
         this signature runs the host program from now on."""
         self._drop(entry, "a backward gave a gradient to an output no warm call's caller had given one")
 
-    def _held(self, entry: _TrainEntry, kind: str) -> None:
-        """A backward (``grads``) found buffers it lent still held: it differentiated the host
-        program. After ``HELD_LIMIT`` such calls the signature is captured again, its
-        graphs handing out copies of that kind (the callers keep what they hold: the old graphs'
-        memory stays with them)."""
+    def _grads_held(self, entry: _TrainEntry) -> None:
+        """A backward found gradients it lent still held: it differentiated the host program.
+        After ``HELD_LIMIT`` such backwards the signature is captured again, its graphs handing
+        out copies of the gradients (the callers keep what they hold: the old graphs' memory
+        stays with them)."""
         entry.held += 1
-        STATS[f"held_{kind}"] = STATS.get(f"held_{kind}", 0) + 1
+        STATS["held_grads"] = STATS.get("held_grads", 0) + 1
         if entry.held < HELD_LIMIT:
             return
         for key, e in list(self.entries.items()):
             if e is entry:
                 del self.entries[key]
                 self.seen[key] = 0
-                self.copied.setdefault(key, set()).add(kind)
-                jit_log("executor", 1, f"{self.name}: callers keep replayed {kind}: captured again, handing out copies")
+                self.grads_copied.add(key)
+                jit_log("executor", 1, f"{self.name}: callers keep replayed gradients: captured again, handing out copies")
 
     def _drop(self, entry: _TrainEntry, why: str) -> None:
         for key, e in list(self.entries.items()):

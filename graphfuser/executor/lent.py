@@ -95,11 +95,6 @@ class Lent:
         with it, left the memory the graph writes."""
         return any(t is not None and t.data_ptr() != p for t, p in zip(self.tensors, self.ptrs))
 
-    def versions(self) -> list[int]:
-        """The version counters of the lent static tensors (an alias shares its tensor's): a
-        caller's in-place write of a lent output shows as a changed version."""
-        return [t._version if lend else 0 for t, lend in zip(self.tensors, self.lend)]
-
 
 def _dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
