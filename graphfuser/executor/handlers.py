@@ -11,6 +11,7 @@ calls, exceptions, objects) are written out below. A kind with no entry makes th
 """
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -363,15 +364,16 @@ def _philox_state(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
     gen.emit(indent, f"{gen.outs(node)} = {gen.bind(philox_state, 'philox')}({a[0]}, {a[0]}.numel())")
 
 
-def _norms_call(name: str) -> Handler:
-    """A node that calls ``ops.norms.<name>`` with its inputs, where group_norm was decomposed
-    (``passes/decompose.py``): ``graphfuser::group_norm_check(x, num_groups, weight, bias)`` raises
-    eager group_norm's errors, ``graphfuser::group_norm_layout(y, x)`` gives the result eager's
-    memory format."""
+def _ops_call(module: str, name: str) -> Handler:
+    """A node that calls ``ops.<module>.<name>`` with its inputs, where a pass rewrote an op and
+    eager's checks or layout went with it. Where group_norm was decomposed
+    (``passes/decompose.py``), ``graphfuser::group_norm_check(x, num_groups, weight, bias)`` raises
+    eager group_norm's errors and ``graphfuser::group_norm_layout(y, x)`` gives the result eager's
+    memory format; where a view moved above a pointwise op (``passes/sink_views.py``),
+    ``graphfuser::view_check(x, sizes, dtype)`` raises eager's view error."""
     def emit(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
-        from ..ops import norms
-
-        gen.assign(node, indent, f"{gen.bind(getattr(norms, name), name)}({', '.join(a)})")
+        fn = getattr(importlib.import_module(f"graphfuser.ops.{module}"), name)
+        gen.assign(node, indent, f"{gen.bind(fn, name)}({', '.join(a)})")
     return emit
 
 
@@ -388,8 +390,9 @@ HANDLERS: dict[str, Handler] = {
     "prim::isinstance": _isinstance, "prim::CallMethod": _call_method, "prim::CallFunction": _call_function,
     "prim::CreateObject": _create_object, "prim::PythonOp": _python_op, "prim::Enter": _enter, "prim::Exit": _exit,
     "graphfuser::philox_state": _philox_state, "aten::copy_": _copy,
-    "graphfuser::group_norm_check": _norms_call("check_group_norm"),
-    "graphfuser::group_norm_layout": _norms_call("group_norm_layout"),
+    "graphfuser::group_norm_check": _ops_call("norms", "check_group_norm"),
+    "graphfuser::group_norm_layout": _ops_call("norms", "group_norm_layout"),
+    "graphfuser::view_check": _ops_call("views", "check_view_of_result"),
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }
 _OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::", "graphfuser::")

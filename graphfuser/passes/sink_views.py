@@ -33,11 +33,12 @@ from dataclasses import replace
 import torch
 from typing import Optional
 
-from ..ops.aten import resolve_aten
+from ..ops.aten import DTYPE_CODES, resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
-from ..ir.types import TensorType, Type
+from ..ir.types import TensorType, Type, layout_of
 from ..log import jit_log
 from ..ops import lookup
+from ..ops.views import result_meta
 from .aliasing import writes
 from .decompose import constant_ints
 
@@ -203,16 +204,39 @@ class _Sinker:
         xt, pt, vt = x.type, prod.outputs[0].type, out.type
         if not all(isinstance(t, TensorType) and t.complete and t.strides is not None for t in (xt, pt, vt)):
             return False
-        if xt.sizes != pt.sizes or tuple(xt.strides) != tuple(pt.strides):
+        if xt.sizes != pt.sizes:
             return False
-        try:
-            meta = torch.empty_strided(xt.sizes, xt.strides, dtype=xt.dtype, device="meta").reshape(vt.sizes)
-        except RuntimeError:
-            return False
-        if tuple(meta.stride()) != tuple(vt.strides):
-            return False
-        rt = replace(xt, sizes=tuple(vt.sizes), strides=tuple(meta.stride()), stride_order=vt.stride_order,
-                     contiguity=vt.contiguity)
+        cast_to = pt.dtype if kind == "cast" else None
+        if tuple(xt.strides) == tuple(pt.strides):
+            try:
+                meta = torch.empty_strided(xt.sizes, xt.strides, dtype=xt.dtype, device="meta").reshape(vt.sizes)
+            except RuntimeError:
+                return False
+            if tuple(meta.stride()) != tuple(vt.strides):
+                return False
+        else:
+            # ``f`` gave ``x``'s values new strides (``logits.float()`` of a padded language
+            # model head is dense: passes/gemm_pad.py): the view must view ``x`` as it is, and
+            # ``f`` of that view must give what the view gave
+            if not _plain_cast(prod):
+                return False
+            try:
+                meta = torch.empty_strided(xt.sizes, xt.strides, dtype=xt.dtype, device="meta").view(vt.sizes)
+                moved_strides = result_meta(meta, cast_to).stride()
+            except RuntimeError:
+                return False
+            if tuple(moved_strides) != tuple(vt.strides):
+                return False
+        if view.kind == "aten::view":
+            # eager's view raises for some strides of ``f(x)``, whatever ``x``'s: the moved view
+            # checks what eager's would have (fuzz graph 820 of CPU seed 34745: ``(x * s).view(-1)``
+            # of a transposed ``x`` raises; a reshape of ``x`` copied)
+            dtype = self.const(block, view, DTYPE_CODES[cast_to], "int") if cast_to is not None else \
+                self.const(block, view, None, "NoneType")
+            block.insert_before(view, self.graph.create("graphfuser::view_check", [x, view.inputs[1], dtype], [],
+                                                        source=view.source))
+        order, contiguity = layout_of(vt.sizes, meta.stride())
+        rt = replace(xt, sizes=tuple(vt.sizes), strides=tuple(meta.stride()), stride_order=order, contiguity=contiguity)
         reshaped = self.graph.create("aten::reshape", [x, view.inputs[1]], [rt], source=view.source)
         reshaped.schema = resolve_aten("aten::reshape", _RESHAPE)
         block.insert_before(view, reshaped)
@@ -271,6 +295,18 @@ class _Sinker:
         block.remove(view)
         jit_log("graph_fuser", 1, f"moved {moved.where()} above {viewed.kind}")
         return True
+
+
+def _plain_cast(node: Node) -> bool:
+    """Whether ``node`` is a cast or a one-input pointwise op whose result takes its input's
+    layout (no ``memory_format`` or ``copy`` argument set to something else)."""
+    schema = getattr(node.schema, "schema", None)
+    if not schema:
+        return False
+    for arg, v in zip(torch._C.parse_schema(schema).arguments, node.inputs):
+        if arg.name in ("memory_format", "copy") and not (v.is_constant and v.constant() in (None, False)):
+            return False
+    return True
 
 
 def _made_by_a_row_op(v: Value) -> bool:

@@ -6,8 +6,10 @@ Ops: addmm, alias:dropout, alias:t, alias:unsqueeze, alias:view, div, inplace:ne
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: x0: bfloat16['B', 3] dense nan_inf; x1: float32[3] channels_last normal; x2: float32[3] dense ints; s0: float [-0.0, -0.0]; x3: float32[8, 3] dense normal; x4: float32[8] dense normal; x5: float32[3, 1] dense ints; x6: float32[3, 1] dense ints; x7: float32[1] dense zeros; x8: float32[1, 1] dense huge_mean; x9: float32[1] dense huge_mean requires_grad
 
-Open: after the layout flip (x0 transposed), eager's x0 * s0 keeps the transposed strides and view(-1) of it raises;
-graphfuser's calls succeed. A smaller program (the product, the view, std_mean) raises in both: the cause is not yet found.
+Cause: sink_views moved the view onto x0 as a reshape of x0 (mul(reshape(x0, -1), s0)); after the
+layout flip the reshape copied where eager's view of the transposed product raises. Fixed: the
+moved view checks what eager's view of the product would (graphfuser::view_check,
+ops/views.py); tests/passes/test_sink_views.py::test_a_moved_view_raises_where_eagers_view_raises.
 
 Run from the repository root: PYTHONPATH=. GRAPHFUSER_FUZZ_CUDA_DECISIONS=1 python logs/fuzz-repros/cpu-34745-820-missing_error-view-of-transposed-product.py
 """

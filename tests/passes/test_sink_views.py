@@ -104,6 +104,63 @@ def test_view_of_a_cast_moves_above_it_into_the_consumer_group(device):
         assert out.stride() == ref.stride()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("entry", ["script", "compile"])
+def test_view_of_a_cast_of_padded_logits_moves_above_it(device, entry):
+    """A padded language model head (passes/gemm_pad.py) hands the loss logits whose rows are
+    longer than the vocabulary: ``.float()`` of them is dense, ``x`` itself is not. The view
+    still moves onto ``x`` (it can view it), and the cast joins the log-softmax's group."""
+    base = make_input(2, 5, 16, dtype=torch.bfloat16, device=device)
+    x = base[..., :11]
+    if entry == "script":
+        sf = check(cast_viewed_into_log_softmax, x)
+        _groups_hold(sf, "aten::to", "aten::log_softmax")
+        run = sf
+    else:
+        torch._dynamo.reset()
+        run = torch.compile(cast_viewed_into_log_softmax, backend="graphfuser", dynamic=False)
+        for _ in range(4):
+            torch.testing.assert_close(run(x), cast_viewed_into_log_softmax(x))
+        g = graphfuser.last_executed_optimized_graph()
+        inside = [[n.kind for n in grp.subgraph.block.nodes] for grp in fusion_groups(g)]
+        assert any("aten::to" in ks for ks in inside), str(g)
+    dense = base[..., :11].contiguous()
+    torch.testing.assert_close(run(dense), cast_viewed_into_log_softmax(dense))
+    flipped = make_input(2, 5, 11, dtype=torch.bfloat16, device=device).transpose(0, 1)
+    for fn in (cast_viewed_into_log_softmax, run):      # the cast keeps the transposed strides
+        with pytest.raises(RuntimeError, match="view size is not compatible|Cannot view"):
+            fn(flipped)
+
+
+def scaled_then_flattened(x, s: float):
+    return (x * s).view(-1).exp()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("entry", ["script", "compile"])
+def test_a_moved_view_raises_where_eagers_view_raises(device, entry):
+    """``(x * s).view(-1)`` becomes ``reshape(x, -1) * s``: for a transposed ``x`` eager's view
+    of the product (transposed too) raises, where a reshape of ``x`` copies (fuzz graph 820 of
+    CPU seed 34745, a layout flip after profiling). The moved view raises eager's error; where
+    the product is dense, as for a padded ``x``, it views as eager's does."""
+    x = make_input(4, 6, device=device)
+    if entry == "script":
+        run = check(scaled_then_flattened, x, 0.5)
+        _groups_hold(run, "aten::mul", "aten::exp")
+    else:
+        torch._dynamo.reset()
+        run = torch.compile(scaled_then_flattened, backend="graphfuser", dynamic=False)
+        for _ in range(4):
+            torch.testing.assert_close(run(x, 0.5), scaled_then_flattened(x, 0.5))
+    flipped = make_input(6, 4, device=device).t()
+    with pytest.raises(RuntimeError, match="view size is not compatible|Cannot view"):
+        scaled_then_flattened(flipped, 0.5)
+    with pytest.raises(RuntimeError, match="view size is not compatible|Cannot view"):
+        run(flipped, 0.5)
+    padded = make_input(4, 8, device=device)[:, :6]
+    torch.testing.assert_close(run(padded, 0.5), scaled_then_flattened(padded, 0.5))
+
+
 def _lgamma_then_write(x):
     v0 = torch.lgamma(x)
     x.contiguous().mul_(2)          # writes x itself (contiguous returns it)
