@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import graphfuser
+from graphfuser.frontend.dynamo import graphfuser_backend
 from tests.helpers import DEVICES, check, fusion_groups, make_input
 
 
@@ -118,7 +119,7 @@ def test_view_of_a_cast_of_padded_logits_moves_above_it(device, entry):
         run = sf
     else:
         torch._dynamo.reset()
-        run = torch.compile(cast_viewed_into_log_softmax, backend="graphfuser", dynamic=False)
+        run = torch.compile(cast_viewed_into_log_softmax, backend=graphfuser_backend, dynamic=False)
         for _ in range(4):
             torch.testing.assert_close(run(x), cast_viewed_into_log_softmax(x))
         g = graphfuser.last_executed_optimized_graph()
@@ -149,7 +150,7 @@ def test_a_moved_view_raises_where_eagers_view_raises(device, entry):
         _groups_hold(run, "aten::mul", "aten::exp")
     else:
         torch._dynamo.reset()
-        run = torch.compile(scaled_then_flattened, backend="graphfuser", dynamic=False)
+        run = torch.compile(scaled_then_flattened, backend=graphfuser_backend, dynamic=False)
         for _ in range(4):
             torch.testing.assert_close(run(x, 0.5), scaled_then_flattened(x, 0.5))
     flipped = make_input(6, 4, device=device).t()
