@@ -14,11 +14,14 @@ broadcasting does anyway)::
 The views now read group inputs, where they are free on the host (metadata only), and the mul and
 add fuse (ConvNeXt's layer scale before its residual, attention's head permutes). A ``view`` /
 ``reshape`` of a one-input op or cast whose input no fusible op makes moves above it instead
-(``_Sinker.sink_reshape``): ``logits.float().view(-1, vocab)`` feeding a log-softmax. The rewritten
-op takes the view's profiled type, so its result has the values and strides the view had. The
-other way round, a cast of a view of a normalization's or reduction's result moves above the
-view (``hoist_cast``), so it joins that op's group: ``layer_norm(...).permute(0, 3, 1, 2)`` cast
-to bf16 for a convolution (ConvNeXt's downsampling).
+(``_Sinker.sink_reshape``): ``logits.float().view(-1, vocab)`` feeding a log-softmax, the logits
+padded or not (passes/gemm_pad.py). The rewritten op takes the view's profiled type, so its
+result has the values and strides the view had; a moved ``view`` keeps eager's error, which
+depends on the op's result's strides, not its input's (``graphfuser::view_check``,
+ops/views.py). The other way round, a cast of a view of a normalization's or reduction's result
+moves above the view (``hoist_cast``), so it joins that op's group: ``layer_norm(...).permute(0,
+3, 1, 2)`` cast to bf16 for a convolution (ConvNeXt's downsampling); so does a cast of a
+flattened pointwise result (the rotary rewrite's float32 result, cast to bf16 for attention).
 
 Applied only when the pointwise result has no other use (it would otherwise be computed twice)
 and every type involved is completely profiled; 0-dim inputs stay as they are (they broadcast,
@@ -271,8 +274,12 @@ class _Sinker:
         if i != 0 or row is None or row.kind != "cast" or cast.owner is not block or len(cast.outputs) != 1:
             return False
         y = view.inputs[0]
-        if not _made_by_a_row_op(y):
-            return False        # a pointwise producer takes the view below it instead (try_sink)
+        if not _made_by_a_row_op(y) and not (view.kind == "aten::flatten" and _made_by_a_fusible_op(y)
+                                             and len(y.uses) == 1):
+            # a pointwise producer takes the view below it instead (try_sink), but for a flatten,
+            # which it does not sink: the rotary rewrite's ``flatten`` of its group's float32
+            # result, cast to bf16 for attention under autocast (passes/rotary.py)
+            return False
         yt, vt, ct = y.type, out.type, cast.outputs[0].type
         if not all(isinstance(t, TensorType) and t.complete and t.strides is not None for t in (yt, vt, ct)):
             return False
@@ -307,6 +314,10 @@ def _plain_cast(node: Node) -> bool:
         if arg.name in ("memory_format", "copy") and not (v.is_constant and v.constant() in (None, False)):
             return False
     return True
+
+
+def _made_by_a_fusible_op(v: Value) -> bool:
+    return v.node is not None and lookup(v.node.kind) is not None
 
 
 def _made_by_a_row_op(v: Value) -> bool:
@@ -351,14 +362,14 @@ def _sink_block(sinker: _Sinker, block: Block) -> int:
     while changed:
         changed = False
         for node in list(block.nodes):
-            if node.owner is block and node.kind in ("aten::permute", "aten::transpose", "aten::unsqueeze") + _RESHAPES \
+            if node.owner is block and node.kind in ("aten::permute", "aten::transpose", "aten::unsqueeze", "aten::flatten") + _RESHAPES \
                     and (sinker.try_sink(block, node) or node.kind in _HOISTED and sinker.hoist_cast(block, node)):
                 moved += 1
                 changed = True
     return moved
 
 
-_HOISTED = ("aten::permute", "aten::transpose", "aten::unsqueeze")    # views a cast moves above
+_HOISTED = ("aten::permute", "aten::transpose", "aten::unsqueeze", "aten::flatten")    # views a cast moves above
 
 
 def sink_views(graph: Graph) -> int:

@@ -231,3 +231,25 @@ def test_cast_stays_where_the_view_has_other_readers_or_the_dtype_is_kept():
             if n.kind.endswith("FusionGroup"):
                 kinds = [m.kind for m in n.subgraph.block.nodes]
                 assert not ("aten::softmax" in kinds and "aten::to" in kinds), kinds
+
+
+def flattened_then_cast(x, y):
+    # the rotary rewrite's ending (passes/rotary.py): a float32 group result flattened back to the
+    # head width, then cast to bf16 for attention under autocast
+    return (x * y + 1.0).flatten(-2, -1).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grad", [False, True])
+def test_cast_of_a_flattened_pointwise_result_joins_its_group(device, grad):
+    x = make_input(2, 3, 4, 2, 8, device=device).requires_grad_(grad)
+    y = make_input(1, 1, 4, 2, 8, device=device)
+    sf = check(flattened_then_cast, x, y)
+    _groups_hold(sf, "aten::mul", "aten::to")
+    out, ref = sf(x, y), flattened_then_cast(x, y)
+    assert out.dtype == ref.dtype == torch.bfloat16 and out.stride() == ref.stride()
+    if grad:
+        g = torch.randn_like(ref)
+        (a,) = torch.autograd.grad(out, x, g)
+        (b,) = torch.autograd.grad(ref, x, g)
+        torch.testing.assert_close(a, b)
