@@ -297,11 +297,11 @@ def test_gradients_are_lent_in_the_usual_loop(frontend, _lending, monkeypatch):
     m, twin, sf = _pair(_mlp, frontend)
     opts = [torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9) for a in (m, twin)]
     before, held = _replays(), STATS.get("held_grads", 0)
-    earlier = {id(r) for r in list(_LIVE)}      # (other tests' replayers, lent or not, may live on)
+    earlier = list(_LIVE)       # (other tests' replayers, lent or not, may live on; held: no id reuse)
     for k in range(10):
         _sgd_step(m, twin, sf, opts, torch.randn(16, 32, device="cuda"))
     assert _replays() > before and STATS.get("held_grads", 0) == held
-    lent = [any(e.lent_grads.lend) for r in list(_LIVE) if r.training is not None and id(r) not in earlier
+    lent = [any(e.lent_grads.lend) for r in list(_LIVE) if r.training is not None and all(r is not e for e in earlier)
             for e in r.training.entries.values()]
     assert lent
     assert any(lent) if _lending == "lent" else not any(lent)
