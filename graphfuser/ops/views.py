@@ -45,36 +45,3 @@ def check_view_of_result(x: torch.Tensor, sizes: Sequence[int], dtype: Union[Non
     result_meta(x, _DTYPES.get(dtype, dtype) if isinstance(dtype, int) else dtype).view(sizes)
     if len(_CHECKED) < 1024:
         _CHECKED[key] = True
-
-
-class _Halves(torch.autograd.Function):
-    """``xv[..., 0:1, :]`` and ``xv[..., 1:2, :]`` of an ``xv`` whose dim -2 has size 2, as views;
-    their gradients go back as one ``cat`` into ``xv``'s shape, where two slices' would each be
-    a zero-filled copy of ``xv``'s size."""
-
-    @staticmethod
-    def forward(ctx, xv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ctx.shape, ctx.dtype, ctx.device = xv.shape, xv.dtype, xv.device
-        return xv[..., 0:1, :], xv[..., 1:2, :]
-
-    @staticmethod
-    def backward(ctx, ga: Optional[torch.Tensor], gb: Optional[torch.Tensor]) -> torch.Tensor:
-        half = (*ctx.shape[:-2], 1, ctx.shape[-1])
-        if ga is None:
-            ga = torch.zeros(half, dtype=ctx.dtype, device=ctx.device)
-        if gb is None:
-            gb = torch.zeros(half, dtype=ctx.dtype, device=ctx.device)
-        return torch.cat((ga, gb), -2)
-
-
-def halves(xv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two halves of ``xv`` along its size-2 dim -2 (``passes/rotary.py``'s rotated half
-    under grad): views of ``xv``, whose gradients return through one ``cat``.
-
-        >>> a, b = halves(torch.arange(8.).view(2, 2, 2))
-        >>> a.flatten().tolist(), b.flatten().tolist()
-        ([0.0, 1.0, 4.0, 5.0], [2.0, 3.0, 6.0, 7.0])
-    """
-    if xv.requires_grad and torch.is_grad_enabled():
-        return _Halves.apply(xv)
-    return xv[..., 0:1, :], xv[..., 1:2, :]

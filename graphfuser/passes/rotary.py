@@ -51,7 +51,7 @@ from ..config import config
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TENSOR, TensorType, Type
 from ..log import jit_log
-from ..ops.aten import AtenCall, resolve_aten
+from ..ops.aten import resolve_aten
 
 _UNFLATTEN = "aten::unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)"
 _FLATTEN = "aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)"
@@ -66,7 +66,6 @@ _ROLL = "aten::roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor"
 _WHERE = "aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor"
 _MUL = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
 _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
-_HALVES = "graphfuser::halves(Tensor(a) self) -> (Tensor(a), Tensor(a))"
 _BIG = 1 << 62          # a slice's end past any size: Python's x[h:]
 
 
@@ -188,8 +187,8 @@ def _types_allow(m: Rotary) -> tuple[Optional[str], str]:
     if any(t.strides is None for t in ts):
         return "unknown strides", ""
     # under grad the split's slices would take their gradients back through two zero-filled
-    # copies of x: the halves' through one cat (the rolled form's through one roll)
-    forms = ("halves", "roll") if any(t.requires_grad for t in ts) else ("split", "roll")
+    # copies of x: the rolled form's through one roll
+    forms = ("roll",) if any(t.requires_grad for t in ts) else ("split", "roll")
     why = ""
     for form in forms:
         try:
@@ -221,7 +220,7 @@ def _rewritten_strides(m: Rotary, form: str, x, cos, sin) -> tuple:
     x_first, rot_first, xcos_first = m.orders
     xv, cv, sv = (t.unflatten(-1, (2, m.h)) for t in (x, cos, sin))
     first = torch.arange(2, device="meta").unsqueeze(-1) == 0
-    if form in ("split", "halves"):
+    if form == "split":
         a, b = xv[..., 0:1, :], xv[..., 1:2, :]
         rot = torch.where(first, -b, a)
     else:
@@ -289,12 +288,6 @@ def apply_rotary(g: Graph, plan: list[tuple[int, str]]) -> int:
         if form == "split":
             a = node("aten::slice", _SLICE, [xv, two, const(0, "int"), one, one])
             b = node("aten::slice", _SLICE, [xv, two, one, const(2, "int"), one])
-            rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [b]), a])
-        elif form == "halves":
-            n = g.create("graphfuser::halves", [xv], [TENSOR, TENSOR], source=add.source)
-            n.schema = AtenCall(schema=_HALVES)     # (its outputs alias xv: passes/aliasing.py)
-            block.insert_before(add, n)
-            a, b = n.outputs
             rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [b]), a])
         else:
             r = node("aten::roll", _ROLL, [m.x, const([m.h], "int[]"), const([-1], "int[]")])
