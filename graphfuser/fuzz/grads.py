@@ -71,8 +71,9 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
     rewrites ``addcdiv(x, t1, t2, value=v)`` as ``x + v * (t1 / t2)``, whose backward overflows
     where eager's addcdiv formula does not: fuzz graph 591 of seed 33621). ``scalar_tail()`` gives
     eager's (outputs, inputs) with every hardtanh / relu6 differentiated as eager's scalar tail
-    does (``ScalarTailClamps``): where graphfuser's gradient is that program's, the difference is
-    ``hardtanh_nan_grad``."""
+    does and every hardswish as its vectorized chunks do (``ScalarTailClamps``): where
+    graphfuser's gradient is that program's, the difference is ``hardtanh_nan_grad`` (or
+    ``hardswish_nan_grad`` in a graph without hardtanh / relu6)."""
     idx, leaves = _targets(fe), _leaves(ea)
     if not idx or not leaves or _targets(fo) != idx or _leaves(ga) != leaves:
         return None
@@ -160,7 +161,9 @@ def check_grads(case: dict, call: int, fo: list, fe: list, ga: list, ea: list,
                 continue
             if cat == "wrong_value" and (_hardtanh_nan(case, g, e) or (
                     (gt := tail_grad(n)) is not None and compare(g, gt, None, go_scale) is None)):
-                findings.append({"deviation": "hardtanh_nan_grad", "call": call, "detail": f"grad of {name}: {detail}"})
+                clamps = {"hardtanh", "relu6"} & {o.split(":")[-1].rstrip("_") for o in case.get("ops", ())}
+                findings.append({"deviation": "hardtanh_nan_grad" if clamps else "hardswish_nan_grad", "call": call,
+                                 "detail": f"grad of {name}: {detail}"})
                 continue
             if cat == "wrong_value" and _empty_statistics(case, ea, g, e):
                 findings.append({"deviation": "empty_statistics_grad", "call": call, "detail": f"grad of {name}: {detail}"})
@@ -235,15 +238,36 @@ class _ScalarTailHardtanh(torch.autograd.Function):
         return torch.where((x <= ctx.lo) | (x >= ctx.hi), torch.zeros_like(g), g), None, None
 
 
+class _VectorHardswish(torch.autograd.Function):
+    """hardswish whose gradient is eager's vectorized CPU chunks': 0 up to -3, the upstream
+    gradient from 3 on, ``g * (x / 3 + 1/2)`` elsewhere (a NaN input gives NaN)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return torch.nn.functional.hardswish(x)             # (the mode is off inside its handler)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        inner = torch.where(x >= 3.0, g, g * (x / 3.0 + 0.5))
+        return torch.where(x <= -3.0, torch.zeros_like(g), inner)
+
+
 class ScalarTailClamps(torch.overrides.TorchFunctionMode):
-    """Runs ``F.hardtanh`` and ``F.relu6`` with ``_ScalarTailHardtanh``'s gradient: eager's
-    program with the rule graphfuser keeps for every element at a NaN input (``hardtanh_nan_grad``;
-    fuzz graph 1763 of CPU seed 34725: a NaN into relu6 whose upstream gradient there is finite
-    or infinite, carried on to other inputs' gradients)."""
+    """Eager's program with the rules graphfuser's CPU kernels keep for every element at a NaN
+    input, where eager's own kernels answer by chunk: ``F.hardtanh`` and ``F.relu6`` with
+    ``_ScalarTailHardtanh``'s gradient (``hardtanh_nan_grad``; fuzz graph 1763 of CPU seed 34725:
+    a NaN into relu6 whose upstream gradient there is finite or infinite, carried on to other
+    inputs' gradients), ``F.hardswish`` with ``_VectorHardswish``'s (``hardswish_nan_grad``; fuzz
+    graph 948 of CPU seed 34750: a NaN out of an addmm into hardswish, eight elements, so eager
+    took its scalar tail, and the NaN carried on into the weight's gradient)."""
 
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         F = torch.nn.functional
+        if func is F.hardswish and not kwargs.get("inplace", args[1] if len(args) > 1 else False):
+            return _VectorHardswish.apply(args[0])
         if func is F.relu6 and not kwargs.get("inplace", args[1] if len(args) > 1 else False):
             return _ScalarTailHardtanh.apply(args[0], 0.0, 6.0)
         if func is F.hardtanh and not kwargs.get("inplace", args[3] if len(args) > 3 else False):

@@ -75,7 +75,9 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "what": "hardswish's gradient at a NaN input on the CPU, where eager's own kernel disagrees with "
                 "itself: its vectorized loop gives NaN for the elements of whole vector chunks (32 float32 "
                 "elements on an AVX-512 host) and the upstream gradient for the scalar tail (a tensor smaller "
-                "than one chunk: every element); graphfuser gives NaN, the vectorized answer",
+                "than one chunk: every element); graphfuser gives NaN, the vectorized answer (matched where "
+                "it is the NaN itself, or by rerunning eager with every hardswish differentiated as its "
+                "vectorized chunks: fuzz/grads.py ScalarTailClamps)",
         "knob": "none (which of NaN and the upstream gradient eager gives depends on the element's position)",
         "when_on": "",
     },

@@ -71,8 +71,8 @@ def _dynamo_run(fn: Any, case: dict, call: int, device: str) -> Any:
 
 def _scalar_tail_run(fn: Any, case: dict, call: int, device: str) -> Any:
     """Eager's (outputs, inputs after the call) of ``call`` with every hardtanh / relu6
-    differentiated as eager's CPU scalar tail does (``grads.ScalarTailClamps``), or the exception
-    it raises."""
+    differentiated as eager's CPU scalar tail does and every hardswish as its vectorized chunks
+    do (``grads.ScalarTailClamps``), or the exception it raises."""
     from .grads import ScalarTailClamps
 
     args = make_args(case, call, device)
@@ -422,7 +422,7 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     else None,
                     None if ts else (lambda: _dynamo_run(fn, case, call, device)),
                     (lambda: _scalar_tail_run(fn, case, call, device))
-                    if device == "cpu" and {"hardtanh", "relu6"} & {o.split(":")[-1].rstrip("_") for o in case["ops"]}
+                    if device == "cpu" and {"hardtanh", "relu6", "hardswish"} & {o.split(":")[-1].rstrip("_") for o in case["ops"]}
                     else None)
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]

@@ -17,7 +17,7 @@ Ops: {ops}. Calls (batch size, layout flipped): {calls}; graphfuser profiles
 profiling_runs calls, then runs fused; later calls re-specialize.
 Inputs: {inputs}
 
-Run from the repository root: PYTHONPATH=. python {path}
+Run from the repository root: PYTHONPATH=.{env} python {path}
 """
 {source}
 
@@ -34,12 +34,21 @@ def run_repro(case: dict, argv: Optional[list[str]] = None) -> int:
     """What a repro file runs: the case on ``argv[0]`` (default cpu); prints each difference from
     eager, returns 1 if there is one. Repros written by a failing fusion go to a temporary folder,
     never the working directory."""
+    import os
     import sys
     import tempfile
 
+    import torch
+
     from ..config import config
     from .oracle import run_case
+    from .worker import take_cuda_decisions_on_the_cpu
 
+    # as a campaign's worker runs it (worker._main): eager's CPU kernels split work by thread
+    # (a NaN through hardswish's backward gave NaN or a number by chunk), and the CUDA-only rewrites
+    torch.set_num_threads(int(os.environ.get("GRAPHFUSER_FUZZ_THREADS", "1")))
+    if os.environ.get("GRAPHFUSER_FUZZ_CUDA_DECISIONS") == "1":
+        take_cuda_decisions_on_the_cpu()
     argv = sys.argv[1:] if argv is None else argv
     config.set(repro_dir=tempfile.mkdtemp(prefix="graphfuser-repro-"))
     result = run_case(case, argv[0] if argv else "cpu", tempfile.gettempdir(), "repro")
@@ -60,13 +69,25 @@ def _describe_inputs(case: dict) -> str:
     return "; ".join(parts)
 
 
+def _repro_env() -> str:
+    """The campaign's settings a repro needs to run as its worker did (the frontend, the CUDA-only
+    rewrites), as environment assignments for the repro's command line."""
+    env = []
+    if os.environ.get("GRAPHFUSER_FUZZ_FRONTEND", "script") != "script":
+        env.append(f" GRAPHFUSER_FUZZ_FRONTEND={os.environ['GRAPHFUSER_FUZZ_FRONTEND']}")
+    if os.environ.get("GRAPHFUSER_FUZZ_CUDA_DECISIONS") == "1":
+        env.append(" GRAPHFUSER_FUZZ_CUDA_DECISIONS=1")
+    return "".join(env)
+
+
 def write_repro(cls: dict, path: str) -> None:
     case = {k: v for k, v in cls["case"].items()}
     text = REPRO_TEMPLATE.format(
         category=cls["category"], known=f" (known: issue 10 class {cls['known']})" if cls["known"] else "",
         call=cls["call"], detail=cls["detail"].replace('"""', "'''").replace("\\", "\\\\")[:600],
         ops=", ".join(cls["ops"]), calls=[tuple(c) for c in case["calls"]], inputs=_describe_inputs(case),
-        path=path, source=case["source"].rstrip() + "\n", case=pprint.pformat(case, width=110, sort_dicts=False))
+        path=path, source=case["source"].rstrip() + "\n", case=pprint.pformat(case, width=110, sort_dicts=False),
+        env=_repro_env())
     with open(path, "w") as f:
         f.write(text)
 

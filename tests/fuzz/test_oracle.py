@@ -783,3 +783,49 @@ def test_relu6_gradient_at_a_nan_is_matched_against_eagers_scalar_tail():
     res = run_case(case, "cpu", "/tmp", "relu6nan")
     assert res["findings"] == [], res["findings"]
     assert {d["deviation"] for d in res["deviations"]} == {"hardtanh_nan_grad"}
+
+
+def test_hardswish_gradient_at_a_nan_is_matched_against_eagers_vectorized_rule():
+    """Fuzz graph 948 of CPU seed 34750: a NaN out of an addmm into hardswish, eight elements (so
+    eager took its scalar tail, which passes the upstream gradient at a NaN), and on into the
+    weight's gradient, where eager gave inf and graphfuser NaN. graphfuser's CPU kernel keeps
+    eager's vectorized rule (NaN at a NaN): the oracle reruns eager with every hardswish
+    differentiated so (``ScalarTailClamps``), and graphfuser's gradients are that program's."""
+    from graphfuser.fuzz.grads import ScalarTailClamps
+
+    x = torch.tensor([float("nan"), -3.0, 3.0, 0.0, -4.0, 4.0], requires_grad=True)
+    with ScalarTailClamps():
+        y = torch.nn.functional.hardswish(x)
+    torch.testing.assert_close(y, torch.nn.functional.hardswish(x.detach()), equal_nan=True)
+    y.sum().backward()
+    assert math.isnan(x.grad[0]) and x.grad.tolist()[1:] == [0.0, 1.0, 0.5, 0.0, 1.0]
+
+    # a whole case: hardswish of a row of 8 holding NaNs, then a product whose weights hold an inf
+    x0 = {"name": "x0", "kind": "tensor", "dtype": "float32", "shape": [1, 8], "layout": "dense",
+          "fill": "nan_inf", "requires_grad": True}
+    x1 = {"name": "x1", "kind": "tensor", "dtype": "float32", "shape": [8, 3], "layout": "dense",
+          "fill": "nan_inf", "requires_grad": True}
+    body = "    v0 = x0 * 1.5\n    v1 = F.hardswish(v0)\n    return torch.mm(v1, x1)\n"
+    case = _case(body, [x0, x1], [[1, False]] * 4)
+    case["ops"] = ["mul", "hardswish", "mm"]
+    res = run_case(case, "cpu", "/tmp", "hardswishnan")
+    assert res["findings"] == [], res["findings"]
+
+
+def test_a_repro_names_the_campaign_settings_it_needs(tmp_path, monkeypatch):
+    """A campaign's worker runs each case with one CPU thread and, under ``--cuda-decisions``, the
+    CUDA-only rewrites: a repro file says so on its command line, and its ``run_repro`` does the
+    same (fuzz graph 948 of CPU seed 34750 showed nothing run without them)."""
+    from graphfuser.fuzz import report
+
+    cls = {"case": _case("    return x0 + 1.0\n", [X]), "category": "wrong_grad", "known": None, "call": 2,
+           "detail": "made up", "ops": ["add"]}
+    monkeypatch.setenv("GRAPHFUSER_FUZZ_FRONTEND", "compile")
+    monkeypatch.setenv("GRAPHFUSER_FUZZ_CUDA_DECISIONS", "1")
+    report.write_repro(cls, str(tmp_path / "r.py"))
+    text = (tmp_path / "r.py").read_text()
+    assert "PYTHONPATH=. GRAPHFUSER_FUZZ_FRONTEND=compile GRAPHFUSER_FUZZ_CUDA_DECISIONS=1 python" in text
+    monkeypatch.delenv("GRAPHFUSER_FUZZ_FRONTEND")
+    monkeypatch.delenv("GRAPHFUSER_FUZZ_CUDA_DECISIONS")
+    report.write_repro(cls, str(tmp_path / "s.py"))
+    assert "PYTHONPATH=. python" in (tmp_path / "s.py").read_text()
