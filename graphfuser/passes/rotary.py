@@ -62,6 +62,7 @@ _ARANGE = ("aten::arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=N
 _UNSQUEEZE = "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
 _EQ = "aten::eq.Scalar(Tensor self, Scalar other) -> Tensor"
 _NEG = "aten::neg(Tensor self) -> Tensor"
+_PERMUTE = "aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)"
 _ROLL = "aten::roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor"
 _WHERE = "aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor"
 _MUL = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
@@ -173,33 +174,53 @@ def _match(add: Node) -> Optional[Rotary]:
     return None
 
 
-def _types_allow(m: Rotary) -> tuple[Optional[str], str]:
-    """(why the pattern keeps its cat or None, the form it takes: ``split`` or ``roll``)."""
+def _types_allow(m: Rotary) -> tuple[Optional[str], str, Optional[list[int]]]:
+    """(why the pattern keeps its cat or None, the form it takes: ``split`` or ``roll``, the dims
+    of ``x`` outer to inner where its roll reads it permuted: ``_dense_order``)."""
     ts = [m.x.type, m.cos.type, m.sin.type, m.add.outputs[0].type]
     if not all(isinstance(t, TensorType) and t.sizes and t.dtype is not None for t in ts):
-        return "untyped operands", ""
+        return "untyped operands", "", None
     if not all(t.dtype.is_floating_point for t in ts):
-        return "not floating", ""
+        return "not floating", "", None
     if len({t.device for t in ts}) != 1:
-        return "on several devices", ""
+        return "on several devices", "", None
     if any(t.sizes[-1] != 2 * m.h for t in ts):
-        return "a last dim that is not 2 * h (broadcast or another split)", ""
+        return "a last dim that is not 2 * h (broadcast or another split)", "", None
     if any(t.strides is None for t in ts):
-        return "unknown strides", ""
+        return "unknown strides", "", None
     # under grad the split's slices would take their gradients back through two zero-filled
     # copies of x: the rolled form's through one roll
     forms = ("roll",) if any(t.requires_grad for t in ts) else ("split", "roll")
     why = ""
-    for form in forms:
+    order = _dense_order(ts[0])
+    for form, perm in [(f, o) for f in forms for o in ((order, None) if f == "roll" and order else (None,))]:
         try:
-            strides = _rewritten_strides(m, form, *(_meta(t) for t in ts[:3]))
+            strides = _rewritten_strides(m, form, *(_meta(t) for t in ts[:3]), order=perm)
         except RuntimeError as e:
             why = f"the {form} form does not run on these types ({e})"
             continue
         if strides == tuple(ts[3].strides):
-            return None, form
+            return None, form, perm
         why = f"the {form} form's result would have strides {strides}, eager's {ts[3].strides}"
-    return why, ""
+    return why, "", None
+
+
+def _dense_order(t: TensorType) -> Optional[list[int]]:
+    """``x``'s dims outer to inner where ``x`` is a permutation of a dense tensor other than its
+    contiguous one, with the last dim innermost: a transposed view of a projection's output
+    (``q.view(B, T, H, D).transpose(1, 2)``). ``roll`` of such an ``x`` first copies it contiguous;
+    rolled through its dense permutation (the same roll, of the last dim) it does not. None
+    otherwise."""
+    sizes, strides = t.sizes, t.strides
+    order = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    if order[-1] != len(sizes) - 1 or order == sorted(order):
+        return None
+    return order
 
 
 def _meta(t: TensorType):
@@ -212,7 +233,7 @@ def _ordered(op, first: bool, u, v):
     return op(u, v) if first else op(v, u)
 
 
-def _rewritten_strides(m: Rotary, form: str, x, cos, sin) -> tuple:
+def _rewritten_strides(m: Rotary, form: str, x, cos, sin, order: Optional[list[int]] = None) -> tuple:
     """The strides of the rewritten ``form``'s result on meta tensors of the profiled types (the
     same ops, in the same operand orders, as ``apply_rotary`` writes)."""
     import torch
@@ -224,20 +245,29 @@ def _rewritten_strides(m: Rotary, form: str, x, cos, sin) -> tuple:
         a, b = xv[..., 0:1, :], xv[..., 1:2, :]
         rot = torch.where(first, -b, a)
     else:
-        rv = torch.roll(x, [m.h], [-1]).unflatten(-1, (2, m.h))
+        r = torch.roll(x, [m.h], [-1]) if order is None else \
+            torch.roll(x.permute(order), [m.h], [-1]).permute(_inverse(order))
+        rv = r.unflatten(-1, (2, m.h))
         rot = torch.where(first, -rv, rv)
     p = _ordered(torch.mul, x_first, xv, cv)
     q = _ordered(torch.mul, rot_first, rot, sv)
     return tuple(_ordered(torch.add, xcos_first, p, q).flatten(-2, -1).stride())
 
 
+def _inverse(order: list[int]) -> list[int]:
+    inv = [0] * len(order)
+    for i, d in enumerate(order):
+        inv[d] = i
+    return inv
+
+
 def _adds(g: Graph) -> list[Node]:
     return [n for n in g.all_nodes() if n.kind == "aten::add"]
 
 
-def plan_rotary(g: Graph, fixed_sizes: bool) -> Optional[list[tuple[int, str]]]:
-    """The positions (among the graph's adds) of the profiled ``g``'s rotary embeddings and the
-    form each takes (``split`` / ``roll``), or None.
+def plan_rotary(g: Graph, fixed_sizes: bool) -> Optional[list[tuple[int, str, Optional[list[int]]]]]:
+    """The positions (among the graph's adds) of the profiled ``g``'s rotary embeddings, the
+    form each takes (``split`` / ``roll``) and the permutation its roll reads ``x`` through, or None.
     ``fixed_sizes``: the graph's inputs keep their profiled sizes (``Captured.fixed_sizes``);
     else nothing is rewritten, as the split relies on the last dim staying ``2 * h``."""
     if config.is_disabled("rotary_rewrite") or not fixed_sizes:
@@ -247,19 +277,19 @@ def plan_rotary(g: Graph, fixed_sizes: bool) -> Optional[list[tuple[int, str]]]:
         m = _match(n)
         if m is None:
             continue
-        why, form = _types_allow(m)
+        why, form, order = _types_allow(m)
         if why is not None:
             jit_log("graph_fuser", 2, f"rotary embedding at {n.where()} keeps its cat: {why}")
             continue
-        chosen.append((k, form))
+        chosen.append((k, form, order))
     return chosen or None
 
 
-def apply_rotary(g: Graph, plan: list[tuple[int, str]]) -> int:
+def apply_rotary(g: Graph, plan: list[tuple[int, str, Optional[list[int]]]]) -> int:
     """Rewrite the unprofiled graph ``g`` (the one ``plan`` was made from, freshly cloned)."""
     adds = _adds(g)
     done = 0
-    for k, form in plan:
+    for k, form, order in plan:
         m = _match(adds[k]) if k < len(adds) else None
         if m is None:
             continue
@@ -290,7 +320,12 @@ def apply_rotary(g: Graph, plan: list[tuple[int, str]]) -> int:
             b = node("aten::slice", _SLICE, [xv, two, one, const(2, "int"), one])
             rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [b]), a])
         else:
-            r = node("aten::roll", _ROLL, [m.x, const([m.h], "int[]"), const([-1], "int[]")])
+            if order is None:
+                r = node("aten::roll", _ROLL, [m.x, const([m.h], "int[]"), const([-1], "int[]")])
+            else:       # through x's dense permutation: no contiguous copy before the roll
+                xp = node("aten::permute", _PERMUTE, [m.x, const(order, "int[]")])
+                rp = node("aten::roll", _ROLL, [xp, const([m.h], "int[]"), const([-1], "int[]")])
+                r = node("aten::permute", _PERMUTE, [rp, const(_inverse(order), "int[]")])
             rv = node("aten::unflatten", _UNFLATTEN, [r, last, split])
             rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [rv]), rv])
         alpha = const(1, "int")

@@ -111,11 +111,12 @@ def test_cat_stays_where_the_types_do_not_fit(front):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 @pytest.mark.parametrize("fill", ["randn", "nonfinite"])
-def test_under_grad_the_rotated_half_is_a_roll(dtype, fill):
+@pytest.mark.parametrize("layout", ["transposed", "contiguous"])
+def test_under_grad_the_rotated_half_is_a_roll(dtype, fill, layout):
     """Under grad the split's slices would send their gradients back through zero-filled copies:
     the rotated half is ``roll(x, h)`` with its first half negated, whose gradient is one roll
     back. Values, strides and the gradients of q, k, cos and sin match eager's."""
-    args = [a.detach().requires_grad_() for a in _inputs(dtype=dtype, fill=fill)]
+    args = [a.detach().requires_grad_() for a in _inputs(dtype=dtype, fill=fill, layout=layout)]
     torch._dynamo.reset()
     sf = torch.compile(rope, backend=registered_backend())
     with config.override(disable=["fallback"]):
@@ -123,6 +124,9 @@ def test_under_grad_the_rotated_half_is_a_roll(dtype, fill):
             out = sf(*args)
     g = str(graphfuser.last_executed_optimized_graph())
     assert "aten::cat" not in g and "aten::roll" in g, g
+    # q and k are transposed views of dense tensors: the roll reads them through that
+    # permutation (a roll of a strided tensor would copy it contiguous first)
+    assert ("aten::permute" in g) == (layout == "transposed"), g
     ref = rope(*args)
     seeds = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)).to(dtype) for i, o in enumerate(ref)]
     got = torch.autograd.grad(out, args, seeds)
