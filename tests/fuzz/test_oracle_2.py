@@ -237,16 +237,21 @@ def test_relu6_gradient_at_a_nan_is_matched_against_eagers_scalar_tail():
     assert math.isinf(x.grad[0]) and x.grad.tolist()[1:] == [3.0, 0.0, 0.0, 0.0, 1.0]
 
     # a whole case: a relu6 of a row of 64 holding NaNs, and a product with an inf after it
-    x0 = {"name": "x0", "kind": "tensor", "dtype": "float32", "shape": [1, 64], "layout": "dense",
-          "fill": "edge", "requires_grad": True}
-    x1 = {"name": "x1", "kind": "tensor", "dtype": "float32", "shape": [64, 3], "layout": "dense",
-          "fill": "edge", "requires_grad": True}
-    body = "    v0 = x0 * 1.5\n    v1 = F.relu6(v0)\n    return torch.mm(v1, x1)\n"
-    case = _case(body, [x0, x1], [[1, False]] * 4)
-    case["ops"] = ["mul", "relu6", "mm"]
-    res = run_case(case, "cpu", "/tmp", "relu6nan")
+    res = _activation_into_a_product("relu6", 64, "edge")
     assert res["findings"] == [], res["findings"]
     assert {d["deviation"] for d in res["deviations"]} == {"hardtanh_nan_grad"}
+
+
+def _activation_into_a_product(op: str, width: int, fill: str) -> dict:
+    """``run_case`` of ``mm(F.<op>(x0 * 1.5), x1)``: a row of ``width`` and weights, both ``fill``."""
+    x0 = {"name": "x0", "kind": "tensor", "dtype": "float32", "shape": [1, width], "layout": "dense",
+          "fill": fill, "requires_grad": True}
+    x1 = {"name": "x1", "kind": "tensor", "dtype": "float32", "shape": [width, 3], "layout": "dense",
+          "fill": fill, "requires_grad": True}
+    body = f"    v0 = x0 * 1.5\n    v1 = F.{op}(v0)\n    return torch.mm(v1, x1)\n"
+    case = _case(body, [x0, x1], [[1, False]] * 4)
+    case["ops"] = ["mul", op, "mm"]
+    return run_case(case, "cpu", "/tmp", f"{op}nan")
 
 
 def test_hardswish_gradient_at_a_nan_is_matched_against_eagers_vectorized_rule():
@@ -265,14 +270,7 @@ def test_hardswish_gradient_at_a_nan_is_matched_against_eagers_vectorized_rule()
     assert math.isnan(x.grad[0]) and x.grad.tolist()[1:] == [0.0, 1.0, 0.5, 0.0, 1.0]
 
     # a whole case: hardswish of a row of 8 holding NaNs, then a product whose weights hold an inf
-    x0 = {"name": "x0", "kind": "tensor", "dtype": "float32", "shape": [1, 8], "layout": "dense",
-          "fill": "nan_inf", "requires_grad": True}
-    x1 = {"name": "x1", "kind": "tensor", "dtype": "float32", "shape": [8, 3], "layout": "dense",
-          "fill": "nan_inf", "requires_grad": True}
-    body = "    v0 = x0 * 1.5\n    v1 = F.hardswish(v0)\n    return torch.mm(v1, x1)\n"
-    case = _case(body, [x0, x1], [[1, False]] * 4)
-    case["ops"] = ["mul", "hardswish", "mm"]
-    res = run_case(case, "cpu", "/tmp", "hardswishnan")
+    res = _activation_into_a_product("hardswish", 8, "nan_inf")
     assert res["findings"] == [], res["findings"]
 
 
