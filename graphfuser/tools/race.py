@@ -217,6 +217,9 @@ def _summarize(row: dict[str, Any]) -> None:
         row["graphfuser_over_best"] = round(row["graphfuser_ms"] / min(best), 3)
     if row.get("inductor_cold_s") and row.get("graphfuser_cold_s"):
         row["cold_ratio"] = round(row["graphfuser_cold_s"] / row["inductor_cold_s"], 3)
+    if row.get("inductor_ro_cold_s") and row.get("graphfuser_cold_s"):
+        # (a race of reduce-overhead alone, the training rows' usual contender, has a cold ratio too)
+        row["cold_ratio_ro"] = round(row["graphfuser_cold_s"] / row["inductor_ro_cold_s"], 3)
 
 
 # -- the whole race ------------------------------------------------------------------------------
@@ -251,6 +254,9 @@ def markdown(record: dict[str, Any]) -> str:
             "graphfuser_compile_max_rel_err"]
     if any("dynamo_cold_s" in r for r in record["rows"]):
         cols.insert(cols.index("cold_ratio"), "dynamo_cold_s")
+    if any(r.get("inductor_ro_cold_s") for r in record["rows"]):
+        at = cols.index("cold_ratio") + 1
+        cols[at:at] = ["inductor_ro_cold_s", "cold_ratio_ro"]
     if any("graphfuser_compile_kept_ms" in r for r in record["rows"]):
         cols.insert(cols.index("graphfuser_over_best"), "graphfuser_compile_kept_ms")
     lines = [f"# race: {record['gpu']} (torch {record['torch']})", "",

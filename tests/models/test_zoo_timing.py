@@ -134,6 +134,24 @@ def test_race_dynamo_column_is_dynamo_alone_and_no_contender():
     assert "dynamo_cold_s" in header and "| 0.9 |" in md
 
 
+def test_race_reduce_overhead_cold_seconds_have_their_ratio():
+    """A race of reduce-overhead alone (the training rows' usual contender) shows its cold seconds
+    and graphfuser's ratio to them, beside the default mode's columns (empty there)."""
+    from graphfuser.tools import race
+
+    row = {"model": "gpt2", "mode": "train-bf16", "batch": 8, "eager_ms": 33.0, "inductor_ro_ms": 12.2,
+           "graphfuser_compile_ms": 14.4, "graphfuser_compile_cold_s": 7.9, "inductor_ro_cold_s": 33.1}
+    race._summarize(row)
+    assert "cold_ratio" not in row and row["cold_ratio_ro"] == round(7.9 / 33.1, 3)
+    md = race.markdown({"gpu": "cpu", "torch": "2.11", "rows": [row]})
+    lines = md.splitlines()
+    header = next(line for line in lines if line.startswith("| model"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    cells = [c.strip() for c in next(line for line in lines if line.startswith("| gpt2")).strip("|").split("|")]
+    assert cells[cols.index("inductor_ro_cold_s")] == "33.1" and cells[cols.index("cold_ratio_ro")] == "0.239"
+    assert cells[cols.index("cold_ratio")] == "-"
+
+
 def test_race_merges_parts_in_the_race_order(tmp_path):
     """``race --merge``: parts of one race (one device command each) become one record and table,
     rows in the race's order, a repeated row the later part's; parts of other GPUs are refused."""
