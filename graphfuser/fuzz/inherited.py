@@ -120,6 +120,19 @@ def _dead_statements_dropped(source: str) -> str:
                         and isinstance(n.func.value, ast.Name):
                     views.setdefault(n.func.value.id, set()).add(st.targets[0].id)
 
+    parent = {v: k for k, vs in views.items() for v in vs}
+
+    def fresh_root(name: str) -> Optional[str]:
+        """The fresh value ``name`` is, or views through a chain of views (``v7 = v4.expand(...)``
+        of a fresh ``v4``: a write into ``v7`` is a write into ``v4``'s memory, dead as ``v4`` is)."""
+        seen = set()
+        while name not in fresh:
+            if name in seen or name not in parent:
+                return None
+            seen.add(name)
+            name = parent[name]
+        return name
+
     def seen_through(name: str) -> set[str]:
         out, todo = {name}, [name]
         while todo:
@@ -135,8 +148,8 @@ def _dead_statements_dropped(source: str) -> str:
         for i, st in enumerate(fn.body):
             if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and \
                     isinstance(st.value.func, ast.Attribute) and isinstance(st.value.func.value, ast.Name) and \
-                    st.value.func.value.id in fresh and st.value.func.attr.endswith("_"):
-                names = seen_through(st.value.func.value.id)
+                    fresh_root(st.value.func.value.id) is not None and st.value.func.attr.endswith("_"):
+                names = seen_through(fresh_root(st.value.func.value.id))
                 if not any(isinstance(n, ast.Name) and n.id in names for s2 in fn.body[i + 1:] for n in ast.walk(s2)):
                     del fn.body[i]
                     changed = True

@@ -167,6 +167,16 @@ def test_pruning_keeps_a_write_seen_through_a_live_view():
            "    v0.copy_(x0)\n"
            "    return v1 * 2\n")
     assert "copy_" not in _dead_statements_dropped(src)
+    # a dead write through a view of a fresh tensor goes too (CPU fuzz graph 884 of seed 34758:
+    # ``v7 = v4.expand(...)`` of a std_mean's mean, ``v7.mul_(2)``, which eager refuses: more than
+    # one element of the written-to tensor refers to a single memory location); a live one stays
+    src = ("def fn(x0):\n"
+           "    v3, v4 = torch.std_mean(x0, [0], keepdim=True)\n"
+           "    v7 = v4.expand([2, 1, 3])\n"
+           "    v7.mul_(2)\n"
+           "    return v3\n")
+    assert "mul_" not in _dead_statements_dropped(src)
+    assert "mul_" in _dead_statements_dropped(src.replace("return v3", "return v3, v4"))
 
 
 def test_hardtanh_nan_gradient_is_eagers_own_disagreement():
