@@ -199,7 +199,12 @@ def _types_allow(m: Rotary) -> tuple[Optional[str], str, Optional[list[int]]]:
     forms = ("roll",) if any(t.requires_grad for t in ts) else ("split", "roll")
     why = ""
     order = _dense_order(ts[0])
-    for form, perm in [(f, o) for f in forms for o in ((order, None) if f == "roll" and order else (None,))]:
+    candidates = []         # (form, the permutation a roll reads x through): the permuted roll first
+    for form in forms:
+        if form == "roll" and order:
+            candidates.append((form, order))
+        candidates.append((form, None))
+    for form, perm in candidates:
         try:
             strides = _rewritten_strides(m, form, *(_meta(t) for t in ts[:3]), order=perm)
         except RuntimeError as e:
