@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..ir.graph import Graph, Value
+from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import bind, host_scalar, lookup
 from ..ops.table import OpCall
@@ -47,6 +47,7 @@ class TensorPlan:
     position: int                      # group input index, or output index
     dims: list[list[int]]              # per root: the tensor's own dims merged into it ([] = bcast)
     dtype: torch.dtype
+    flipped: tuple[int, ...] = ()      # the tensor's own dims read back to front (a flip: ``_Flips``)
 
 
 @dataclass
@@ -109,8 +110,14 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     if missing:
         raise LoweringError(f"iteration dims {missing} are not sized by any input")
 
+    # flipped iteration dims (``flip`` nodes) stay roots of their own: a flipped read of a
+    # tensor steps back along them, so no dense run crosses them
+    flips = _Flips(sub, out_rank)
+
     # 2. coalescing
     def contiguous_pair(t: TensorType, a: int, b: int) -> bool:
+        if a in flips.dims or b in flips.dims:
+            return False
         m = _aligned(t, out_rank)
         if a not in m and b not in m:
             return True
@@ -144,7 +151,7 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     tplans: list[TensorPlan] = []
     strided: list[tuple[int, int]] = []
 
-    def add_param(label: str, t: TensorType, is_output: bool, pos: int) -> int:
+    def add_param(label: str, t: TensorType, is_output: bool, pos: int, flip: frozenset = frozenset()) -> int:
         m = _aligned(t, out_rank)
         kinds, dims = [], []
         for r, group in enumerate(roots):
@@ -155,14 +162,14 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
                 continue
             inner = mine[-1]
             p = t.stride_order.index(inner)
-            unit = p == len(t.stride_order) - 1 and t.contiguity[p]
+            unit = p == len(t.stride_order) - 1 and t.contiguity[p] and not set(group) & flip
             kinds.append("unit" if unit else "strided")
             if not unit:
                 strided.append((len(params), r))
-        dense = all(k != "bcast" for k in kinds) and kinds[-1] == "unit" and all(
+        dense = not flip and all(k != "bcast" for k in kinds) and kinds[-1] == "unit" and all(
             contiguous_pair(t, roots[r][-1], roots[r + 1][0]) for r in range(n_roots - 1))
         params.append(TensorParam(label, t.dtype, is_output, tuple(kinds), dense))
-        tplans.append(TensorPlan(label, is_output, pos, dims, t.dtype))
+        tplans.append(TensorPlan(label, is_output, pos, dims, t.dtype, tuple(sorted(m[od] for od in flip))))
         return len(params) - 1
 
     env: dict[Value, Any] = {}
@@ -188,8 +195,11 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
             env[v] = b.arg(len(scalars) - 1, dt)
 
     # 4. expressions
-    for node in sub.block.nodes:
-        lower_node(node, env, b)
+    if flips.flip:
+        flips.lower(env, b, lambda i, v, f: add_param(f"t{len(params)}", v.type, False, i, f))
+    else:
+        for node in sub.block.nodes:
+            lower_node(node, env, b)
     same = returned_inputs(sub.inputs, sub.block.nodes)
 
     stores, outputs, aliases, detached = [], [], {}, set()
@@ -215,6 +225,68 @@ def lower_group(sub: Graph, name: str = "kernel", coalesce: bool = True) -> tupl
     plan = LaunchPlan(roots, dim_source, out_rank, outputs, tplans, scalar_inputs, aliases, detached, strided,
                       sorted(host))
     return kernel, plan
+
+
+class _Flips:
+    """A pointwise group's ``flip`` nodes as index remaps (``ops/movement.py``).
+
+    ``dims``: the iteration dims some flip reverses (a flip of a size-1 dim is the identity).
+    ``lower`` fills ``env`` as the plain node walk does, except that a value under a set of
+    flipped iteration dims ``F`` is built again from its producers with ``F`` applied to their
+    loads: a group input read under ``F`` is a parameter of its own (the same tensor through a
+    pointer to its last element along ``F`` and negated strides there, ``compiled._input_pointer``),
+    a constant or scalar is what it is, a flip toggles its dims in ``F``. Pointwise ops commute
+    with any remap of their indices, so the result is the producers' values at the flipped index.
+    """
+
+    def __init__(self, sub: Graph, out_rank: int) -> None:
+        from ..ops.movement import flip_dims
+
+        self.sub, self.out_rank = sub, out_rank
+        self.flip: dict[Node, frozenset] = {}
+        for n in sub.block.nodes:
+            if n.kind != "aten::flip":
+                continue
+            if _has_random(sub):
+                raise LoweringError(f"{n.where()}: a flip beside a random row")
+            t = n.inputs[0].type
+            off = out_rank - t.rank
+            self.flip[n] = frozenset(off + d for d in flip_dims(n) if t.sizes[d] != 1)
+        self.dims: frozenset = frozenset().union(*self.flip.values())
+
+    def lower(self, env: dict, b: ExprBuilder, param) -> None:
+        sub, out_rank = self.sub, self.out_rank
+        inputs = {v: i for i, v in enumerate(sub.inputs)}
+        envs: dict[frozenset, dict] = {frozenset(): env}
+        loads: dict[tuple[Value, frozenset], Expr] = {}
+
+        def value(v: Value, f: frozenset) -> Any:
+            e = envs.setdefault(f, {})
+            if v in e:
+                return e[v]
+            if v in inputs:
+                t = v.type
+                mine = f & frozenset(out_rank - t.rank + d for d in range(t.rank) if t.sizes[d] != 1) \
+                    if isinstance(t, TensorType) and f else frozenset()
+                if not mine:
+                    e[v] = env[v]
+                else:
+                    if (v, mine) not in loads:
+                        loads[v, mine] = b.load(param(inputs[v], v, mine), t.dtype)
+                    e[v] = loads[v, mine]
+                return e[v]
+            node = v.node
+            if node.kind == "aten::flip":
+                e[v] = value(node.inputs[0], f ^ self.flip[node])
+                return e[v]
+            for u in node.inputs:
+                value(u, f)
+            lower_node(node, e, b)
+            return e[v]
+
+        for node in sub.block.nodes:
+            for o in node.outputs:
+                value(o, frozenset())
 
 
 def returned_inputs(inputs: list[Value], nodes: list) -> dict[Value, Value]:

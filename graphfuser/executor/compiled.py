@@ -176,7 +176,7 @@ def _launcher_source(cg: CompiledGroup) -> str:
         outs.append(f"o{j}")
     args = []
     for p, (t, tp) in enumerate(zip(k.tensors, plan.tensors)):
-        args.append(f"o{tp.position}.data_ptr()" if t.is_output else f"x{tp.position}.data_ptr()")
+        args.append(f"o{tp.position}.data_ptr()" if t.is_output else _input_pointer(tp))
     args += [f"n{r}" for r in range(k.n_dims)]
     args += _stride_reads(k, plan, L)
     args += [f"x{i}.item()" if i in plan.host_scalars else f"x{i}" for i in plan.scalar_inputs]
@@ -198,7 +198,8 @@ def _launcher_source(cg: CompiledGroup) -> str:
                 L.append(f"        q{s_} = {a}")
             call_args = [f"p{p}" for p in range(n_t)] + args[n_t:n_t + k.n_dims] + \
                 [f"q{s_}" for s_ in range(len(strides))] + args[n_t + k.n_dims + len(strides):]
-            small = "total < 2147483647" + "".join(f" and q{s_} * n{r} < 2147483647"
+            flipped = _flipped_strides(k, plan)
+            small = "total < 2147483647" + "".join(f" and {'-' if (p, r) in flipped else ''}q{s_} * n{r} < 2147483647"
                                                     for s_, (p, r) in enumerate(stride_args(k)))
             L.append(f"        small = {small}")
             launch = ("_l{i}((grid if grid < _maxgrid else _maxgrid, 1, 1), _block, _stream(_devidx), "
@@ -272,26 +273,45 @@ def allocation(j: int, sz: list[str], order: Sequence[int]) -> str:
     return f"_empty(({', '.join(sz)}{comma}), ({', '.join(st)}{comma}), dtype=_odt{j}, device=_dev)"
 
 
+def _input_pointer(tp: TensorPlan) -> str:
+    """A group input's pointer argument: its data pointer, or for a flipped read
+    (``TensorPlan.flipped``) the address of its last element along the flipped dims, from which
+    the negated strides of those dims step back (``_stride_reads``)."""
+    x = f"x{tp.position}"
+    if not tp.flipped:
+        return f"{x}.data_ptr()"
+    back = " + ".join(f"({x}.shape[{d}] - 1) * {x}.stride({d})" for d in tp.flipped)
+    return f"{x}.data_ptr() + ({back}) * {tp.dtype.itemsize}"
+
+
+def _flipped_strides(k: Kernel, plan: LaunchPlan) -> set[tuple[int, int]]:
+    """The (tensor param, root) stride arguments passed negated: a flipped dim's (its own root)."""
+    return {(p, r) for p, r in stride_args(k) if set(plan.tensors[p].dims[r]) & set(plan.tensors[p].flipped)}
+
+
 def _stride_reads(k: Kernel, plan: LaunchPlan, L: list[str]) -> list[str]:
     """The stride arguments' expressions. A tensor read at two or more strides is asked once
-    (``t{n} = x.stride()``, a line appended to ``L``) and indexed; one read stays ``x.stride(d)``."""
+    (``t{n} = x.stride()``, a line appended to ``L``) and indexed; one read stays ``x.stride(d)``.
+    A flipped dim's stride is negated."""
     owners = []
+    flipped = _flipped_strides(k, plan)
     for p, r in stride_args(k):
         tp = plan.tensors[p]
-        owners.append((f"o{tp.position}" if k.tensors[p].is_output else f"x{tp.position}", tp.dims[r][-1]))
+        owners.append((f"o{tp.position}" if k.tensors[p].is_output else f"x{tp.position}", tp.dims[r][-1],
+                       "-" if (p, r) in flipped else ""))
     counts: dict[str, int] = {}
-    for owner, _ in owners:
+    for owner, _, _ in owners:
         counts[owner] = counts.get(owner, 0) + 1
     names: dict[str, str] = {}
     out = []
-    for owner, d in owners:
+    for owner, d, sign in owners:
         if counts[owner] == 1:
-            out.append(f"{owner}.stride({d})")
+            out.append(f"{sign}{owner}.stride({d})")
             continue
         if owner not in names:
             names[owner] = f"t{len(names)}"
             L.append(f"    {names[owner]} = {owner}.stride()")
-        out.append(f"{names[owner]}[{d}]")
+        out.append(f"{sign}{names[owner]}[{d}]")
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 from .vocab import (
     FLOAT_DTYPES, FLOAT_LITERALS, UNARY_FLOAT, UNARY_ANY, BINARY, TORCH_NAMES, OPERATORS, BOOL_RESULT,
-    SPECIAL, REDUCTIONS, NORMS, COMPOSITES, INPLACE, ALIASES, TENSOR_ONLY
+    SPECIAL, REDUCTIONS, NORMS, COMPOSITES, INPLACE, ALIASES, TENSOR_ONLY, MOVEMENT
 )
 from .state import (
     Var, _State, _st, _kind, _bcast, _concrete, _new_var, _pick, _add_input, _other, _result_kind,
@@ -60,6 +60,17 @@ def _emit_op(s: _State, op: str) -> bool:
         return _emit_norm(s, op)
     elif op in COMPOSITES:
         return _emit_composite(s, op)
+    elif op in MOVEMENT:
+        a = _pick(s, known_shape=True, min_rank=1)
+        if a is None:
+            return False
+        rank = len(a.shape)
+        dims = sorted(set(d(st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=2))),
+                      key=lambda k: k % rank)
+        if len({k % rank for k in dims}) != len(dims):
+            dims = dims[:1]             # flip refuses a dim named twice (-1 and rank - 1)
+        form = d(st.sampled_from(("torch.flip({a}, {dims})", "{a}.flip({dims})")))
+        line, out = form.format(a=a.name, dims=dims), (a.shape, a.kind)
     if line is None:
         return False
     v = _new_var(s, out[0], out[1])

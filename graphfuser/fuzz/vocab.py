@@ -40,6 +40,8 @@ BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", 
 SPECIAL = ("leaky_relu", "hardtanh", "gelu", "silu", "softplus", "clamp", "clamp_min", "clamp_max", "where",
            "threshold", "lerp", "addcmul", "addcdiv", "nan_to_num", "dropout", "to", "relu6", "hardswish",
            "hardsigmoid", "mish", "masked_fill")
+# ops that read their operand at other indices (ops/movement.py)
+MOVEMENT = ("flip",)
 REDUCTIONS = ("sum", "mean", "prod", "amax", "amin", "var", "std", "var_mean", "std_mean", "sum_to_size")
 NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "layer_norm", "native_layer_norm", "rms_norm",
          "batch_norm", "instance_norm", "group_norm")
@@ -48,7 +50,7 @@ NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "layer_norm", "na
 COMPOSITES = ("rotary", "cross_entropy")
 # Every op-table row, simplest first (hypothesis shrinks towards the front).
 OPS = ("add", "mul") + tuple(o for o in BINARY if o not in ("add", "mul")) + UNARY_ANY + UNARY_FLOAT + SPECIAL \
-    + REDUCTIONS + NORMS + COMPOSITES
+    + MOVEMENT + REDUCTIONS + NORMS + COMPOSITES
 INPLACE = ("mul_", "add_", "sub_", "div_", "clamp_", "relu_", "exp_", "neg_", "sigmoid_", "copy_", "fill_")
 ALIASES = ("float", "to_same", "contiguous", "view", "reshape", "slice", "unsqueeze", "t", "expand", "dropout",
            "type_as", "squeeze")

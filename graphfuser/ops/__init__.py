@@ -19,6 +19,7 @@ from . import reduction  # noqa: F401  (registers the rows)
 from . import norms  # noqa: F401  (registers the rows)
 from . import activations  # noqa: F401  (registers the rows)
 from . import random  # noqa: F401  (registers the rows)
+from . import movement  # noqa: F401  (registers the rows)
 from .norms import widened as _widened
 from .promotion import Participant, participant_of, result_type
 from .reduction import CHECKS, ReductionRow, scalar_type_code
@@ -26,7 +27,7 @@ from .table import REGISTRY, ROWS, OpCall, OpRow, lookup
 
 FUSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                   torch.int16, torch.int8, torch.uint8, torch.bool)
-FUSIBLE_KINDS = ("pointwise", "cast", "reduction", "normalization")
+FUSIBLE_KINDS = ("pointwise", "cast", "reduction", "normalization", "movement")
 
 
 # Base types (``?`` stripped) of the non-tensor arguments profiling records for rows' constants.

@@ -184,6 +184,17 @@ def _neg(d, a, g, out):
     return {"self": d.neg(g)}
 
 
+@derivative("flip")
+def _flip(d, a, g, out):
+    """A flip is its own inverse: the gradient read back to front along the same dims."""
+    return {"self": d.op("aten::flip", g, list(a["dims"]))}
+
+
+# at the output's shape: a gradient broadcast along a flipped dim is no longer the same there
+# when its dims are numbered from another rank
+_flip.full_gradient = True
+
+
 @derivative("abs")
 def _abs(d, a, g, out):
     return {"self": d.mul(g, d.op("aten::sign", a["self"]))}

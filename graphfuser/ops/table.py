@@ -18,7 +18,7 @@ from ..ir.kir import FLOAT_TYPES, INT_TYPES, Expr, ExprBuilder, compute_dtype
 from ..ir.types import TensorType
 from .promotion import Participant, result_type
 
-KINDS = ("pointwise", "cast", "reduction", "normalization")
+KINDS = ("pointwise", "cast", "reduction", "normalization", "movement")
 PROMOTIONS = ("default", "int_to_float", "always_bool", "cast", "none")
 
 

@@ -36,6 +36,7 @@ from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import fusible, lookup
 from ..ops.axes import analyze, dtype_only, needs_axes, random_misfit
+from ..ops.movement import movement_misfit
 from .aliasing import AliasSets, may_alias_input
 from .functionalize import mark_clone, restore_unfused
 from .lone_groups import composite, one_op_under_grad
@@ -226,6 +227,9 @@ class _BlockPartition:
         """Why one kernel cannot hold ``a | b`` (reductions and broadcasts must share loop axes;
         a pointwise group's inputs must broadcast together as its guard will require)."""
         union = a | b
+        moved = movement_misfit(union)
+        if moved:
+            return moved
         if not needs_axes(union):
             return _pointwise_misfit(union)
         axes = analyze(sorted(union, key=self.index.__getitem__))
@@ -452,6 +456,9 @@ def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:
 def group_misfit(nodes: list[Node]) -> Optional[str]:
     """Why one kernel cannot hold ``nodes`` (the structural checks of a merge, for a whole group:
     re-specializations must pass them as the first partition's groups did)."""
+    moved = movement_misfit(nodes)
+    if moved:
+        return moved
     if needs_axes(nodes):
         axes = analyze(nodes, columns=True)      # (column sums: ``column_sums.py``)
         if isinstance(axes, str):

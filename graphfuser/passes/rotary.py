@@ -70,6 +70,7 @@ _EQ = "aten::eq.Scalar(Tensor self, Scalar other) -> Tensor"
 _NEG = "aten::neg(Tensor self) -> Tensor"
 _PERMUTE = "aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)"
 _ROLL = "aten::roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor"
+_FLIP = "aten::flip(Tensor self, int[] dims) -> Tensor"
 _WHERE = "aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor"
 _MUL = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
 _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
@@ -195,8 +196,12 @@ def _types_allow(m: Rotary) -> tuple[Optional[str], str, Optional[list[int]]]:
     if any(t.strides is None for t in ts):
         return "unknown strides", "", None
     # under grad the split's slices would take their gradients back through two zero-filled
-    # copies of x: the rolled form's through one roll
-    forms = ("roll",) if any(t.requires_grad for t in ts) else ("split", "roll")
+    # copies of x: the flipped form's through the flip, which the backward kernel reads as an
+    # index remap (a roll where a flip does not fuse)
+    fused = not config.is_disabled("flip_fusion")
+    forms = (("flip",) if fused else ()) + ("roll",)
+    if not any(t.requires_grad for t in ts):
+        forms = ("split",) + forms
     why = ""
     order = _dense_order(ts[0])
     candidates = []         # (form, the permutation a roll reads x through): the permuted roll first
@@ -255,6 +260,9 @@ def _rewritten_strides(m: Rotary, form: str, x, cos, sin, order: Optional[list[i
     if form == "split":
         a, b = xv[..., 0:1, :], xv[..., 1:2, :]
         rot = torch.where(first, -b, a)
+    elif form == "flip":
+        rv = torch.flip(xv, [-2])
+        rot = torch.where(first, -rv, rv)
     else:
         r = torch.roll(x, [m.h], [-1]) if order is None else \
             torch.roll(x.permute(order), [m.h], [-1]).permute(_inverse(order))
@@ -330,6 +338,9 @@ def apply_rotary(g: Graph, plan: list[tuple[int, str, Optional[list[int]]]]) -> 
             a = node("aten::slice", _SLICE, [xv, two, const(0, "int"), one, one])
             b = node("aten::slice", _SLICE, [xv, two, one, const(2, "int"), one])
             rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [b]), a])
+        elif form == "flip":
+            rv = node("aten::flip", _FLIP, [xv, const([-2], "int[]")])
+            rot = node("aten::where", _WHERE, [first, node("aten::neg", _NEG, [rv]), rv])
         else:
             if order is None:
                 r = node("aten::roll", _ROLL, [m.x, const([m.h], "int[]"), const([-1], "int[]")])

@@ -24,6 +24,17 @@ GROUPS = {
   %a : Float(8, 16, strides=[16, 1], requires_grad=0, device=cuda:0) = aten::add(%x, %y, %one)
   %b : Float(8, 16, strides=[16, 1], requires_grad=0, device=cuda:0) = aten::sigmoid(%a)
   return (%b, %a)''',
+    # a flipped input (pointer to its last element, negated strides) and a flipped intermediate
+    "flipped": '''graph(%x : BFloat16(4, 6, 2, 8, strides=[96, 16, 8, 1], requires_grad=0, device=cuda:0),
+      %y : Float(6, 2, 8, strides=[16, 8, 1], requires_grad=0, device=cuda:0)):
+  %one : int = prim::Constant[value=1]()
+  %d : int[] = prim::Constant[value=[-2]]()
+  %d0 : int[] = prim::Constant[value=[0, 2]]()
+  %f : BFloat16(4, 6, 2, 8, strides=[96, 16, 8, 1], requires_grad=0, device=cuda:0) = aten::flip(%x, %d)
+  %a : Float(4, 6, 2, 8, strides=[96, 16, 8, 1], requires_grad=0, device=cuda:0) = aten::mul(%f, %y)
+  %g : Float(4, 6, 2, 8, strides=[96, 16, 8, 1], requires_grad=0, device=cuda:0) = aten::flip(%a, %d0)
+  %b : Float(4, 6, 2, 8, strides=[96, 16, 8, 1], requires_grad=0, device=cuda:0) = aten::add(%g, %a, %one)
+  return (%b)''',
 }
 
 

@@ -109,27 +109,47 @@ def test_cat_stays_where_the_types_do_not_fit(front):
             assert "aten::cat" in str(_graph(sf, front, args))
 
 
+def _unfused_kinds(g) -> set:
+    """The op kinds of the optimized graph outside its fusion groups."""
+    return {n.kind for n in g.all_nodes()}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 @pytest.mark.parametrize("fill", ["randn", "nonfinite"])
 @pytest.mark.parametrize("layout", ["transposed", "contiguous"])
-def test_under_grad_the_rotated_half_is_a_roll(dtype, fill, layout):
+@pytest.mark.parametrize("form", ["flip", "roll"])
+def test_under_grad_the_rotated_half_is_a_flip(dtype, fill, layout, form):
     """Under grad the split's slices would send their gradients back through zero-filled copies:
-    the rotated half is ``roll(x, h)`` with its first half negated, whose gradient is one roll
-    back. Values, strides and the gradients of q, k, cos and sin match eager's."""
+    the rotated half is ``flip`` of the size-2 dim of ``x.unflatten(-1, [2, h])`` with its first
+    half negated, an index remap in the group's kernel, whose gradient is a flip again, in the
+    backward's kernel: no kernel of their own either way. With flip fusion off it is
+    ``roll(x, h)``, through x's dense permutation where x is a transposed view. Values, strides
+    and the gradients of q, k, cos and sin match eager's."""
     args = [a.detach().requires_grad_() for a in _inputs(dtype=dtype, fill=fill, layout=layout)]
     torch._dynamo.reset()
     sf = torch.compile(rope, backend=registered_backend())
-    with config.override(disable=["fallback"]):
-        for _ in range(4):
-            out = sf(*args)
-    g = str(graphfuser.last_executed_optimized_graph())
-    assert "aten::cat" not in g and "aten::roll" in g, g
-    # q and k are transposed views of dense tensors: the roll reads them through that
-    # permutation (a roll of a strided tensor would copy it contiguous first)
-    assert ("aten::permute" in g) == (layout == "transposed"), g
+    off = ["flip_fusion"] if form == "roll" else []
     ref = rope(*args)
     seeds = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)).to(dtype) for i, o in enumerate(ref)]
-    got = torch.autograd.grad(out, args, seeds)
+    with config.override(disable=["fallback"] + off):
+        for _ in range(6):          # (the backward profiles once the forward is optimized)
+            out = sf(*args)
+            torch.autograd.grad(out, args, seeds)
+        out = sf(*args)
+        g = graphfuser.last_executed_optimized_graph()
+        top, text = _unfused_kinds(g), str(g)
+        assert "aten::cat" not in top, text
+        if form == "flip":
+            assert "aten::flip" in text and not top & {"aten::flip", "aten::roll"}, text
+        else:
+            assert "aten::roll" in top and "aten::flip" not in text, text
+            # q and k are transposed views of dense tensors: the roll reads them through that
+            # permutation (a roll of a strided tensor would copy it contiguous first)
+            assert ("aten::permute" in top) == (layout == "transposed"), text
+        with torch.profiler.profile() as prof:
+            got = torch.autograd.grad(out, args, seeds)
+    ran = {e.key for e in prof.key_averages()}
+    assert "aten::flip" not in ran and ("aten::roll" in ran) == (form == "roll"), ran
     want = torch.autograd.grad(ref, args, seeds)
     for o, r in zip(list(out) + list(got), list(ref) + list(want)):
         torch.testing.assert_close(o, r, equal_nan=True, **TOLERANCES[o.dtype])
