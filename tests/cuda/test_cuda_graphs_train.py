@@ -544,13 +544,28 @@ def test_knob_turns_training_replay_off():
 
 
 def test_failed_capture_leaves_the_generator_usable(monkeypatch):
-    """A capture that fails inside ``torch.cuda.graph`` (here: without the parameter aliases, the
-    backward capture reaches the parameters' own gradient accumulators, made by earlier steps on
-    the default stream) is dropped: the signature runs its host program, gradients match eager,
-    and random ops still work (the generator is not left marked as capturing)."""
+    """A capture that fails inside ``torch.cuda.graph`` is dropped: the signature runs its host
+    program, gradients match eager, and random ops still work (the generator is not left marked
+    as capturing). Here the backward's capture fails: without the parameter aliases it reaches
+    the parameters' own gradient accumulators, made by earlier steps on the default stream (which
+    torch 2.11 turns into a warning where every gradient is copied), and the backward's autocast
+    context raises while a capture is under way."""
+    import contextlib
+
+    from graphfuser.executor import cuda_graphs_train
     from graphfuser.executor.cuda_graphs_train import TrainingReplayer
 
+    plain = cuda_graphs_train._backward_autocast
+
+    @contextlib.contextmanager
+    def failing():
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("the backward's capture fails here")
+        with plain():
+            yield
+
     monkeypatch.setattr(TrainingReplayer, "_alias_parameters", lambda self, params, swapped: params)
+    monkeypatch.setattr(cuda_graphs_train, "_backward_autocast", failing)
     m, twin, sf = _pair(_mlp)
     fails = STATS["capture_failures"]
     for k in range(8):
