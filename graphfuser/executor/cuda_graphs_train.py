@@ -39,8 +39,12 @@ every gradient copied, in one process on an H200). A backward that finds a lent 
 a leaf's ``.grad`` (steps accumulating without ``zero_grad``) swaps that ``.grad`` for a copy first; one held otherwise (a caller kept
 it) differentiates the host program, and after ``HELD_LIMIT`` such backwards the signature is
 captured again handing out copies (GPT-2's training step at 8 x 512 tokens copied 0.25 GB of
-gradients per step). The outputs are copies: a caller may keep one through the next call
-(``y = model(x)`` in a loop), where a lent one would make that call run the host program.
+gradients per step). The outputs of 64 KiB and more are lent too (GPT-2's padded logits: a
+copy of 0.4 GB per step): a call that finds one still held (``y = model(x)`` in a loop holds the
+last ``y`` while the next call runs) runs the host program, and after ``HELD_LIMIT`` such calls
+the signature is captured again handing out copies (``_busy``); a lent output written in place
+before the backward (the backward graph may read it: an activation saved for the backward) makes
+that backward a recompute.
 
 What keeps it the same computation:
 
@@ -111,6 +115,9 @@ class _Replay(torch.autograd.Function):
         ctx.set_materialize_grads(False)   # an output the caller does not differentiate: None, no fill
         entry.node = weakref.ref(ctx)
         outs = tuple(entry.lent.hand_out())
+        # a lent output shares its version counter with the static buffer the backward graph
+        # may read (an activation saved for the backward): written in place, it is recomputed
+        ctx.out_versions = entry.lent.versions()
         fixed = [o for o, d in zip(outs, entry.diff) if not d]
         if fixed:
             ctx.mark_non_differentiable(*fixed)
@@ -128,7 +135,8 @@ class _Replay(torch.autograd.Function):
             # a gradient for an output the backward graph was captured without: this call
             # differentiates the host program, later ones run it
             ctx.replayer._unwanted(entry)
-        fresh = ctx.generation == entry.generation and not (unseen or again or torch.is_grad_enabled())
+        fresh = ctx.generation == entry.generation and not (unseen or again or torch.is_grad_enabled()) \
+            and entry.lent.versions() == ctx.out_versions
         if fresh and entry.lent_grads.moved():
             # a caller grew a lent gradient in place: the graph would write memory nobody reads
             ctx.replayer._drop(entry, "a caller grew a replayed gradient in place")
@@ -221,9 +229,32 @@ class TrainingReplayer(GraphReplayer):
         super().__init__(*args, **kwargs)
         self.grads_seen: dict[tuple, set] = {}     # per signature: outputs a warm call's caller gave a gradient
         self.grads_copied: set[tuple] = set()      # signatures whose gradients are handed out as copies
+        self.outputs_copied: set[tuple] = set()    # signatures whose outputs are handed out as copies
 
     def _busy(self, entry: _TrainEntry) -> bool:
-        return entry.busy()
+        """An earlier replay's backward has not run, or a caller still holds (or grew in place)
+        an output lent by an earlier replay, which the next replay would overwrite: the call
+        runs the host program. After ``HELD_LIMIT`` calls that found outputs held, the signature
+        is captured again, handing out copies of its outputs (``y = model(x)`` in a loop holds
+        the last ``y`` while the next call runs)."""
+        if entry.busy():
+            return True
+        if entry.lent.moved():
+            self._drop(entry, "a caller grew a replayed output in place")
+            return True
+        if not entry.lent.held():
+            return False
+        entry.held += 1
+        STATS["held_outputs"] = STATS.get("held_outputs", 0) + 1
+        if entry.held >= HELD_LIMIT:
+            for key, e in list(self.entries.items()):
+                if e is entry:
+                    del self.entries[key]
+                    self.seen[key] = 0
+                    self.outputs_copied.add(key)
+                    jit_log("executor", 1, f"{self.name}: callers keep replayed outputs: captured again, "
+                                           "handing out copies")
+        return True
 
     def _replay(self, entry: _TrainEntry, fast: Callable, args: tuple) -> Any:
         for c in self.caches:           # kept weights (of parameters that want no gradient)
@@ -343,7 +374,7 @@ class TrainingReplayer(GraphReplayer):
             # (outputs are copies: a caller may hold one through the next call, and a replay then
             # would have to run the host program, whose draws and timing the replay's rules
             # would have to follow too)
-            entry.lent = Lent([o.detach() for o in tensors], lend=False)
+            entry.lent = Lent([o.detach() for o in tensors], lend=key not in self.outputs_copied)
             entry.lent_grads = Lent(grads, batched=True, lend=key not in self.grads_copied)
             entry.inputs = statics
             replayed = _replay_seconds(entry, args)

@@ -90,6 +90,11 @@ class Lent:
         """How many references beyond the static tensor's the caller has to buffer ``i``."""
         return _USE_COUNT(self.handles[i]._cdata) - self.counts[i]
 
+    def versions(self) -> list[int]:
+        """The version counters of the lent buffers (a caller's in-place write to a lent tensor
+        moves its buffer's)."""
+        return [t._version for t, lend in zip(self.tensors, self.lend) if lend]
+
     def moved(self) -> bool:
         """A caller grew a lent tensor in place (``resize_``): the storage, and the static tensor
         with it, left the memory the graph writes."""

@@ -263,7 +263,7 @@ def test_kept_outputs_and_gradients_keep_their_values(frontend, _lending):
     m, twin, sf = _pair(_mlp, frontend)
     kept, ref = [], []
     before, held = _replays(), STATS.get("held_grads", 0)
-    for k in range(14):
+    for k in range(24):
         x = torch.randn(16, 32, device="cuda")
         for model, fn, into in ((m, sf, kept), (twin, twin, ref)):
             for p in model.parameters():
@@ -273,7 +273,7 @@ def test_kept_outputs_and_gradients_keep_their_values(frontend, _lending):
                 out.mul_(0.5)                 # (the last Linear's backward does not read it)
             out.square().mean().backward()
             into.append((out.detach(), [p.grad for p in model.parameters()]))
-        if k == 9:
+        if k == 17:
             mid = _replays()
     for (o, gs), (ro, rgs) in zip(kept, ref):
         torch.testing.assert_close(o, ro, **TOL)
@@ -282,6 +282,58 @@ def test_kept_outputs_and_gradients_keep_their_values(frontend, _lending):
     assert _replays() > mid > before
     if _lending == "lent":
         assert STATS.get("held_grads", 0) > held
+
+
+@FRONTENDS
+def test_outputs_are_lent_until_a_caller_keeps_one(frontend, _lending):
+    """A replay hands out its outputs as its static buffers (no copy: the same memory each step
+    where they are lent); a caller that keeps one through the next call makes that call run the
+    host program, the kept values stay eager's, and after ``HELD_LIMIT`` such calls the signature
+    is captured again handing out copies, and replays resume while the caller keeps them all."""
+    m, twin, sf = _pair(_mlp, frontend)
+    ptrs = []
+    for _ in range(8):
+        x = torch.randn(16, 32, device="cuda")
+        out = sf(x)
+        out.square().mean().backward()
+        ptrs.append(out.data_ptr())
+        del out
+    assert (ptrs[-1] == ptrs[-2]) == (_lending == "lent"), ptrs
+    kept, held, before = [], STATS.get("held_outputs", 0), _replays()
+    for k in range(16):
+        x = torch.randn(16, 32, device="cuda")
+        out = sf(x)
+        out.square().mean().backward()
+        kept.append((out, twin(x).detach()))
+        if k == 10:
+            mid = _replays()
+    for o, r in kept:
+        torch.testing.assert_close(o, r, **TOL)
+    assert _replays() > mid > before or _lending == "copied"
+    assert (STATS.get("held_outputs", 0) > held) == (_lending == "lent")
+
+
+@FRONTENDS
+def test_an_output_written_in_place_before_its_backward(frontend, _lending):
+    """The model's output is the tanh's, which its backward reads: a caller's in-place write to
+    a lent output before the backward would change what the replayed backward graph reads, so
+    that backward differentiates the host program (eager raises here: the saved output was
+    modified). The gradients are those of ``2 * model(x)``."""
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32), nn.Tanh()).cuda().train()
+
+    m, twin, sf = _pair(make, frontend)
+    for _ in range(6):
+        sf(torch.randn(16, 32, device="cuda")).square().mean().backward()
+    for p in list(m.parameters()) + list(twin.parameters()):
+        p.grad = None
+    x = torch.randn(16, 32, device="cuda")
+    out = sf(x)
+    out.mul_(2)
+    out.square().mean().backward()
+    (twin(x) * 2).square().mean().backward()
+    _same(m, twin)
 
 
 @FRONTENDS
