@@ -298,7 +298,8 @@ def test_outputs_are_lent_until_a_caller_keeps_one(frontend, _lending):
         out.square().mean().backward()
         ptrs.append(out.data_ptr())
         del out
-    assert (ptrs[-1] == ptrs[-2]) == (_lending == "lent"), ptrs
+    if _lending == "lent":          # (copies may land at one address too: the allocator's cache)
+        assert ptrs[-1] == ptrs[-2], ptrs
     kept, held, before = [], STATS.get("held_outputs", 0), _replays()
     for k in range(16):
         x = torch.randn(16, 32, device="cuda")
