@@ -383,6 +383,8 @@ def lower_node(node, env: dict, b: ExprBuilder, emulate: Optional[bool] = None) 
     row = lookup(node.kind)
     if row is None:
         raise LoweringError(f"{node.where()} has no op-table row")
+    if row.kind == "movement":
+        raise LoweringError(f"{node.where()} re-indexes its input: only a pointwise kernel lowers it (_Flips)")
     args_v, consts, parts = bind(row, node)
     args = {k: (env[v] if isinstance(v, Value) else v) for k, v in args_v.items()}
     if row.kind == "cast":

@@ -28,10 +28,9 @@ MOVEMENT = "movement"
 
 
 def _not_per_element(call: OpCall):
-    from ..codegen.lower import LoweringError
-
-    raise LoweringError("flip re-indexes its input: a pointwise kernel lowers it (codegen/lower.py), "
-                        "not a per-element expression")
+    """(never called: ``codegen/lower.py`` lowers movement rows as index remaps and refuses them
+    as per-element expressions)"""
+    raise NotImplementedError("flip re-indexes its input: it has no per-element expression")
 
 
 def _enabled(consts, parts) -> Optional[str]:

@@ -135,3 +135,7 @@ EXEMPT = {
     "philox_bernoulli": "random: made by passes/random.py (tests/ops/test_random.py)",
     "philox_bernoulli_p": "random: made by passes/random.py (tests/ops/test_random.py)",
 }
+# a flip reads its operand back to front (an index remap in the kernel): of the stride-0 dim and
+# of the stepped one, of an input and of an intermediate, alone and beside an unflipped read
+SPECS["flip"] = ["torch.flip(x, [0]) + y", "torch.flip(y, [1]) * x", "y.flip([0, 1]) - x", "torch.flip(x * y, [-1])",
+                 "torch.flip(x, [1]) + torch.flip(y, [0])"]
