@@ -223,7 +223,11 @@ def _launcher_source(cg: CompiledGroup) -> str:
                 L.append(f"            {nm}m, {nm}s = _MG({d}) or _magic({d})")
             if V > 1:
                 aligned = " | ".join(f"p{p}" for p in vec_tensors) or "0"
-                strides_ok = "".join(f" and q{s_} % {V} == 0" for s_ in range(len(strides)))
+                # a tensor broadcast along the innermost root is read (or written) once per
+                # vector, at lane 0's offset, which every lane shares: its strides need no multiple
+                # of the width (a rotary backward's flipped [2, 1] mask steps back by 1)
+                strides_ok = "".join(f" and q{s_} % {V} == 0" for s_, (p, _r) in enumerate(stride_args(k))
+                                     if p in vec_tensors)
                 L.append(f"        vec = n{max(k.n_dims, 1) - 1} % {V} == 0 and not (({aligned}) & 15){strides_ok}")
                 for branch, (vi, si) in (("small", (1, 0)), ("not small", (3, 2))):
                     L.append(f"        if {branch} and vec:")

@@ -35,6 +35,19 @@ GROUPS = {
   %g : Float(4, 6, 2, 8, strides=[96, 16, 8, 1], requires_grad=0, device=cuda:0) = aten::flip(%a, %d0)
   %b : Float(4, 6, 2, 8, strides=[96, 16, 8, 1], requires_grad=0, device=cuda:0) = aten::add(%g, %a, %one)
   return (%b)''',
+    # a rotary backward: the [2, 1] mask is flipped with the intermediate it selects in, so it is
+    # read stepping back by 1 along the size-2 dim, and it broadcasts along the innermost one
+    "flipped_mask": '''graph(%k : Long(2, 1, strides=[1, 1], requires_grad=0, device=cuda:0),
+      %g : BFloat16(2, 4, 16, 2, 32, strides=[4096, 64, 256, 32, 1], requires_grad=0, device=cuda:0),
+      %s : Float(1, 1, 16, 2, 32, strides=[1024, 1024, 64, 32, 1], requires_grad=0, device=cuda:0)):
+  %zero : int = prim::Constant[value=0]()
+  %d : int[] = prim::Constant[value=[-2]]()
+  %m : Bool(2, 1, strides=[1, 1], requires_grad=0, device=cuda:0) = aten::eq(%k, %zero)
+  %p : Float(2, 4, 16, 2, 32, strides=[4096, 64, 256, 32, 1], requires_grad=0, device=cuda:0) = aten::mul(%g, %s)
+  %n : Float(2, 4, 16, 2, 32, strides=[4096, 64, 256, 32, 1], requires_grad=0, device=cuda:0) = aten::neg(%p)
+  %w : Float(2, 4, 16, 2, 32, strides=[4096, 64, 256, 32, 1], requires_grad=0, device=cuda:0) = aten::where(%m, %n, %p)
+  %f : Float(2, 4, 16, 2, 32, strides=[4096, 64, 256, 32, 1], requires_grad=0, device=cuda:0) = aten::flip(%w, %d)
+  return (%f)''',
 }
 
 
@@ -74,3 +87,22 @@ def test_each_variant_compiles_on_its_own(name):
         assert src.count("__global__") == 1
         cubin = nvrtc.compile_cubin(src, fname, 90)
         assert f".text.{fname}\0".encode() in cubin
+
+
+def test_vectorizing_ignores_the_strides_of_tensors_broadcast_along_the_innermost_dim():
+    """A tensor broadcast along the innermost root is read once per vector, at the offset every
+    lane shares: the launcher's vector check asks the strides of the others only (a rotary
+    backward's flipped mask, stepping back by 1, kept its kernel scalar on an H200)."""
+    import re
+
+    from graphfuser.codegen.cstyle import stride_args
+
+    cg = CompiledGroup(parse_graph(GROUPS["flipped_mask"]), "cuda", torch.device("cuda:0"), "k_mask")
+    k = cg.kernel
+    src = _launcher_source(cg)
+    (vec,) = [ln for ln in src.splitlines() if ln.strip().startswith("vec =")]
+    asked = {int(q) for q in re.findall(r"q(\d+) % \d+ == 0", vec)}
+    args = list(enumerate(stride_args(k)))
+    inner_bcast = {s for s, (p, _) in args if k.tensors[p].dim_kinds[-1] == "bcast"}
+    assert inner_bcast, "the mask has stride arguments (flipped along its size-2 dim)"
+    assert asked == {s for s, _ in args} - inner_bcast, vec
