@@ -151,3 +151,18 @@ def test_a_flip_does_not_join_a_reduction_group():
     for n in fusion_groups(sf._optimized):
         kinds = {m.kind for m in n.subgraph.block.nodes}
         assert not ("aten::flip" in kinds and "aten::sum" in kinds), str(n.subgraph)
+
+
+def test_fusion_definition_has_flip():
+    """``fd.ops.flip`` (the op table's row, as every row is there): an input and an intermediate."""
+    from graphfuser.frontend import DataType, Fusion, FusionDefinition
+
+    fs = Fusion()
+    with FusionDefinition(fs) as fd:
+        t0 = fd.define_tensor(2, DataType.Float)
+        t2 = fd.ops.add(fd.ops.flip(t0, [1]), t0)
+        fd.add_output(fd.ops.flip(fd.ops.mul(t2, t0), [0, 1]))
+    for x in (torch.randn(3, 5), torch.randn(5, 3).t(), torch.randn(4, 14)[:, ::2]):
+        for _ in range(3):
+            (out,) = fs.execute([x])
+        torch.testing.assert_close(out, ((x.flip(1) + x) * x).flip([0, 1]))
