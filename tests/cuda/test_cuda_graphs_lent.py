@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from graphfuser.executor.cuda_graphs import STATS
 from test_cuda_graphs_train import (FRONTENDS, TOL, _keep_every_capture, _lending, _mlp, _pair,  # noqa: F401
-                                    _replays, _same)
+                                    _replays, _same, _sgd_step)
 
 pytestmark = pytest.mark.cuda
 
