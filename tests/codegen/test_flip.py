@@ -166,3 +166,14 @@ def test_fusion_definition_has_flip():
         for _ in range(3):
             (out,) = fs.execute([x])
         torch.testing.assert_close(out, ((x.flip(1) + x) * x).flip([0, 1]))
+
+
+@pytest.mark.parametrize("layout", ["dense", "transposed"])
+def test_large_flips_split_over_threads(layout):
+    """Past the CPU's OpenMP threshold the iteration space is split in chunks; each chunk's
+    flipped reads still step back from the last element."""
+    args = _args("intermediate", (8, 33, 17, 40), torch.float32, layout, "cpu")
+    assert args[0].numel() > config.cpu["omp_threshold"]
+    sf, out = _run(flip_intermediate, args)
+    assert fusion_groups(sf._optimized)
+    torch.testing.assert_close(out, flip_intermediate(*args))
