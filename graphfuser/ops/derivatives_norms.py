@@ -1,4 +1,4 @@
-"""Derivative formulas of the moment, product and normalization rows: the part of the op
+"""Derivative formulas of the reduction, moment, product and normalization rows: the part of the op
 table's derivative column (``graphfuser.ops.derivatives``) whose backward graphs recompute
 statistics (mean, var) and sum over the reduced dims. Registered when ``derivatives`` loads."""
 from __future__ import annotations
@@ -9,7 +9,54 @@ from typing import Any, Callable
 import torch
 
 from ..ir.types import Type
-from .derivatives import DERIVATIVES, REBUILDS, ZERO, _REDUCED, Exact, _dtype, derivative, opmath, reduced_count
+from .derivatives import DERIVATIVES, REBUILDS, ZERO, _REDUCED, Exact, _dtype, derivative, opmath
+
+
+# -- reductions --------------------------------------------------------------------------------
+# A reduction's gradient comes back in the reduced shape with size-1 dims (``restore_dims``) and
+# is broadcast to the input's shape by a fusible ``where(x == x, g, g)`` so that it fuses with
+# what consumes it.
+
+
+def reduced_count(d, x, dim) -> Any:
+    """The number of elements a reduction of ``x`` over ``dim`` combines, as a keepdim sum of
+    ones over the same dims: it joins the group of the reduction it scales. (A ``numel`` of a
+    fused intermediate would be a shape read outside the group, which keeps the group from
+    taking what follows: RMSNorm's backward split in three.)"""
+    return d.op("aten::sum", d.expand_like(1.0, x), dim if dim not in (None, []) else None, True)
+
+
+def _reduced(d, a, g):
+    x = a["self"]
+    return x, d.restore_dims(g, a.get("dim"), bool(a.get("keepdim")), d.rank(x))
+
+
+@derivative("sum")
+def _sum(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    return {"self": d.expand_like(gu, x)}
+
+
+@derivative("mean")
+def _mean(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    return {"self": d.expand_like(d.div(gu, reduced_count(d, x, a.get("dim"))), x)}
+
+
+@derivative("amax", "amin")
+def _amax(d, a, g, out):
+    x, gu = _reduced(d, a, g)
+    ou = d.restore_dims(out, a.get("dim"), bool(a.get("keepdim")), d.rank(x))
+    mask = d.op("aten::eq", x, ou)
+    count = d.op("aten::sum", mask, a.get("dim") if a.get("dim") not in (None, []) else None, True)
+    # eager's (grad / count) * mask: a NaN row (no element equals its NaN max, count 0) is NaN
+    return {"self": d.mul(d.div(gu, count), mask)}
+
+
+@derivative("sum_to_size")
+def _sum_to_size(d, a, g, out):
+    return {"self": d.expand_like(g, a["self"])}
+
 
 
 # -- moments, prod and the normalizations ---------------------------------------------------------
