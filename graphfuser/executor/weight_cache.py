@@ -126,15 +126,16 @@ def release_weight_caches() -> int:
 
 
 # -- the rewrite -----------------------------------------------------------------------------
-def _parameters(graph: Graph, module: Any, static: tuple[int, ...]) -> list[Value]:
+def _parameters(graph: Graph, module: Any, static: tuple[int, ...], trainable: bool = False) -> list[Value]:
     """Graph values that hold the module's parameters and buffers: the frontend's static inputs
-    (a Dynamo graph's), or ``prim::GetAttr`` reads from the module input (TorchScript's)."""
+    (a Dynamo graph's), or ``prim::GetAttr`` reads from the module input (TorchScript's); with
+    ``trainable``, those that require grad too (leaves, whose gradient autograd accumulates)."""
     found = [graph.inputs[i] for i in static if i < len(graph.inputs)]
     if module is not None and graph.inputs:
         found += [n.output for n in graph.all_nodes()
                   if n.kind == "prim::GetAttr" and n.output.type.is_tensor]
     return [v for v in found if isinstance(v.type, TensorType) and v.type.dtype is not None
-            and v.type.dtype.is_floating_point and v.type.requires_grad is False]
+            and v.type.dtype.is_floating_point and (trainable or v.type.requires_grad is False)]
 
 
 def _lower(kind: str, device: str) -> bool:

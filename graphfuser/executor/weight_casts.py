@@ -1,9 +1,10 @@
-"""Batched weight casts: under autocast inference, the casts of many weights in one launch.
+"""Batched weight casts: under autocast, the casts of many weights in one launch (and under
+grad their gradients' casts back).
 
 Every autocast call of a matmul or convolution casts its fp32 weight to the autocast dtype, one
 copy kernel per weight per call. GPT-2 at 8 x 512 tokens (bf16, H100) ran 134 such copies in
 0.86 ms of a 4.3 ms forward, most of them too small to reach the memory's bandwidth (a bias is
-768 elements: a launch and a tail). Here a no-grad CUDA specialization makes those casts explicit
+768 elements: a launch and a tail). Here a CUDA specialization makes those casts explicit
 (``weight_cache._explicit_casts``, the same ``aten::to`` autocast would make) and replaces runs
 of them by one call that allocates every result (``empty_like``: the weight's own strides, as
 the cast's) and fills them with one ``torch._foreach_copy_``, a multi-tensor kernel that takes a
@@ -14,14 +15,16 @@ different source and destination dtype.
             %a, %b = prim::TupleUnpack(%t)
 
 Same values bit for bit (a round-to-nearest-even cast either way), and the weights are read when
-the casts would have read them within the same call: inference changes no weight in the middle
-of a forward. A batch is cut at ``BATCH_BYTES`` of results so that casts made early stay a
-bounded amount of memory ahead of their use (eager's autocast keeps every cast of a parameter
+the casts would have read them within the same call: no forward changes a weight in its middle
+(one that writes a weight keeps that weight's casts where they are). A batch is cut at
+``BATCH_BYTES`` of results so that casts made early stay a bounded amount of memory ahead of their use (eager's autocast keeps every cast of a parameter
 that requires grad until its region ends; one that does not is freed after its op). Casts of the
 same weight to the same dtype in one batch are made once, as autocast's cache does. Only the
 top-level block's casts of the graph's weights are batched: a Dynamo graph's parameter inputs,
 or a TorchScript module's ``prim::GetAttr`` reads, which are read again where the batch runs.
-Under grad the casts stay as they are (autograd records each). On by default for CUDA;
+Under grad the batch is one autograd node whose backward casts the gradients back to the
+weights' dtype by one multi-tensor copy too (``ToCopyBackward``'s values, one launch for the batch
+instead of one per weight). On by default for CUDA;
 ``PYTORCH_NVFUSER_DISABLE=weight_cast_batching`` turns it off. The opt-in weight cache
 (``weight_cache.py``), when on, has taken these chains before this runs.
 """
@@ -46,29 +49,69 @@ STATS = {"batches": 0, "casts": 0}
 
 class BatchedCast:
     """``fn(*weights)`` -> a tuple of each weight cast to its dtype (``dtypes``), by one
-    ``torch._foreach_copy_`` per (source, result) dtype pair."""
+    ``torch._foreach_copy_`` per (source, result) dtype pair. Under grad, one autograd node
+    (``_Casts``) whose backward casts the gradients back the same way."""
 
     def __init__(self, dtypes: tuple[torch.dtype, ...]) -> None:
         self.dtypes = dtypes
 
     def __call__(self, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outs: list[torch.Tensor] = []
-        lists: dict[tuple, tuple[list, list]] = {}
-        for w, d in zip(weights, self.dtypes):
-            o = torch.empty_like(w, dtype=d) if w.dtype != d else w
-            if o is w or o.stride() != w.stride():
-                outs.append(w.to(d))        # as the cast would: a no-op, or a layout empty_like does not keep
-                continue
-            outs.append(o)
-            dst, src = lists.setdefault((w.dtype, d, w.device), ([], []))
-            dst.append(o)
-            src.append(w)
-        for dst, src in lists.values():
-            torch._foreach_copy_(dst, src)
-        return tuple(outs)
+        if not (torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
+            return _cast_all(weights, self.dtypes)
+        # the weights that require grad through one autograd node; the others' casts require none
+        grad = [k for k, w in enumerate(weights) if w.requires_grad]
+        outs = list(_Casts.apply(tuple(self.dtypes[k] for k in grad), *(weights[k] for k in grad)))
+        rest = [k for k, w in enumerate(weights) if not w.requires_grad]
+        with torch.no_grad():
+            made = _cast_all([weights[k] for k in rest], [self.dtypes[k] for k in rest])
+        result: list = [None] * len(weights)
+        for k, o in zip(grad + rest, outs + list(made)):
+            result[k] = o
+        return tuple(result)
 
     def __repr__(self) -> str:
         return f"weight_casts({len(self.dtypes)})"
+
+
+def _cast_all(tensors, dtypes) -> tuple[torch.Tensor, ...]:
+    """Each tensor (None stays None) cast to its dtype as ``to`` casts it, the dense ones of one
+    (source, result) dtype pair by one multi-tensor copy."""
+    outs: list = []
+    lists: dict[tuple, tuple[list, list]] = {}
+    for w, d in zip(tensors, dtypes):
+        if w is None:
+            outs.append(None)
+            continue
+        o = torch.empty_like(w, dtype=d) if w.dtype != d else w
+        if o is w or o.stride() != w.stride():
+            outs.append(w.to(d))        # as the cast would: a no-op, or a layout empty_like does not keep
+            continue
+        outs.append(o)
+        dst, src = lists.setdefault((w.dtype, d, w.device), ([], []))
+        dst.append(o)
+        src.append(w)
+    for dst, src in lists.values():
+        torch._foreach_copy_(dst, src)
+    return tuple(outs)
+
+
+class _Casts(torch.autograd.Function):
+    """The batch under grad. Each result's gradient is its weight's cast back to the weight's
+    dtype (``ToCopyBackward``'s, value for value), one multi-tensor copy for the batch instead of
+    a kernel per weight. The node runs once every result's gradient is known: the batch's
+    gradients reach the weights at the end of the batch's part of the backward."""
+
+    @staticmethod
+    def forward(ctx, dtypes, *weights):
+        ctx.sources = tuple(w.dtype for w in weights)
+        ctx.set_materialize_grads(False)    # a result the loss does not reach: its weight gets no gradient
+        return _cast_all(weights, dtypes)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if torch.is_grad_enabled():         # create_graph: casts autograd records
+            return (None, *(g.to(d) if g is not None else None for g, d in zip(grads, ctx.sources)))
+        return (None, *_cast_all(grads, ctx.sources))
 
 
 def _cast(node: Node, params: set[Value]) -> bool:
@@ -158,11 +201,11 @@ def _replace(graph: Graph, batch: list[Node], order: dict[Node, int]) -> None:
 
 
 def batch_weight_casts(graph: Graph, module: Any, static: tuple[int, ...]) -> int:
-    """Batch the weight casts of a profiled no-grad ``graph`` (in place, before the partition);
+    """Batch the weight casts of a profiled ``graph`` (in place, before the partition);
     returns how many casts were batched."""
     if config.is_disabled("weight_cast_batching"):
         return 0
-    params = [p for p in _parameters(graph, module, static)
+    params = [p for p in _parameters(graph, module, static, trainable=True)
               if p.type.device is not None and p.type.device.type in DEVICES]
     if not params:
         return 0

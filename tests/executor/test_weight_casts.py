@@ -1,7 +1,7 @@
-"""Batched weight casts (executor/weight_casts.py): under autocast inference the weights' casts
-run as one multi-tensor launch per run of casts. The results are those of the same program with
-the batching off, bit for bit, through both frontends; a weight changed between calls is cast
-anew; grad keeps the casts autograd records; and the knob turns it off."""
+"""Batched weight casts (executor/weight_casts.py): under autocast the weights' casts run as one
+multi-tensor launch per run of casts (under grad their gradients' casts back too). The results,
+gradients included, are those of the same program with the batching off, bit for bit, through
+both frontends; a weight changed between calls is cast anew; and the knob turns it off."""
 import math
 
 import pytest
@@ -103,15 +103,52 @@ def test_batches_are_cut_at_the_byte_bound(monkeypatch):
     assert torch.equal(out, expect)
 
 
-def test_grad_keeps_each_cast():
-    """Under grad each cast stays an op autograd records: the gradients reach the fp32 weights."""
+def _grads(m: nn.Module) -> dict:
+    return {k: None if p.grad is None else p.grad.clone() for k, p in m.named_parameters()}
+
+
+@pytest.mark.parametrize("frontend", ["script", "compile"])
+def test_under_grad_the_batch_is_one_autograd_node(frontend):
+    """Under grad the batch's backward casts every gradient back in one multi-tensor copy: the
+    weights' gradients are those of the same program with the batching off, bit for bit."""
     torch.manual_seed(0)
     m = Net()
-    s = graphfuser.script(m)
     x = torch.randn(8, 32)
-    bf16_training_output(s, x).float().sum().backward()
-    assert _batched(graphfuser.last_executed_optimized_graph()) == 0
-    assert all(p.grad is not None for p in m.parameters())
+    results = {}
+    for mode in ("batched", "plain"):
+        m.zero_grad(set_to_none=True)
+        with config.override(disable=["weight_cast_batching"] if mode == "plain" else []):
+            f = _entry(frontend, m)
+            for _ in range(2):
+                bf16_training_output(f, x).float().sum().backward()
+            m.zero_grad(set_to_none=True)
+            out = bf16_training_output(f, x)
+            assert (_batched(graphfuser.last_executed_optimized_graph()) >= 1) == (mode == "batched")
+            out.float().square().sum().backward()
+        results[mode] = out.detach(), _grads(m)
+    assert torch.equal(results["batched"][0], results["plain"][0])
+    got, expect = results["batched"][1], results["plain"][1]
+    assert all(got[k] is not None and got[k].dtype == torch.float32 for k in got)
+    for k in got:
+        assert torch.equal(got[k], expect[k]), k
+
+
+def test_batched_cast_backward():
+    """A result the loss does not reach gives its weight no gradient (as eager's cast); a weight
+    that does not require grad gets none; a double backward differentiates the casts back."""
+    fn = weight_casts.BatchedCast((torch.bfloat16, torch.bfloat16, torch.bfloat16))
+    w = [torch.randn(5, 7, requires_grad=True), torch.randn(3, requires_grad=True), torch.randn(4)]
+    a, b, c = fn(*w)
+    assert a.grad_fn is not None and a.grad_fn is b.grad_fn and not c.requires_grad
+    (a.float() * 3).sum().backward()
+    assert torch.equal(w[0].grad, torch.full((5, 7), 3.0)) and w[1].grad is None
+    # create_graph: the gradient's cast back is recorded
+    v = torch.randn(6, requires_grad=True)
+    (y,) = weight_casts.BatchedCast((torch.bfloat16,))(v)
+    (gv,) = torch.autograd.grad((y.float() ** 2).sum(), v, create_graph=True)
+    assert gv.dtype == torch.float32 and gv.requires_grad
+    (ggv,) = torch.autograd.grad(gv.sum(), v)
+    assert torch.equal(ggv, torch.full((6,), 2.0))
 
 
 def test_batched_cast_call_keeps_layouts_and_odd_weights():
