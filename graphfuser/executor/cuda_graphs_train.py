@@ -108,9 +108,13 @@ class _Replay(torch.autograd.Function):
         entry.fwd.replay()
         entry.generation += 1
         ctx.generation, ctx.ran = entry.generation, False
-        ctx.replayer, ctx.entry, ctx.fast, ctx.args = replayer, entry, fast, args
+        ctx.replayer, ctx.entry, ctx.fast = replayer, entry, fast
         ctx.versions = [t._version for t in leaves]
-        ctx.leaves = leaves
+        # the call's tensors are saved, not kept on ctx: autograd frees them after the backward,
+        # so a loop that keeps its loss (whose graph holds this node) does not hold a lent output
+        # of another replayed call that it took as an argument through the next step
+        ctx.shape = (tuple(_TENSOR if isinstance(a, torch.Tensor) else a for a in args), len(leaves))
+        ctx.save_for_backward(*(a for a in args if isinstance(a, torch.Tensor)), *leaves)
         ctx.autocast = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
         ctx.set_materialize_grads(False)   # an output the caller does not differentiate: None, no fill
         entry.node = weakref.ref(ctx)
@@ -141,7 +145,7 @@ class _Replay(torch.autograd.Function):
             # a caller grew a lent gradient in place: the graph would write memory nobody reads
             ctx.replayer._drop(entry, "a caller grew a replayed gradient in place")
             fresh = False
-        if fresh and not _give_back_grads(entry, ctx.leaves):
+        if fresh and not _give_back_grads(entry, _saved(ctx)[1]):
             ctx.replayer._grads_held(entry)
             fresh = False
         if not fresh:
@@ -155,6 +159,18 @@ class _Replay(torch.autograd.Function):
             entry.bwd.replay()
             res = entry.lent_grads.hand_out()
         return (None, None, None, None) + tuple(res)
+
+
+_TENSOR = object()      # where a saved argument goes back
+
+
+def _saved(ctx: Any) -> tuple[tuple, tuple]:
+    """(the call's arguments, its leaves) from the tensors ``_Replay.forward`` saved."""
+    template, n_leaves = ctx.shape
+    saved = ctx.saved_tensors
+    tensors = iter(saved[:len(saved) - n_leaves])
+    args = tuple(next(tensors) if a is _TENSOR else a for a in template)
+    return args, tuple(saved[len(saved) - n_leaves:])
 
 
 def _give_back_grads(entry: _TrainEntry, leaves: tuple) -> bool:
@@ -500,7 +516,8 @@ class TrainingReplayer(GraphReplayer):
     def _recompute(self, ctx: Any, grads: list) -> list:
         """The backward by running the host program again from the call's arguments (see module
         doc): for a backward that records a graph, or buffers a later replay reused."""
-        for t, v in zip(ctx.leaves, ctx.versions):
+        args, leaves = _saved(ctx)
+        for t, v in zip(leaves, ctx.versions):
             if t._version != v:
                 raise RuntimeError("graphfuser: one of the variables needed for gradient computation has been "
                                    "modified by an inplace operation since the replayed call (as eager raises)")
@@ -517,7 +534,7 @@ class TrainingReplayer(GraphReplayer):
             enabled, dtype = ctx.autocast
             with torch.enable_grad(), torch.autocast("cuda", dtype=dtype, enabled=enabled), (philox_fixed(*ctx.rng, ctx.entry.rng.device.index) if ctx.rng is not None
                                        else contextlib.nullcontext()):
-                flat = tree_flatten(ctx.fast(*ctx.args))[0]
+                flat = tree_flatten(ctx.fast(*args))[0]
         finally:
             if gen is not None:
                 gen.set_state(state)
@@ -526,5 +543,5 @@ class TrainingReplayer(GraphReplayer):
                     t.data.copy_(copy)
         diff = [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad]
         gs = [g if g is not None else torch.zeros_like(o) for o, g in zip(diff, grads)]
-        return list(torch.autograd.grad(diff, list(ctx.leaves), gs, allow_unused=True,
+        return list(torch.autograd.grad(diff, list(leaves), gs, allow_unused=True,
                                         create_graph=torch.is_grad_enabled()))
