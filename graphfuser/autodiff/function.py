@@ -23,6 +23,7 @@ import torch
 from ..ir.graph import Graph, Node
 from ..ir.printer import SECTION_HOOKS, print_graph
 from ..log import jit_log, jit_log_graph, warn
+from ..runtime.pycode import define
 from .backward import NO_GRADIENT, BackwardPlan, plan_backward
 
 STATS = {"forward": 0, "backward": 0, "double_backward": 0}
@@ -151,7 +152,7 @@ class DifferentiableGroup:
             grads[i] = f"_zeros_like({xs[i]})"
         L.append(f"    return ({', '.join(grads)},)")
         source = "\n".join(L) + "\n"
-        exec(compile(source, f"<graphfuser autograd {self.group.kind}>", "exec"), ns)
+        define(source, f"<graphfuser autograd {self.group.kind}>", ns)
         fn = type("FusedGroup", (torch.autograd.Function,), {"forward": staticmethod(ns["forward"]),
                                                             "backward": staticmethod(ns["backward"])})
         fn.source = source

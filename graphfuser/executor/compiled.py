@@ -32,6 +32,7 @@ from ..ir.types import full_stride_order
 from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
 from ..log import dump, jit_log, warn
+from ..runtime.pycode import define
 from .fusion import FusionFailure
 from .fusion_eager import eager_runner
 
@@ -414,7 +415,7 @@ def _build_launcher(cg: CompiledGroup) -> Callable:
     src = _launcher_source(cg)
     cg.launcher_source = src
     ns.update({"_broken": False, "_eager": None, "_fail": None, "_empty_domain": _lazy_eager(cg.sub)})
-    exec(compile(src, f"<graphfuser launcher {cg.name}>", "exec"), ns)
+    define(src, f"<graphfuser launcher {cg.name}>", ns)
     run = ns["run"]
     run.namespace = ns
     return run

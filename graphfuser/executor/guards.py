@@ -29,6 +29,7 @@ import torch
 
 from ..ir.types import TensorType
 from ..runtime.cuda_driver import single_device
+from ..runtime.pycode import define
 
 
 def _layout_checks(i: int, t: TensorType) -> list[str]:
@@ -153,7 +154,7 @@ def make_guard(types: Sequence[TensorType], out_rank: int,
                values: Sequence[Any] = (), check_tensors: bool = True,
                known: Optional[Sequence[Optional[str]]] = None) -> Callable[..., bool]:
     src, ns = guard_source(types, out_rank, axes=axes, values=values, check_tensors=check_tensors, known=known)
-    exec(compile(src, "<graphfuser guard>", "exec"), ns)
+    define(src, "<graphfuser guard>", ns)
     fn = ns["guard"]
     fn.source = src
     return fn

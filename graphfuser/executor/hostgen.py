@@ -25,6 +25,7 @@ import torch
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.implicit import implicit_tensors
 from ..ops.aten import DTYPE_CODES, RUNTIME
+from ..runtime.pycode import define
 from .handlers import handler_for
 
 _DTYPE_CODE = DTYPE_CODES  # re-exported: the frontend maps dtypes to TorchScript's codes with it
@@ -188,6 +189,5 @@ def build_program(graph: Graph, name: str = "forward",
     else:
         gen.emit(1, f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)})")
     source = "\n".join(gen.lines) + "\n"
-    code = compile(source, f"<graphfuser host program {name}>", "exec")
-    exec(code, gen.ns)
+    define(source, f"<graphfuser host program {name}>", gen.ns)
     return HostProgram(gen.ns[name], source, gen.slots)
