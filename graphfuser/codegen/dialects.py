@@ -361,6 +361,11 @@ class Dialect:
     # Float sums over a run-time extent go through chunk accumulators of this many iterations
     # (``reduction/blocks.py``); 0: one accumulator per thread / lane for the whole loop.
     sum_block: int = 0
+    # The last iteration of a reduced loop of run-time extent, per axis: (declaration of {i}
+    # for extent {ext}, condition that this thread runs it, or ""). Register vectors along a row
+    # take rows of any length where the dialect has it: a row's partial last vector runs there,
+    # lane by lane (``reduction/vectors.py``).
+    last_iteration: dict = field(default_factory=dict)
 
     def prelude(self) -> str:
         overrides = self.math_overrides
@@ -438,6 +443,8 @@ CUDA = Dialect(
     async_copy="extern __shared__ __align__(16) unsigned char gf_stage[];",
     runtime_unroll="#pragma unroll 4",
     sum_block=16,           # a thread's serial loop: 16 iterations (of up to 8 vector elements) per chunk
+    last_iteration={P.Serial: ("{T} {i} = {ext} - 1", ""),
+                    P.BIDy: ("{T} {i} = {ext} - 1", "{i} % ({T})gridDim.y == ({T})blockIdx.y")},
     grid_reduce={P.BIDy: {
         P.TIDx: {"put": "if (threadIdx.x == 0) *reinterpret_cast<{ct}*>(gf_work + {slot} * gridDim.y + blockIdx.y) = {acc};",
                  "combine": "{acc} = gf_grid_combine<gf_op_{op}, {ct}>(gf_work + {slot} * gridDim.y, gf_smem);"},

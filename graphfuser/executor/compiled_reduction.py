@@ -6,9 +6,11 @@ normalization row. The launcher is straight-line generated Python like the point
 of the root axes, outputs through ``torch.empty_strided``, the argument tuple, and (CUDA) the
 choice of variant from the run-time row size:
 
-- vector variants need the vector root's extent (the innermost reduced root; outer kernels: the
-  last kept root, V adjacent columns per thread) and every stride of the vectorized tensors
-  divisible by the vector width and 16-byte aligned pointers; otherwise the scalar ones run;
+- vector variants need every stride of the vectorized tensors divisible by the vector width
+  and 16-byte aligned pointers, and, unless their vectors take rows of any length (the inner
+  multi-pass and split variants: ``codegen/reduction/vectors.py``), the vector root's extent
+  too (the innermost reduced root; outer kernels: the last kept root, V adjacent columns per
+  thread); otherwise the scalar ones run;
 - each variant exists with 32-bit and 64-bit indices; the 32-bit one runs when every tensor's
   largest offset is below ``INDEX_LIMIT``;
 - variants compile (NVRTC) on first use, each from its own source; ``source`` holds them all;
@@ -47,6 +49,7 @@ from ..codegen.reduction.schedule import (MAX_THREADS, SCRATCH_ROWS, ReductionPa
 from ..ir.graph import Graph
 from ..config import config
 from ..log import dump
+from ..runtime.pycode import define
 from .compiled import allocation
 from .reduction_launch import NARROW_MIN_THREADS, auto_knobs, cuda_choice
 
@@ -75,6 +78,7 @@ class ReductionGroup:
         self.column_registers: list[bool] = []   # per variant: column partials written whole, not added
         self.multirow: list[bool] = []          # per variant: runs blockDim.y rows per block (the
                                                 # twin of the variant before it)
+        self.ragged: list[bool] = []            # per variant: its vectors take rows of any length
         dialect = CUDA if target == "cuda" else CPP
         fns: list[str] = []
         self.stages, self.min_threads, self.uncapped = auto_knobs(self.kernel)
@@ -135,6 +139,7 @@ class ReductionGroup:
         self.grid_sync.append(bool(info.get("grid_sync")))
         self.column_registers.append(bool(info.get("column_registers")))
         self.multirow.append(multirow)
+        self.ragged.append(bool(info.get("ragged")))
 
     def kernel_ir_text(self) -> str:
         k = self.kernel
@@ -443,7 +448,7 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
     src = launcher_source(cg)
     cg.launcher_source = src
     ns.update({"_broken": False, "_eager": None, "_fail": None})
-    exec(compile(src, f"<graphfuser launcher {cg.name}>", "exec"), ns)
+    define(src, f"<graphfuser launcher {cg.name}>", ns)
     run = ns["run"]
     run.namespace = ns
     return run

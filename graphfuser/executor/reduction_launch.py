@@ -38,12 +38,24 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
     first_stride = len(k.tensors) + k.n_dims
     V = max(p.vector for p in variants)
     vr = vector_root(k)
+    # the vector multi-pass variant takes rows of any length (inner kernels, ``vectors.py``)
+    ragged = V > 1 and any(cg.ragged[i] for i, p in enumerate(variants) if p.vector == V and not p.persistent
+                           and not p.split)
     vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[vr] != "bcast"]
     lines = [f"small = {_small_index(cg, first_stride)}", f"o = 0 if small else {half}"]
     if V > 1:
         aligned = " | ".join(f"a[{p}]" for p in vec_tensors) or "0"
         strides = "".join(f" and a[{first_stride + s}] % {V} == 0" for s, (p, _) in enumerate(st) if p in vec_tensors)
-        lines.append(f"vec = n{vr} % {V} == 0 and not (({aligned}) & 15){strides}")
+        if ragged:
+            # vectors that take rows of any length (the multi-pass and split variants: a row's
+            # partial last vector lane by lane) need aligned row starts only; the persistent ones
+            # a row a multiple of V long too. A row that is not takes the vector variants where
+            # the scalar persistent ones cannot hold it (those read it once), else the scalar ones.
+            cap = max([MAX_THREADS * p.persistent for p in variants if p.vector == 1], default=0)
+            lines += [f"vec = not (({aligned}) & 15){strides}", f"whole = n{vr} % {V} == 0",
+                      f"vec = vec and (whole or nr > {cap})"]
+        else:
+            lines.append(f"vec = n{vr} % {V} == 0 and not (({aligned}) & 15){strides}")
     else:
         lines.append("vec = False")
     if k.kind == "none":
@@ -63,6 +75,11 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         return lines
     if k.kind == "outer":
         return lines + _outer_choice(cg, variants)
+
+    def whole(i: int) -> str:
+        """The test a vector variant that takes whole vectors only adds to its condition."""
+        return "whole and " if ragged and variants[i].vector > 1 and not cg.ragged[i] else ""
+
     for w, cond in ((V, "if vec:"), (1, "else:")):
         if w == 1 and V == 1:
             cond = "if True:"
@@ -80,7 +97,7 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
                 few = f"rows <= {SPLIT_SYNC_ROWS} * _sms and nv >= {SPLIT_SYNC_MIN_VECTORS}"
             else:
                 few = f"rows * {SPLIT_ROWS} <= _sms and nv >= {SPLIT_MIN_VECTORS}"
-            lines.append(f"    if {few}:")
+            lines.append(f"    if {whole(split)}{few}:")
             lines.append(f"        f, tx, sh, chunks = _fns[{split} + o] or _load({split} + o), "
                          f"{variants[split].block[0]}, 0, (nv + {variants[split].block[0] - 1}) // "
                          f"{variants[split].block[0]}")
@@ -93,13 +110,13 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         lines[at:at] = floor
         for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
             P = p.persistent
-            lines.append(f"    {branch} {P} * lo <= nv <= {MAX_THREADS * P}:")
+            lines.append(f"    {branch} {whole(i)}{P} * lo <= nv <= {MAX_THREADS * P}:")
             lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}, {cg.variants[i][5]}")
             if _twin(cg, i) is not None:
                 lines.append(f"        mr = {_twin(cg, i)}")
             branch = "elif"
         i, p = min(chosen, key=lambda c: c[1].persistent)
-        lines.append(f"    elif nv <= {MAX_THREADS * p.persistent}:")
+        lines.append(f"    elif {whole(i)}nv <= {MAX_THREADS * p.persistent}:")
         lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {p.persistent - 1}) // {p.persistent}, "
                      f"{cg.variants[i][5]}")
         if _twin(cg, i) is not None:

@@ -54,6 +54,24 @@ template <> GF_FN int gf_highest<int>() { return 2147483647; }
 template <> GF_FN short gf_highest<short>() { return 32767; }
 template <> GF_FN signed char gf_highest<signed char>() { return 127; }
 template <> GF_FN unsigned char gf_highest<unsigned char>() { return 255; }
+/* Softmax's online max m and sum of exponentials s (render: a fused pair) advanced by a vector
+   of N values: the lanes' max first, then one rescale of s and one exp per lane, where the
+   element-wise update takes two exps per element. As element-wise: the max skips NaN lanes
+   (the flag nan records them) and their exp makes s NaN, a +inf lane makes s NaN (inf - inf),
+   -inf lanes add 0, and a vector of -inf alone leaves m and s as they were. */
+template <int N, typename T> GF_FN void gf_online_vec(T& m, T& s, int& nan, const T* x) {
+  T mv = gf_lowest<T>();
+  #pragma unroll
+  for (int i = 0; i < N; ++i) mv = x[i] > mv ? x[i] : mv;
+  const T o = m;
+  m = mv > m ? mv : m;
+  s = s * (o == m ? (T)1 : gf_exp(o - m));
+  #pragma unroll
+  for (int i = 0; i < N; ++i) {
+    s += x[i] == gf_lowest<T>() ? (T)0 : gf_exp(x[i] - m);
+    nan |= x[i] != x[i];
+  }
+}
 struct gf_op_sum {
   template <typename T> static GF_FN T f(T a, T b) { return a + b; }
   template <typename T> static GF_FN T id() { return (T)0; }

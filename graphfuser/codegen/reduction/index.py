@@ -181,7 +181,10 @@ class IndexPlan:
         if p == 1 and e.tensor in self.prefetch and not self.stages:
             return f"{self.prefetch[e.tensor]}[{self._linear(self.cache_leaves)}]"
         if self.vec and self.full[id(e)]:
-            return f"s_{t.name}" if t.dim_kinds[self.vroot] == "bcast" else f"b_{t.name}[v]"
+            if t.dim_kinds[self.vroot] == "bcast":
+                return f"s_{t.name}"
+            # (a row's partial last vector: each lane reads its own element, vectors.py)
+            return f"{t.name}[{self.ix(self.offsets[e.tensor])} + v]" if self.lanewise else f"b_{t.name}[v]"
         return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
 
     def first_load(self, e: "FirstLoad | LastLoad") -> str:

@@ -26,6 +26,9 @@ rows, rendered once) and the *inner* leaves, rendered once per pass:
 - float sums over a run-time extent accumulate in chunks with compensated totals where the
   dialect asks for it (``blocks.py``: the CPU's lanes, a CUDA thread's serial loop); column
   partials of a norm backward ride in the row loop (``columns.py``);
+- register vectors along the row (``vectors.py``): loads, stores and softmax's online pair
+  once per vector; where the dialect names a loop's last iteration, a pass over a row that is
+  no multiple of V long runs its whole vectors in the loop and the partial one after it;
 - values that do not vary along the reduced axes (means, rstd ...) are computed once per row
   after the pass that finishes them, and row-sized outputs are stored by the first thread.
 
@@ -51,6 +54,7 @@ from .index import IndexPlan
 from .passes import PassPlan
 from .row_values import RowValues
 from .rows import RowPipeline
+from .vectors import RowVectors
 from ..schedule import IterDomain, LoopNest, ParallelType, ScheduleError, iconst, ivar
 
 COMBINE = {"sum": "{a} += {v};", "prod": "{a} *= {v};",
@@ -79,7 +83,7 @@ def _roots_under(d: IterDomain) -> set[int]:
     return _roots_under(o[1])
 
 
-class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, ThreadCombines):
+class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, ThreadCombines, RowVectors):
     def __init__(self, kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, opts: RenderOptions,
                  online: bool = False, scratch: bool = False) -> None:
         self.k, self.nest, self.d, self.o = kernel, nest, dialect, opts
@@ -140,6 +144,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         if self.columns and (self.first != 1 or leaves[0].ptype is not ParallelType.BIDx or self.L != 1 or self.kvec):
             raise ScheduleError("column sums need the rows on the first leaf (a grid loop) and no kept lanes")
         self._checks()
+        self.ragged = self._ragged()        # rows of any length (vectors.py) ...
+        self.lanewise = False               # ... whose partial last vector is being emitted
         self._offsets()
         self._analyze()
         self.prefetch = self._prefetched()
@@ -325,7 +331,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             simd = self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and (reds or self.first == 0)
             self.open_leaf(em, i, self.simd_pragma(reds, blk is None) if simd else None, chunk)
         if self.preds:
-            em("if (" + " && ".join(f"{self.ix(a)} < {self.ix(b)}" for a, b in self.preds) + ") {")
+            em("if (" + " && ".join(self.pred_texts()) + ") {")
             em.depth += 1
         self.emit_body(em, p, reds, lane)
         while em.depth > inner:
@@ -338,6 +344,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             em("}")
         if blk is not None:
             self.finish_blocks(em, reds)
+        if self.ragged:
+            self.emit_tail(em, p, reds, lane)
         if p == 1 and self.prefetch:
             step = self.row_step[1]
             em(f"const {self.T} gf_next = i0 + {f'{self.stages} * ' if self.stages > 1 else ''}{step};")
@@ -402,31 +410,16 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             ci = self._linear(self.cache_leaves)
             names.update({k: f"{c}[{ci}]" for k, c in self.cache_name.items() if self.cached[k] < p})
         stores = self.pass_stores.get(p, [])
-        V = self.V
+        vpairs = self.vector_pairs(reds)
         if self.vec:
-            for e in order:
-                if not isinstance(e, Load) or not self.full[id(e)] or (p == 1 and e.tensor in self.prefetch
-                                                                         and not self.stages):
-                    continue
-                t = self.k.tensors[e.tensor]
-                st, off = STORAGE_TYPES[t.dtype], self.ix(self.offsets[e.tensor])
-                if p == 1 and e.tensor in self.prefetch:
-                    em(f"{st} b_{t.name}[{V}];")
-                    em(f"gf_load<{V}>(b_{t.name}, reinterpret_cast<const {st}*>({self.stage_addr(e.tensor, 'gf_cur')}));")
-                elif t.dim_kinds[self.vroot] == "bcast":
-                    em(f"const {st} s_{t.name} = {t.name}[{off}];")
-                else:
-                    em(f"{st} b_{t.name}[{V}];")
-                    em(f"gf_load<{V}>(b_{t.name}, {t.name} + {off});")
-            for q, _ in stores:
-                t = self.k.tensors[q]
-                if not t.partials:
-                    em(f"{STORAGE_TYPES[t.dtype]} b_{t.name}[{V}];")
-            em("#pragma unroll")
-            em(f"for (int v = 0; v < {V}; ++v) {{")
-            em.depth += 1
+            self.open_vector(em, p, order, stores, vpairs)
         self.emit_exprs(em, order, names, p)
+        per_vector = {id(r) for pair in vpairs for r in (pair.first, pair.second)}
+        for pair in vpairs:
+            em(f"gf_x{pair.tag}[v] = {names[id(pair.x)]};")
         for r in reds:
+            if id(r) in per_vector:
+                continue
             pair = self.first_of.get(id(r)) or self.second_of.get(id(r))
             j = self.acc[id(r)] + lane
             v = names[id(pair.x if pair else r.args[0])]
@@ -446,18 +439,9 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             if t.partials:
                 em(f"{self.column_slot(q)} += {val};")
                 continue
-            em(f"b_{t.name}[v] = {val};" if self.vec else f"{t.name}[{self.ix(self.offsets[q])}] = {val};")
+            em(self.store_text(q, val) if self.vec else f"{t.name}[{self.ix(self.offsets[q])}] = {val};")
         if self.vec:
-            em.depth -= 1
-            em("}")
-            for q, _ in stores:
-                t = self.k.tensors[q]
-                if t.partials:
-                    continue
-                off = self.ix(self.offsets[q])
-                # broadcast along the vectorized dim: the lanes hold one element (see cstyle._body)
-                em(f"{t.name}[{off}] = b_{t.name}[0];" if t.dim_kinds and t.dim_kinds[self.vroot] == "bcast"
-                   else f"gf_store<{V}>({t.name} + {off}, b_{t.name});")
+            self.close_vector(em, stores, vpairs)
 
     def emit_row_stores(self, em: _Emitter) -> None:
         if not self.row_stores:
@@ -552,7 +536,8 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
     gives per thread of the block (the prefetch stages), ``grid_sync``: whether blocks wait
     for each other (the launch must make every block resident at once), and ``column_registers``:
     whether column partials are accumulated in registers and written whole (else the kernel adds
-    into its slots, which the launcher zeroes)."""
+    into its slots, which the launcher zeroes), and ``ragged``: whether its vectors take rows of
+    any length (``vectors.py``; else the launcher runs it on rows a multiple of V long only)."""
     walk = _Walk(kernel, nest, dialect, opts or RenderOptions(), online, scratch)
     text = walk.render(fname, max_threads)
     if info is not None:
@@ -561,6 +546,7 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
         info["column_registers"] = walk.persistent
         info["multirow"] = walk.multirow
         info["multirow_capable"] = walk.multirow_capable
+        info["ragged"] = walk.ragged
     return text
 
 

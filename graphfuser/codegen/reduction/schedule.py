@@ -18,6 +18,8 @@ picks one from the run-time row size (``cuda`` only; the CPU has one variant):
   left most lanes idle and an SM at 32 blocks.
 - inner, multi-pass (GPU, rows too wide to persist): ``[BIDx, Serial, TIDx(512), V]``; every
   pass re-reads the row (from L2 when it fits), and softmax's max and sum share one online pass.
+  Its vectors, and the split variant's, take rows of any length (the row's partial last vector
+  lane by lane after the loop: ``vectors.py``); the persistent ones rows a multiple of V long.
 - inner, split (GPU, few long rows, single-pass kernels: ``x.sum()``, ``x.abs().amax()``):
   ``[BIDx, BIDy, TIDx(512), V]``, the BIDy leaf a grid-stride loop over the row's chunks; the
   row's blocks combine through a workspace, the last one stores the row outputs.
