@@ -86,6 +86,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..log import jit_log
 from ..ops.philox import philox_capture, philox_fixed, signed_seed
+from ..runtime.row_copy import copy_rows
 from .cuda_graphs import HELD_LIMIT, STATS, GraphReplayer, _attr, autocast_cache_off
 from .lent import Lent
 from .train_entry import _backward_roots, _graphs_seconds, _replay_seconds, _set_base, _TrainEntry
@@ -154,7 +155,7 @@ class _Replay(torch.autograd.Function):
             for s, g in zip(entry.grad_outs, [g for g, w in zip(diff_grads, entry.wanted) if w]):
                 if g is None:
                     s.zero_()
-                else:
+                elif not copy_rows(s, g):       # (a padded result's view: its rows kernel)
                     s.copy_(g)
             entry.bwd.replay()
             res = entry.lent_grads.hand_out()
