@@ -174,18 +174,7 @@ def test_online_softmax_advances_once_per_vector():
 
 
 # -- the launcher's choice, run as Python --------------------------------------------------------
-SMS = 132
-
-
-class _Fn:
-    """A variant's stand-in: its index and the resident-block query (64 warps, 32 blocks an SM)."""
-    cooperative = False
-
-    def __init__(self, i: int) -> None:
-        self.i = i
-
-    def resident_blocks(self, threads: int, shared: int = 0) -> int:
-        return SMS * min(2048 // threads, 32)
+from test_reduction_grid import SMS, _Fn  # noqa: E402 (the launcher tests' variant stand-in)
 
 
 def _choose(cg: ReductionGroup, rows: int, n: int, row_stride: int, aligned: bool = True) -> str:
