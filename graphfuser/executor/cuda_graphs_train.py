@@ -146,7 +146,7 @@ class _Replay(torch.autograd.Function):
             # a caller grew a lent gradient in place: the graph would write memory nobody reads
             ctx.replayer._drop(entry, "a caller grew a replayed gradient in place")
             fresh = False
-        if fresh and not _give_back_grads(entry, _saved(ctx)[1]):
+        if fresh and not _give_back_grads(entry, lambda: _saved(ctx)[1]):
             ctx.replayer._grads_held(entry)
             fresh = False
         if not fresh:
@@ -174,15 +174,17 @@ def _saved(ctx: Any) -> tuple[tuple, tuple]:
     return args, tuple(saved[len(saved) - n_leaves:])
 
 
-def _give_back_grads(entry: _TrainEntry, leaves: tuple) -> bool:
+def _give_back_grads(entry: _TrainEntry, leaves_of: Callable[[], tuple]) -> bool:
     """Before the backward graph writes its gradients again: a lent gradient that is still a
     leaf's ``.grad`` and held by nothing else (gradients accumulated over steps without
     ``zero_grad``) becomes a copy (one ``_foreach_mul`` for all of them), into which autograd
-    then accumulates. False if a lent gradient is held otherwise (a caller kept it or a view)."""
+    then accumulates. False if a lent gradient is held otherwise (a caller kept it or a view).
+    ``leaves_of`` gives the call's leaves (its saved tensors: unpacked only where one is held)."""
     lent = entry.lent_grads
     held = lent.held()
     if not held:
         return True
+    leaves = leaves_of()
     mine = []
     for i in held:
         g = leaves[i].grad

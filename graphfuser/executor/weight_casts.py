@@ -62,6 +62,8 @@ class BatchedCast:
         grad = [k for k, w in enumerate(weights) if w.requires_grad]
         outs = list(_Casts.apply(tuple(self.dtypes[k] for k in grad), *(weights[k] for k in grad)))
         rest = [k for k, w in enumerate(weights) if not w.requires_grad]
+        if not rest:
+            return tuple(outs)
         with torch.no_grad():
             made = _cast_all([weights[k] for k in rest], [self.dtypes[k] for k in rest])
         result: list = [None] * len(weights)
