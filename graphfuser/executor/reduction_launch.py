@@ -216,6 +216,7 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
     narrow, narrow_split = (index(V, False, OUTER_NARROW_BLOCK), index(V, True, OUTER_NARROW_BLOCK)) \
         if V > 1 else (None, None)
     lines = [f"block, ty = ({tx}, {ty}, 1), {ty}"]
+    split_rows = int(config.cuda.get("reduction_outer_split_rows") or OUTER_SPLIT_BLOCK_ROWS)
     if wide is not None and (wide_split is None) == (scalar_split is None):
         lines += [f"cols = {tx * V} if vec else {tx}",
                   f"j, js = ({wide}, {wide_split}) if vec else ({scalar}, {scalar_split})"]
@@ -233,7 +234,8 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
         lines.append("    f = _fns[js + o] or _load(js + o)")
         lines.append(f"    cap = f.resident_blocks({tx * ty}, 0)")
         lines.append("    gx = tiles if tiles < cap else cap")
-        lines.append("    gy, chunks = cap // gx, (nr + ty - 1) // ty")
+        lines.append(f"    sr = ty if ty > {split_rows} else {split_rows}")
+        lines.append("    gy, chunks = cap // gx, (nr + sr - 1) // sr")
         lines.append("    gy = chunks if chunks < gy else (gy if gy > 1 else 1)")
         lines.append("    grid = (gx, gy, 1)")
         lines.append(f"    wp, sp, keep = _scratch(_stream(_devidx), {len(k.reductions())} * rows * gy, tiles, "
@@ -303,6 +305,7 @@ SPLIT_SYNC_MIN_VECTORS = 1024   # ... and a row has two blocks' worth of vectors
                                 # from L2 when the tensor fits there; one block per row leaves SMs idle)
 OUTER_SPLIT_TILES = 2      # outer: columns split across blocks when tiles < OUTER_SPLIT_TILES * SM count ...
 OUTER_SPLIT_MIN_ROWS = 256  # ... and a column has at least this many elements
+OUTER_SPLIT_BLOCK_ROWS = 32  # the fewest reduced indices a block of the split grid takes (knob's null)
 
 
 def _grid_cap(threads, shared="0") -> str:

@@ -53,10 +53,11 @@ class _F:
 
     def __init__(self, aten: str, rename: Optional[dict[str, str]] = None, drop: tuple[str, ...] = (),
                  fixed: Optional[dict[str, Any]] = None, inplace: Optional[str] = None,
-                 extra: Optional[Callable[[], dict[str, Any]]] = None) -> None:
+                 extra: Optional[Callable[[], dict[str, Any]]] = None, bind: Optional[Callable] = None) -> None:
         self.aten, self.rename, self.drop = aten, rename or {}, drop
         self.fixed, self.inplace = fixed or {}, inplace
         self.extra = extra      # arguments the wrapper adds itself (batch norm's cudnn_enabled)
+        self.bind = bind        # whose signature binds the call (a ``boolean_dispatch`` wrapper's branch)
 
 
 _ACT = {"input": "self"}
@@ -87,6 +88,17 @@ if hasattr(F, "rms_norm"):
 _POOL_RANK = {"aten::adaptive_avg_pool1d": 1, "aten::adaptive_avg_pool2d": 2, "aten::adaptive_avg_pool3d": 3}
 FUNCTIONAL[F.adaptive_avg_pool2d] = _F("aten::adaptive_avg_pool2d", _ACT)
 FUNCTIONAL[F.adaptive_avg_pool3d] = _F("aten::adaptive_avg_pool3d", _ACT)
+# the max pools without indices (torchvision's ResNet stem): ``F.max_pool2d`` is a
+# ``boolean_dispatch`` on ``return_indices`` whose own signature is ``(*args, **kwargs)``, so the
+# call binds to its False branch's; a stride of None (the kernel size) is aten's ``[]``. As a
+# Python call it was an op that may read strides: no channels-last plan for the whole graph.
+_MAX_POOLS = {}
+for _k in (1, 2, 3):
+    _branch = getattr(F, f"_max_pool{_k}d", None)
+    if _branch is not None:
+        FUNCTIONAL[getattr(F, f"max_pool{_k}d")] = _F(f"aten::max_pool{_k}d", _ACT, fixed={"return_indices": False},
+                                                     bind=_branch)
+        _MAX_POOLS[f"aten::max_pool{_k}d"] = _k
 
 # methods taking a size as separate ints (``x.view(2, 3)``) as well as one sequence
 VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "tile", "new_zeros", "new_ones",
@@ -132,8 +144,9 @@ def aten_call(op: str, target: Any, args: tuple, kwargs: dict,
 
 
 def _functional_call(fn: Callable, spec: _F, args: tuple, kwargs: dict) -> Optional[Call]:
+    signed = spec.bind or fn
     try:
-        bound = _signature(fn).bind(*args, **kwargs)
+        bound = _signature(signed).bind(*args, **kwargs)
     except TypeError:
         return None
     bound.apply_defaults()
@@ -164,11 +177,13 @@ def _functional_call(fn: Callable, spec: _F, args: tuple, kwargs: dict) -> Optio
             return None
         else:
             named["output_size"] = list(size)
+    if aten in _MAX_POOLS and named.get("stride") is None:
+        named["stride"] = []
     if spec.extra is not None:
         named.update(spec.extra())
     out = {spec.rename.get(k, k): v for k, v in named.items()}
     overloads = schemas(aten)
-    first = next(iter(_signature(fn).parameters))
+    first = next(iter(_signature(signed).parameters))
     if overloads and first in out and overloads[0].arguments[0].name != first:
         out[overloads[0].arguments[0].name] = out.pop(first)     # dropout's input is dropout_'s self
     return aten, (), out

@@ -41,6 +41,7 @@ from typing import Optional
 import torch
 
 from ..config import config
+from ..ops import lookup
 from ..ops.aten import resolve_aten
 from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type, layout_of
@@ -48,6 +49,7 @@ from ..log import jit_log
 from ..ops.norms import CUDA_REASON, DISABLED_REASON, cuda_training_fused  # the policy lives with the rows
 from ..ops.norms import _contiguous
 from ..ops.reduction import scalar_type_code
+from .functionalize import _fresh_root
 from .partition import _mutates
 
 _SCHEMAS = {
@@ -227,15 +229,38 @@ def _write_back(e: _Builder, x: Value, updates: list[tuple[Value, Value]]) -> No
 
 def _update_site(block: Block, after: Node, running: list[Value]) -> Optional[Node]:
     """The node before which the running stats must be written: the first one after ``after``
-    that reads them or has a side effect; None for the end of the block."""
+    that reads them or has a side effect; None for the end of the block. An in-place op on a
+    fresh intermediate of the block (``x.relu_()`` of the batch norm's output: torchvision's
+    ``ReLU(inplace=True)``) writes memory no buffer shares, so the copies go on past it; placed
+    before it, they split the ReLU off the batch norm's group (the partition orders every node
+    against a ``copy_``), which cost resnet50's training step a ReLU kernel each way per batch
+    norm."""
     nodes = list(block.nodes)
     for n in nodes[nodes.index(after) + 1:]:
         reads = any(i in running for i in n.inputs) or any(
             i in running for b in n.blocks for m in b.nodes for i in m.inputs)
         getattr_stat = n.kind == "prim::GetAttr" and n.attrs.get("name") in ("running_mean", "running_var")
-        if reads or getattr_stat or _mutates(n):
+        if reads or getattr_stat or (_mutates(n) and not _writes_fresh(n, block)):
             return n
     return None
+
+
+def _writes_fresh(n: Node, block: Block) -> bool:
+    """Whether ``n`` is an op-table in-place op (no nested blocks) whose target is a fresh
+    intermediate of ``block`` (``passes/functionalize.py``'s rule), or the result of such writes
+    on one (``out += identity; out.relu_()``): memory no buffer aliases."""
+    if not _in_place_row(n):
+        return False
+    v = n.inputs[0]
+    while v.node is not None and v.node.owner is block and _in_place_row(v.node):
+        v = v.node.inputs[0]
+    return _fresh_root(v, block) is not None
+
+
+def _in_place_row(n: Node) -> bool:
+    """An ``aten`` in-place op (no nested blocks) whose functional twin is an op-table row."""
+    return not n.blocks and bool(n.inputs) and n.kind.startswith("aten::") and n.kind.endswith("_") \
+        and not n.kind.endswith("__") and lookup(n.kind[:-1]) is not None
 
 
 def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:

@@ -94,24 +94,24 @@ def _carries_tensors(v: Value) -> bool:
     return v.type.is_tensor or "Tensor" in str(v.type)
 
 
-def _tainted(g: Graph, starts: list[Value]) -> Optional[set[Value]]:
+def _tainted(g: Graph, starts: list[Value]) -> tuple[Optional[set[Value]], Optional[Node]]:
     """Every value that may hold a tensor computed from ``starts`` (through any node, into and out
-    of ``If`` blocks), or None where one reaches an op that can see its layout."""
+    of ``If`` blocks), or (None, the node) where one reaches an op that can see its layout."""
     taint = set(starts)
     for _ in range(8):
         before = len(taint)
         for n in g.all_nodes():
             if any(i in taint for i in n.inputs):
                 if n.kind in _LAYOUT_SENSITIVE or n.kind.split("::")[0] not in ("aten", "prim"):
-                    return None
+                    return None, n
                 taint.update(o for o in n.outputs if _carries_tensors(o))
             for b in n.blocks:
                 for k, r in enumerate(b.returns):
                     if r in taint and k < len(n.outputs):
                         taint.add(n.outputs[k])
         if len(taint) == before:
-            return taint
-    return None
+            return taint, None
+    return None, None
 
 
 def _format(t: Type) -> Optional[int]:
@@ -145,9 +145,10 @@ def plan_conv_layouts(g: Graph) -> Optional[LayoutPlan]:
             chosen.append(k)
     if not chosen:
         return None
-    taint = _tainted(g, [o for n in convs for o in n.outputs])
+    taint, seer = _tainted(g, [o for n in convs for o in n.outputs])
     if taint is None:
-        jit_log("graph_fuser", 2, "no channels-last plan: a convolution's result reaches an op that reads its layout")
+        where = f" ({seer.kind} at {seer.where()})" if seer is not None else ""
+        jit_log("graph_fuser", 2, f"no channels-last plan: a convolution's result reaches an op that reads its layout{where}")
         return None
     outputs = []
     for i, r in enumerate(g.block.returns):

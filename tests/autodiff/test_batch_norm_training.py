@@ -330,6 +330,37 @@ def test_module_consumers_join_the_group():
     assert not outside, str(sf._optimized)
 
 
+class InPlaceBlock(torch.nn.Module):
+    """torchvision's bottleneck tail: ``ReLU(inplace=True)`` after a batch norm, and
+    ``out += identity`` then the same ReLU after the second one."""
+
+    def __init__(self, c: int = 6) -> None:
+        super().__init__()
+        self.bn1, self.bn2 = torch.nn.BatchNorm2d(c), torch.nn.BatchNorm2d(c)
+        self.relu = torch.nn.ReLU(inplace=True)
+
+    def forward(self, x, r):
+        out = self.relu(self.bn1(x))
+        out = self.bn2(out * 1.5)
+        out += r
+        return self.relu(out)
+
+
+def test_in_place_consumers_join_the_group():
+    """The running stats' copies go past in-place ops on the batch norm's own result (they
+    write memory no buffer shares), so an in-place ReLU and residual add fuse with the batch
+    norm instead of running after the copies as kernels of their own."""
+    sf = _module_run(lambda: InPlaceBlock(), (4, 6, 5, 3), channels_last=True, eval_after=False)
+    groups = [n for n in sf._optimized.all_nodes() if n.kind == "prim::CpuFusionGroup"
+              and any(m.kind in BN_KINDS for m in n.subgraph.nodes())]
+    assert groups, str(sf._optimized)
+    kinds = [m.kind for gr in groups for m in gr.subgraph.nodes()]
+    assert kinds.count("aten::relu") == 2 and "aten::add" in kinds, kinds
+    outside = [n.kind for n in sf._optimized.block.nodes if n.kind in ("aten::relu", "aten::relu_")
+               or (n.kind == "aten::add_" and n.inputs[0].type.dtype != torch.int64)]   # (num_batches_tracked)
+    assert not outside, str(sf._optimized)
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_backward_reads_the_saved_statistics(channels_last):
     """The forward kernel writes each channel's shift, offset and rstd; the backward rebuilds the

@@ -56,6 +56,10 @@ def resolved(op, target, args, kwargs=None):
     (("call_function", F.adaptive_avg_pool2d, (torch.ones(1, 2, 4, 4), 1)), "aten::adaptive_avg_pool2d"),
     (("call_function", F.adaptive_avg_pool2d, (torch.ones(1, 2, 4, 4), (2, 1))), "aten::adaptive_avg_pool2d"),
     (("call_function", F.adaptive_avg_pool3d, (torch.ones(1, 2, 4, 4, 4), 2)), "aten::adaptive_avg_pool3d"),
+    (("call_function", F.max_pool2d, (torch.ones(1, 2, 4, 4), 3, 2, 1), {"ceil_mode": False, "return_indices": False}),
+     "aten::max_pool2d"),
+    (("call_function", F.max_pool1d, (torch.ones(1, 2, 9), 2)), "aten::max_pool1d"),
+    (("call_function", F.max_pool3d, (torch.ones(1, 2, 4, 4, 4), 2)), "aten::max_pool3d"),
 ])
 def test_calls_resolve_to_the_overload_torchscript_picks(call, expected):
     got = resolved(*call)
@@ -85,6 +89,7 @@ def test_arguments_come_in_schema_order_with_defaults():
     ("call_method", "__setitem__", (T, 0, 1.0)),
     ("call_method", "add", (T, T), {"out": T}),
     ("call_function", F.adaptive_avg_pool2d, (torch.ones(1, 2, 4, 4), (None, 2))),   # None: the input's size
+    ("call_function", F.max_pool2d, (torch.ones(1, 2, 4, 4), 2), {"return_indices": True}),   # a tuple
 ])
 def test_calls_without_an_aten_spelling_stay_python_calls(call):
     assert resolved(*call) is None
@@ -94,3 +99,11 @@ def test_adaptive_pool_sizes_become_the_schema_list():
     x = torch.ones(1, 2, 4, 4)
     assert resolved("call_function", F.adaptive_avg_pool2d, (x, 3))[1][1] == [3, 3]
     assert resolved("call_function", F.adaptive_avg_pool2d, (x,), {"output_size": (2, 1)})[1][1] == [2, 1]
+
+
+def test_max_pool_arguments_in_schema_order():
+    """``F.max_pool2d`` binds through its ``return_indices=False`` branch; a stride of None
+    (the kernel size) is aten's empty list."""
+    x = torch.ones(1, 2, 7, 7)
+    assert resolved("call_function", F.max_pool2d, (x, 3))[1][1:] == [3, [], 0, 1, False]
+    assert resolved("call_function", F.max_pool2d, (x, 3, 2, 1, 1), {"ceil_mode": True})[1][1:] == [3, 2, 1, 1, True]

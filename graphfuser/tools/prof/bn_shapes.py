@@ -1,6 +1,7 @@
 """Batch norm in training at every batch-norm shape of a model: kernel time of one forward +
-backward of ``relu(batch_norm(x))``, graphfuser channels-last and NCHW beside eager's, summed with
-the model's count of each shape.
+backward of ``relu(batch_norm(x))``, graphfuser channels-last and NCHW beside eager's and
+Inductor's (``torch.compile``, default mode, compiled afresh per shape), summed with the model's
+count of each shape.
 
     python -m graphfuser prof bn-shapes --device cuda            # resnet50's shapes, bf16, batch 32
 
@@ -35,21 +36,27 @@ def _inputs(n: int, c: int, h: int, channels_last: bool, dtype: torch.dtype, dev
     return (x.requires_grad_(), w, b, rm, rv), torch.randn_like(x)
 
 
-def kernel_us(fn, args: tuple, grad: torch.Tensor, calls: int) -> float:
-    """Kernel microseconds per forward + backward step (CUDA kernels in torch.profiler's record)."""
+def kernel_us(fn, args: tuple, grad: torch.Tensor, calls: int, kernels: Optional[dict] = None) -> float:
+    """Kernel microseconds per forward + backward step (CUDA kernels in torch.profiler's record);
+    ``kernels`` receives (us, launches) per step by kernel name."""
     from .common import kernel_us_per_step
 
-    return kernel_us_per_step(lambda: fn(*args).backward(grad), calls)
+    return kernel_us_per_step(lambda: fn(*args).backward(grad), calls, kernels=kernels)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     import graphfuser
+    from ...config import config
 
     p = argparse.ArgumentParser(prog="prof bn-shapes", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--no-inductor", action="store_true")
+    p.add_argument("--split-rows", default="",
+                   help="comma list: also graphfuser channels-last with cuda.reduction_outer_split_rows at each")
+    p.add_argument("--kernels", action="store_true", help="each backend's kernels per shape")
     args = p.parse_args(argv)
     if args.device != "cuda" or not torch.cuda.is_available():
         print("prof bn-shapes times CUDA kernels: it needs a GPU")
@@ -57,17 +64,34 @@ def main(argv: Optional[list[str]] = None) -> int:
     dtype = getattr(torch, args.dtype)
     backends = {"graphfuser_cl": (graphfuser.script(bn_relu), True), "graphfuser_nchw": (graphfuser.script(bn_relu), False),
                 "eager_cl": (bn_relu, True), "eager_nchw": (bn_relu, False)}
+    knobs = {}
+    for r in filter(None, args.split_rows.split(",")):
+        with config.override(cuda={"reduction_outer_split_rows": int(r)}):
+            backends[f"gf_cl_rows{r}"] = (graphfuser.script(bn_relu), True)
+        knobs[f"gf_cl_rows{r}"] = {"reduction_outer_split_rows": int(r)}
+    if not args.no_inductor:
+        backends["inductor_cl"] = (None, True)
     total = dict.fromkeys(backends, 0.0)
     print(f"{torch.cuda.get_device_name()}, {args.dtype}, batch {args.batch}: kernel us per forward + backward")
     print("| shape | count | " + " | ".join(backends) + " |")
     print("|---|---:|" + "---:|" * len(backends))
+    detail: list[str] = []
     for (c, h), count in RESNET50:
         cells = []
         for name, (fn, cl) in backends.items():
+            if fn is None:              # Inductor: a fresh compile per shape (no recompile limit)
+                torch._dynamo.reset()
+                fn = torch.compile(bn_relu)
             a, g = _inputs(args.batch, c, h, cl, dtype, args.device)
-            us = kernel_us(fn, a, g, args.calls)
+            ks: dict = {}
+            with config.override(cuda=knobs.get(name, {})):
+                us = kernel_us(fn, a, g, args.calls, ks)
+            if args.kernels:
+                detail.append(f"[{args.batch}, {c}, {h}, {h}] {name}: " + "; ".join(
+                    f"{k[:60]} {t:.1f}us x{n:g}" for k, (t, n) in sorted(ks.items(), key=lambda kv: -kv[1][0])))
             total[name] += us * count
             cells.append(f"{us:.1f}")
         print(f"| [{args.batch}, {c}, {h}, {h}] | {count} | " + " | ".join(cells) + " |")
     print("| resnet50 (sum x count) | | " + " | ".join(f"{v:.0f}" for v in total.values()) + " |")
+    print("\n".join(detail))
     return 0
