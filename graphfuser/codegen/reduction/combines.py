@@ -51,9 +51,7 @@ class ThreadCombines:
                if self.bound[i]}
         bx, by = ext.get(ParallelType.TIDx) or 1, ext.get(ParallelType.TIDy) or 1
         cap = self.d.shared_k_doubles * 8 // (8 if r.dtype.itemsize == 8 else 4)
-        # rows of bx + 1 entries (cuda_prelude's gf_block_reduce_y_k reads columns by warps:
-        # the extra entry spreads a column over the banks), or of bx where only those fit
-        rounds = min(k, (cap - k * bx) // ((bx + 1) * by)) or min(k, (cap - k * bx) // (bx * by))
+        rounds = min(k, (cap - k * bx) // (bx * by))
         return (rounds, bx, by, cap) if rounds >= 1 else None
 
     def emit_batched_combines(self, em: _Emitter, ptype, reds: list[Reduce],

@@ -203,68 +203,41 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
 }
 /* K values of one op, each combined across threadIdx.y at once (an outer kernel's
    accumulators: every reduction times every vector lane), in rounds of R values through shared
-   memory. Row 0 of each value goes to res ([K][BX], at the end of the CAP entries of T the
-   scratch holds); every thread reads its column's totals at the end. The values are those of
-   gf_block_reduce_y's tree, one per value (pairs y, y + h for h = BY / 2, ..., 1), bit for bit.
-   Where BY is 32 * 2^k, each round is two barriers: every thread stores its R values, then each
-   warp takes whole columns, a column's BY entries in its 32 lanes (the levels above 32 folded in
-   registers as the tree folds them), and the last five levels by shuffles. Otherwise the tree
-   runs in shared memory, 2 + log2(BY) barriers per round. A channels-last batch norm's forward
-   combines 5 accumulators x 8 lanes, twice (the block's values, then the blocks' partials): 70
-   barriers each time as trees, 18 by warps. (Folding each column in registers by a thread of
-   its own measured 4% more kernel time per resnet50 step, H200; a sum in y order failed
-   tests/autodiff/test_grad_accuracy.py's bound against float64.) */
+   memory: each round folds its R values together by gf_block_reduce_y's tree (the same values
+   as one tree per value), 2 + log2(blockDim.y) barriers per round where one tree per value took
+   as many per value. Row 0 of each value goes to res ([K][BX], at the end of the CAP entries of
+   T the scratch holds); every thread reads its column's totals at the end. A channels-last
+   batch norm's backward combines 4 reductions x 4 lanes: 16 trees of 7 barriers each (twice,
+   with the blocks' partials) were most of its time on small tensors. (Folding each column in
+   registers by a thread of its own measured 4% more kernel time per resnet50 step, H200; a sum
+   in y order failed tests/autodiff/test_grad_accuracy.py's bound against float64.) */
 template <typename Op, typename T, int K, int R, int BX, int BY, int CAP>
 GF_FN void gf_block_reduce_y_k(T* v, double* raw) {
   static_assert(R >= 1 && R * BX * BY + K * BX <= CAP, "scratch too small for the rounds");
   T* smem = reinterpret_cast<T*>(raw);
   T* res = smem + (CAP - K * BX);
   const int tx = threadIdx.x, ty = threadIdx.y;
-  constexpr int M = BY / 32;        // entries of a column per lane
-  constexpr bool WARPS = BY % 32 == 0 && (M & (M - 1)) == 0 && (BX * BY) % 32 == 0;
-  // rows of BX + 1 entries where they fit: a warp reading a column then hits 32 banks, not one
-  constexpr int P = R * (BX + 1) * BY + K * BX <= CAP ? BX + 1 : BX;
   #pragma unroll
   for (int j0 = 0; j0 < K; j0 += R) {
     __syncthreads();
     #pragma unroll
-    for (int j = j0; j < j0 + R && j < K; ++j) smem[(j - j0) * (P * BY) + ty * P + tx] = v[j];
+    for (int j = j0; j < j0 + R && j < K; ++j) smem[(j - j0) * (BX * BY) + ty * BX + tx] = v[j];
     __syncthreads();
-    if constexpr (WARPS) {
-      const int t = ty * BX + tx, lane = t & 31;
-      const int n = (K - j0 < R ? K - j0 : R) * BX;     // columns of this round
-      for (int c = t >> 5; c < n; c += (BX * BY) / 32) {
-        const T* col = smem + (c / BX) * (P * BY) + (c % BX);
-        T a[M];
+    #pragma unroll
+    for (int n = BY; n > 1; n = (n + 1) >> 1) {
+      const int h = (n + 1) >> 1;
+      if (ty + h < n) {
         #pragma unroll
-        for (int i = 0; i < M; ++i) a[i] = col[(lane + 32 * i) * P];
-        #pragma unroll
-        for (int h = M / 2; h >= 1; h >>= 1) {
-          #pragma unroll
-          for (int i = 0; i < h; ++i) a[i] = Op::f(a[i], a[i + h]);
+        for (int j = j0; j < j0 + R && j < K; ++j) {
+          T* p = smem + (j - j0) * (BX * BY) + ty * BX + tx;
+          *p = Op::f(*p, p[h * BX]);
         }
-        T x = a[0];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) x = Op::f(x, static_cast<T>(__shfl_down_sync(0xffffffffu, x, o)));
-        if (lane == 0) res[(j0 + c / BX) * BX + (c % BX)] = x;
       }
-    } else {
+      __syncthreads();
+    }
+    if (ty == 0) {
       #pragma unroll
-      for (int n = BY; n > 1; n = (n + 1) >> 1) {
-        const int h = (n + 1) >> 1;
-        if (ty + h < n) {
-          #pragma unroll
-          for (int j = j0; j < j0 + R && j < K; ++j) {
-            T* p = smem + (j - j0) * (P * BY) + ty * P + tx;
-            *p = Op::f(*p, p[h * P]);
-          }
-        }
-        __syncthreads();
-      }
-      if (ty == 0) {
-        #pragma unroll
-        for (int j = j0; j < j0 + R && j < K; ++j) res[j * BX + tx] = smem[(j - j0) * (P * BY) + tx];
-      }
+      for (int j = j0; j < j0 + R && j < K; ++j) res[j * BX + tx] = smem[(j - j0) * (BX * BY) + tx];
     }
   }
   __syncthreads();
