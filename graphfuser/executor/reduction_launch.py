@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..codegen.reduction.schedule import (MAX_THREADS, OUTER_BLOCK, OUTER_NARROW_BLOCK, ReductionParams,
+from ..codegen.reduction.schedule import (MAX_THREADS, outer_split_block, OUTER_BLOCK, OUTER_NARROW_BLOCK, ReductionParams,
                                           vector_root)
 from ..codegen.cstyle import stride_args
 from ..config import config
@@ -211,8 +211,9 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
         return next((i for i, p in enumerate(variants) if p.vector == vector and p.split == split
                      and p.block == block), None)
 
-    scalar, scalar_split = index(1, False), index(1, True)
-    wide, wide_split = (index(V, False), index(V, True)) if V > 1 else (None, None)
+    sx, sy = outer_split_block()
+    scalar, scalar_split = index(1, False), index(1, True, (sx, sy))
+    wide, wide_split = (index(V, False), index(V, True, (sx, sy))) if V > 1 else (None, None)
     narrow, narrow_split = (index(V, False, OUTER_NARROW_BLOCK), index(V, True, OUTER_NARROW_BLOCK)) \
         if V > 1 else (None, None)
     lines = [f"block, ty = ({tx}, {ty}, 1), {ty}"]
@@ -231,8 +232,11 @@ def _outer_choice(cg: ReductionGroup, variants: list[ReductionParams]) -> list[s
     branch = "if True:"
     if scalar_split is not None:
         lines.append(f"if tiles < {OUTER_SPLIT_TILES} * _sms and nr >= {OUTER_SPLIT_MIN_ROWS}:")
+        if (sx, sy) != (tx, ty):      # the wide split variants' own block (the narrow ones keep theirs)
+            lines.append(f"    if ty == {ty}:")
+            lines.append(f"        block, ty = ({sx}, {sy}, 1), {sy}")
         lines.append("    f = _fns[js + o] or _load(js + o)")
-        lines.append(f"    cap = f.resident_blocks({tx * ty}, 0)")
+        lines.append("    cap = f.resident_blocks(block[0] * block[1], 0)")
         lines.append("    gx = tiles if tiles < cap else cap")
         lines.append(f"    sr = ty if ty > {split_rows} else {split_rows}")
         lines.append("    gy, chunks = cap // gx, (nr + sr - 1) // sr")

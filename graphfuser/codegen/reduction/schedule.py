@@ -76,6 +76,12 @@ OUTER_BLOCK = (32, 32)
 # backward, bf16 channels-last [32, 64, 56, 56]: 149 -> 121 us (eager 101); 168.8 us before the
 # y reductions became trees (cuda_reduction_prelude.gf_block_reduce_y)
 OUTER_NARROW_BLOCK = (16, 64)
+# ... and the split variants' (few column tiles, long columns: batch norm's statistics): 32
+# columns (x V) by ``cuda.reduction_outer_split_block_y`` rows (null: 32)
+def outer_split_block() -> tuple[int, int]:
+    return OUTER_BLOCK[0], int(config.cuda.get("reduction_outer_split_block_y") or OUTER_BLOCK[1])
+
+
 NONE_BLOCK = (256, 2)      # (threads, unroll) of normalizations without a reduction (the pointwise ones)
 CPU_LANES = 16
 SECTOR_BYTES = 32          # a DRAM sector: what a transposed tile keeps whole (transposed_tile)
@@ -132,7 +138,9 @@ def reduction_variants(kernel: ReductionKernel, target: str,
         # stride or broadcasts along it) the ones whose threads hold V adjacent columns each
         threads = OUTER_BLOCK[0] * OUTER_BLOCK[1]
         v = 1 if no_vector else vector_width(kernel, vector_root(kernel))
-        out = [ReductionParams("cuda", "outer", vector=w, block=OUTER_BLOCK, max_threads=threads, split=split)
+        sb = outer_split_block()
+        out = [ReductionParams("cuda", "outer", vector=w, block=sb if split else OUTER_BLOCK,
+                               max_threads=sb[0] * sb[1] if split else threads, split=split)
                for w in sorted({1, v}) for split in (False, True)]
         if v > 1:
             out += [ReductionParams("cuda", "outer", vector=v, block=OUTER_NARROW_BLOCK, max_threads=threads,

@@ -12,6 +12,7 @@ norms (not its ReLUs: bottleneck ends add the residual first). Prints text, neve
 from __future__ import annotations
 
 import argparse
+import itertools
 from typing import Optional
 
 import torch
@@ -54,8 +55,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--no-inductor", action="store_true")
-    p.add_argument("--split-rows", default="",
-                   help="comma list: also graphfuser channels-last with cuda.reduction_outer_split_rows at each")
+    p.add_argument("--sweep", default="",
+                   help='also graphfuser channels-last at each combination of split knobs, e.g. "rows=32,256 by=8,32" '
+                        "(cuda.reduction_outer_split_rows, cuda.reduction_outer_split_block_y)")
     p.add_argument("--kernels", action="store_true", help="each backend's kernels per shape")
     args = p.parse_args(argv)
     if args.device != "cuda" or not torch.cuda.is_available():
@@ -65,10 +67,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     backends = {"graphfuser_cl": (graphfuser.script(bn_relu), True), "graphfuser_nchw": (graphfuser.script(bn_relu), False),
                 "eager_cl": (bn_relu, True), "eager_nchw": (bn_relu, False)}
     knobs = {}
-    for r in filter(None, args.split_rows.split(",")):
-        with config.override(cuda={"reduction_outer_split_rows": int(r)}):
-            backends[f"gf_cl_rows{r}"] = (graphfuser.script(bn_relu), True)
-        knobs[f"gf_cl_rows{r}"] = {"reduction_outer_split_rows": int(r)}
+    names = {"rows": "reduction_outer_split_rows", "by": "reduction_outer_split_block_y"}
+    axes = [(k, [int(v) for v in vals.split(",")]) for k, vals in (a.split("=") for a in args.sweep.split())]
+    for combo in itertools.product(*[v for _, v in axes]) if axes else ():
+        label = "gf_cl_" + "_".join(f"{k}{v}" for (k, _), v in zip(axes, combo))
+        knobs[label] = {names[k]: v for (k, _), v in zip(axes, combo)}
+        backends[label] = (graphfuser.script(bn_relu), True)
     if not args.no_inductor:
         backends["inductor_cl"] = (None, True)
     total = dict.fromkeys(backends, 0.0)
