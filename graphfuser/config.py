@@ -32,7 +32,7 @@ DISABLE_OPTIONS = (
     "bias_decomposition", "batch_norm_training", "fused_rng", "cuda_graphs", "column_sums",
     "calling_thread_backward", "conv_layout", "cuda_batch_norm_training", "cuda_graphs_training",
     "attention_rewrite", "gemm_padding", "weight_cast_batching", "rotary_rewrite", "padded_outputs",
-    "bias_gradients", "conv_layout_training", "fast_math", "flip_fusion",
+    "bias_gradients", "conv_layout_training", "fast_math", "flip_fusion", "precompiled_prelude",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
                   "cuda_batch_norm_training", "lineinfo", "fused_rng", "conv_layout_training", "weight_cache")   # on by default, accepted:

@@ -291,6 +291,9 @@ def _math_prelude(overrides: dict[str, tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+PRELUDE_END = "/* gf: end of the prelude */"
+
+
 @dataclass
 class Dialect:
     name: str
@@ -332,6 +335,9 @@ class Dialect:
     simd_reduction: dict = field(default_factory=dict)
     reduction_prelude: str = ""
     row_scratch: bool = False                           # variable-length per-row arrays (VLAs)
+    # The prelude's last line: where a compiler that caches parsed headers may cut the source
+    # (runtime/cpu.py's precompiled prelude); empty: nowhere
+    prelude_end: str = ""
     fast_div: bool = False                              # gf_udiv (multiply-high + shift) exists
     # (first row, row step) of a grid-stride row loop: persistent reduction kernels prefetch
     # the next row's inputs into registers while they reduce this one. Empty: no prefetch.
@@ -372,7 +378,8 @@ class Dialect:
         if self.precise_overrides is not None and config.is_disabled("fast_math"):
             overrides = self.precise_overrides
         return "\n".join([self.headers, f"#define GF_FN {self.qualifier}", self.constants_text(),
-                          self.half_prelude, _math_prelude(overrides), _COMMON])
+                          self.half_prelude, _math_prelude(overrides), _COMMON]
+                         + ([self.prelude_end] if self.prelude_end else []))
 
     def constants_text(self) -> str:
         return "\n".join(f"#define {k} {v}" for k, v in self.constants.items())
@@ -385,6 +392,7 @@ CPP = Dialect(
     restrict="__restrict__",
     headers="#include <math.h>\n#include <string.h>\n#include <stdint.h>",
     half_prelude=_CPU_HALF + _CPU_VECTOR_MATH + _CPU_LGAMMA,
+    prelude_end=PRELUDE_END,
     math_overrides={"exp": ("gf_vexpf(x)", "exp(x)"), "tanh": ("gf_vtanhf(x)", "tanh(x)"),
                     "erf": ("gf_verff(x)", "erf(x)"), "lgamma": ("gf_lgammaf_cpu(x)", "gf_lgamma_cpu(x)"),
                     "sigmoid": ("1.0f / (1.0f + gf_vexpf(-x))", "1.0 / (1.0 + exp(-x))")},

@@ -20,13 +20,16 @@ launcher passes ``struct.pack`` of the arguments (``CpuKernel(..., packed=True)`
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import shlex
 import struct
 import subprocess
 import tempfile
+import threading
 from typing import Sequence
 
+from graphfuser.codegen.dialects import PRELUDE_END
 from graphfuser.config import config
 from graphfuser.log import jit_log
 from graphfuser.runtime import cache
@@ -155,12 +158,29 @@ def compile_cpp(source: str) -> str:
 
 def _build_shared_object(cxx: str, cid: str, flags: list[str], source: str, out: str, count: bool = True) -> None:
     """Run the compiler; retry once without optional flags it rejected. ``count``: the run counts
-    in the cache's compiler statistics (a fusion's kernel; not the CUDA launch shim)."""
+    in the cache's compiler statistics (a fusion's kernel; not the CUDA launch shim). A source
+    that begins with the C++ dialect's prelude includes it precompiled (``_prelude_header``);
+    should that compile fail, the source as it is compiles again before any error is raised."""
     rejected = _REJECTED.setdefault(cxx, set())
     use = [f for f in flags if f not in rejected]
     use += [f for f in ("-shared", "-fPIC") if f not in use]
     with tempfile.TemporaryDirectory(prefix="graphfuser-cpp-") as tmp:
         src_path = os.path.join(tmp, "kernel.cpp")
+        split = _prelude_header(cxx, cid, use, source)
+        if split is not None:
+            folder, rest = split
+            with open(src_path, "w", encoding="utf-8") as f:
+                f.write(f'#include "{PRELUDE_HEADER}"\n' + rest)
+            proc = _compile([*shlex.split(cxx), *use, "-Winvalid-pch", f"-I{folder}", "-o", out, src_path],
+                            source, count)
+            if proc.returncode == 0:
+                if f"{PRELUDE_HEADER}.gch" in proc.stderr:      # built, but this compiler would not load it
+                    jit_log("kernel_cache", 1, f"{cid}: the precompiled prelude was not used:\n{proc.stderr.strip()}")
+                elif proc.stderr.strip():
+                    jit_log("compile", 2, f"{cid} diagnostics:\n{proc.stderr.strip()}")
+                return
+            jit_log("kernel_cache", 1, f"{cid}: a kernel failed to compile with the precompiled prelude; "
+                                       "compiling its whole source")
         with open(src_path, "w", encoding="utf-8") as f:
             f.write(source)
         command = [*shlex.split(cxx), *use, "-o", out, src_path]
@@ -181,6 +201,69 @@ def _build_shared_object(cxx: str, cid: str, flags: list[str], source: str, out:
                 source=source, log=proc.stderr, command=command)
     if proc.stderr.strip():
         jit_log("compile", 2, f"{cid} diagnostics:\n{proc.stderr.strip()}")
+
+
+# The precompiled prelude. Every generated C++ source begins with the dialect's prelude (``math.h``
+# and friends, the gf_* helpers: about 300 lines that C++'s <cmath> makes 24 MB of parsed state),
+# which g++ spent three quarters of a kernel's compile parsing (0.24 of 0.31 s, -ftime-report,
+# a pointwise kernel). The prelude, up to its last line (``codegen.dialects.PRELUDE_END``), goes
+# once per compiler, flags and prelude text into ``<cache>/pch/<key>/gf_prelude.h`` with its
+# precompiled ``gf_prelude.h.gch`` beside it (built under a lock, published by rename); each
+# kernel's source then includes it instead. The shared object's cache key is the whole source's,
+# as before. ``#pragma`` lines before the prelude (a reduction's turning contraction off, which
+# must cover the prelude's helpers too) head the header and are repeated after its include: the
+# machine code is the same as the whole source's (objdump, a softmax kernel: 0.29 s against
+# 0.49 s). Sources with anything else before the prelude compile as they are, as do all sources
+# under ``PYTORCH_NVFUSER_DISABLE=precompiled_prelude`` and with any compiler that cannot build
+# the header (remembered per process). Measured on the test suite's C++ kernels (two of its
+# files, 529 compiles): g++ time 235 -> 170 s.
+PRELUDE_HEADER = "gf_prelude.h"
+_PRELUDES: dict[str, str | None] = {}      # key -> folder holding the header and its .gch, or None
+_PRELUDE_LOCK = threading.Lock()
+
+
+def _prelude_header(cxx: str, cid: str, flags: list[str], source: str) -> tuple[str, str] | None:
+    """(folder of the precompiled prelude, the source after its prelude), or None where the
+    source compiles as it is."""
+    if config.is_disabled("precompiled_prelude"):
+        return None
+    start, end = source.find("#include"), source.find(PRELUDE_END)
+    if start < 0 or end < start:
+        return None
+    head = source[:start]
+    if any(line.strip() and not line.startswith("#pragma ") for line in head.splitlines()):
+        return None
+    end += len(PRELUDE_END)
+    prelude, rest = source[:end] + "\n", head + source[end:]
+    pch_flags = [f for f in flags if f != "-shared"]
+    key = hashlib.sha256("\0".join([cid, *pch_flags, prelude]).encode()).hexdigest()[:24]
+    with _PRELUDE_LOCK:
+        if key not in _PRELUDES:
+            _PRELUDES[key] = _build_prelude(cxx, cid, pch_flags, prelude, cache.cache_root() / "pch" / key)
+        folder = _PRELUDES[key]
+    return None if folder is None else (folder, rest)
+
+
+def _build_prelude(cxx: str, cid: str, flags: list[str], prelude: str, folder) -> str | None:
+    header, gch = folder / PRELUDE_HEADER, folder / (PRELUDE_HEADER + ".gch")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with cache._locked(folder / ".lock"):
+            if gch.exists() and header.exists() and header.read_text(encoding="utf-8") == prelude:
+                return str(folder)
+            cache._atomic_write(header, prelude.encode())
+            tmp = folder / f"{PRELUDE_HEADER}.gch.tmp-{os.getpid()}"
+            command = [*shlex.split(cxx), *flags, "-x", "c++-header", str(header), "-o", str(tmp)]
+            proc = _compile(command, prelude, count=False)
+            if proc.returncode != 0:
+                jit_log("kernel_cache", 1, f"{cid}: the prelude did not precompile (exit {proc.returncode}); "
+                                           f"kernels include it as text\n{proc.stderr.strip()[:2000]}")
+                return None
+            os.replace(tmp, gch)
+    except OSError as e:
+        jit_log("kernel_cache", 1, f"{cid}: no precompiled prelude ({e}); kernels include it as text")
+        return None
+    return str(folder)
 
 
 def _blames(flag: str, stderr: str) -> bool:
