@@ -115,6 +115,9 @@ def _dead_statements_dropped(source: str) -> str:
     views: dict[str, set[str]] = {}
     for st in fn.body:
         if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            if isinstance(st.value, ast.Subscript) and isinstance(st.value.value, ast.Name):
+                # basic indexing is a view too (``v4 = v3[1:]``; CUDA seed 36401, graph 235)
+                views.setdefault(st.value.value.id, set()).add(st.targets[0].id)
             for n in ast.walk(st.value):
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MAY_ALIAS \
                         and isinstance(n.func.value, ast.Name):

@@ -177,6 +177,15 @@ def test_pruning_keeps_a_write_seen_through_a_live_view():
            "    return v3\n")
     assert "mul_" not in _dead_statements_dropped(src)
     assert "mul_" in _dead_statements_dropped(src.replace("return v3", "return v3, v4"))
+    # basic indexing is a view as well (CUDA fuzz graph 235 of seed 36401: ``v4 = v3[1:]`` of a
+    # logical_xor eager refuses to broadcast, ``v4.mul_(2)``, nothing reading either later)
+    src = ("def fn(x0, x1):\n"
+           "    v3 = torch.logical_xor(x0, x1)\n"
+           "    v4 = v3[1:]\n"
+           "    v4.mul_(2)\n"
+           "    return x0 * 2\n")
+    assert "logical_xor" not in _dead_statements_dropped(src) and "mul_" not in _dead_statements_dropped(src)
+    assert "mul_" in _dead_statements_dropped(src.replace("return x0 * 2", "return v3"))
 
 
 def test_hardtanh_nan_gradient_is_eagers_own_disagreement():
