@@ -118,7 +118,8 @@ DEVIATIONS: dict[str, dict[str, str]] = {
         "when_on": "",
     },
     "layer_norm_inf_grad": {
-        "what": "a layer norm's input gradient on the CPU where the row's weighted gradients hold an inf (a "
+        "what": "a layer norm's input gradient on the CPU, or a group norm's on either device, where the "
+                "row's (group's) weighted gradients hold an inf (a "
                 "weight of -inf, an upstream gradient divided by 0): the row's sums of them are infinite, and eager's CPU formula "
                 "(rstd * g * w + b * x + c, with b and c built from both sums) makes every element of the row "
                 "NaN, while graphfuser's (rstd * (g * w - (xhat * m2 + m1))) gives an inf where the two "
@@ -264,8 +265,13 @@ def layer_norm_inf_grad(ops: Sequence[str], args: Sequence[Any], g: Any, e: Any,
     differs from eager's ``e`` only where ``e`` is NaN and ``g`` is an inf (``judge(g')`` passes
     once those elements are eager's). The row's weighted gradients hold an inf: an infinite weight
     (fuzz graph 186 of CPU seed 34701) or an upstream gradient divided by 0 (graph 1306 of CPU seed
-    34717). ``args``: unused, kept for the other matchers' signature."""
-    if "layer_norm" not in ops or not g.is_floating_point() or g.shape != e.shape or g.device.type != "cpu":
+    34717). ``args``: unused, kept for the other matchers' signature. Eager's group norm builds dx
+    from the two sums on either device as well: an upstream gradient of -inf into a group of 4
+    (fp16, CUDA seed 36401, graph 469; the same on the CPU)."""
+    if not g.is_floating_point() or g.shape != e.shape or g.device.type == "meta":
+        return False
+    plain = {o.split(":")[-1] for o in ops}
+    if not ("group_norm" in plain or ("layer_norm" in plain and g.device.type == "cpu")):
         return False
     odd = e.isnan() & g.isinf()
     return bool(odd.any()) and judge(torch.where(odd, e, g.detach())) is None

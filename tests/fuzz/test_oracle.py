@@ -538,4 +538,10 @@ def test_layer_norm_inf_grad_is_matched_narrowly():
     assert not layer_norm_inf_grad(["rms_norm"], args, g, e, judge)                          # no layer norm
     assert not layer_norm_inf_grad(["layer_norm"], args, torch.tensor([-4.0, nan, 1.0]), e, judge)  # finite
     assert not layer_norm_inf_grad(["layer_norm"], args, torch.tensor([-inf, nan, 2.0]), e, judge)  # elsewhere
-    assert not layer_norm_inf_grad(["layer_norm"], args, g.to("meta"), e.to("meta"), judge)  # not the CPU
+    assert not layer_norm_inf_grad(["layer_norm"], args, g.to("meta"), e.to("meta"), judge)  # no values
+    # a group norm, whose eager backward builds dx from the two sums on either device (CUDA seed
+    # 36401, graph 469: an upstream gradient of -inf into a group of 4)
+    xg = torch.tensor([[0.3, -1.2, 0.9, 2.2]], requires_grad=True)
+    torch.nn.functional.group_norm(xg, 1).backward(torch.tensor([[0.5, -inf, 1.0, 0.25]]))
+    assert bool(xg.grad.isnan().all())
+    assert layer_norm_inf_grad(["group_norm", "leaky_relu"], args, g, e, judge)
