@@ -35,6 +35,13 @@ class Classifier(Block):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
+class MaxPooled(Block):
+    """torchvision's ResNet stem: a max pool between the convolutions and the head."""
+
+    def forward(self, x):
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(F.max_pool2d(self.features(x), 3, 2, 1), 1), 1))
+
+
 class FeatureMap(Block):
     def forward(self, x):
         f = self.features(x)
@@ -133,18 +140,21 @@ def test_under_grad_gradients_are_eagers(disable):
     assert _planned(sf) == (0 if disable else 2)        # both convolutions
 
 
+@pytest.mark.parametrize("cls", [Classifier, MaxPooled])
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_the_backends_graph_gets_the_plan_too(layout):
+def test_the_backends_graph_gets_the_plan_too(layout, cls):
     """Through ``torch.compile(backend=graphfuser)`` the classifier's head is a call of
     ``F.adaptive_avg_pool2d``, now the aten op TorchScript sees, so the convolutions are planned as
     through ``graphfuser.script`` (a Python call reading the feature map used to block the plan:
-    resnet50 ran 7.81 ms through the backend against 6.37 through script, H100)."""
+    resnet50 ran 7.81 ms through the backend against 6.37 through script, H100). ``F.max_pool2d``
+    likewise (it was a Python call: resnet50's training step ran 156 layout conversions per step
+    through the backend, 10.1 ms of kernels against 8.4 through script, H200)."""
     import gc
 
     from graphfuser.executor.executor import ScriptedFunction
     from graphfuser.frontend.dynamo import graphfuser_backend
 
-    m = _model(Classifier)
+    m = _model(cls)
     x = torch.randn(2, 3, 9, 11)
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
