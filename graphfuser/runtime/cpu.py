@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import pathlib
 import shlex
 import struct
 import subprocess
@@ -239,7 +240,12 @@ def _prelude_header(cxx: str, cid: str, flags: list[str], source: str) -> tuple[
     key = hashlib.sha256("\0".join([cid, *pch_flags, prelude]).encode()).hexdigest()[:24]
     with _PRELUDE_LOCK:
         if key not in _PRELUDES:
-            _PRELUDES[key] = _build_prelude(cxx, cid, pch_flags, prelude, cache.cache_root() / "pch" / key)
+            if config.is_disabled("compile_cache"):     # nothing on disk: a folder of this process's
+                root = pathlib.Path(tempfile.mkdtemp(prefix="graphfuser-pch-"))
+                cache._TEMP_DIRS.append(str(root))
+            else:
+                root = cache.cache_root() / "pch"
+            _PRELUDES[key] = _build_prelude(cxx, cid, pch_flags, prelude, root / key)
         folder = _PRELUDES[key]
     return None if folder is None else (folder, rest)
 

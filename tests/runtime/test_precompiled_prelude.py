@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,6 +68,17 @@ def test_knob_off_builds_no_header(fresh_cache):
     with config.override(disable=["precompiled_prelude"]):
         cpu.compile_cpp(CPP.prelude() + BODY % "vexpf")
     assert not (fresh_cache / "pch").exists()
+
+
+def test_no_cache_writes_no_header_into_the_cache(fresh_cache):
+    """PYTORCH_NVFUSER_DISABLE=compile_cache: the header goes to a folder of the process's own,
+    removed at exit, and still serves its kernels."""
+    with config.override(disable=["compile_cache"]):
+        so = cpu.compile_cpp(CPP.prelude() + BODY % "vexpf")
+        torch.testing.assert_close(_run(so), torch.exp(torch.linspace(-3, 3, 37)), rtol=1e-6, atol=0)
+    assert not (fresh_cache / "pch").exists()
+    (folder,) = [f for f in cpu._PRELUDES.values() if f]
+    assert str(Path(folder).parent) in cache._TEMP_DIRS and (Path(folder) / (cpu.PRELUDE_HEADER + ".gch")).is_file()
 
 
 def test_sources_without_the_prelude_compile_as_they_are(fresh_cache):
