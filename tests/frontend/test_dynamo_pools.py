@@ -8,29 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from graphfuser.frontend.dynamo import graphfuser_backend
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-class Recorder:
-    """A backend that hands each graph to graphfuser's and keeps what it returned."""
-
-    def __init__(self) -> None:
-        self.fns: list = []
-
-    def __call__(self, gm, example_inputs, **kw):
-        fn = graphfuser_backend(gm, example_inputs, **kw)
-        self.fns.append(getattr(fn, "__wrapped__", fn))
-        return fn
-
-    def kinds(self, i: int = -1) -> list[str]:
-        return [n.kind for n in self.fns[i].graph.all_nodes()]
+from test_dynamo import Recorder, _fresh_dynamo  # noqa: F401 (the fixture: Dynamo reset around each test)
 
 
 class PoolStem(nn.Module):
