@@ -235,3 +235,18 @@ def on_cuda(graph: Graph) -> Graph:
         if isinstance(t, TensorType) and t.device is not None and t.device.type == "cpu":
             v.type = dataclasses.replace(t, device=cuda)
     return graph
+
+
+def live_instances(cls: type) -> list:
+    """Every object of ``cls`` the garbage collector tracks, skipping the dead weak proxies
+    earlier tests may leave (``isinstance`` of one raises ReferenceError)."""
+    import gc
+
+    out = []
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, cls):
+                out.append(o)
+        except ReferenceError:
+            continue
+    return out

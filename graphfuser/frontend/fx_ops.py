@@ -92,13 +92,11 @@ FUNCTIONAL[F.adaptive_avg_pool3d] = _F("aten::adaptive_avg_pool3d", _ACT)
 # ``boolean_dispatch`` on ``return_indices`` whose own signature is ``(*args, **kwargs)``, so the
 # call binds to its False branch's; a stride of None (the kernel size) is aten's ``[]``. As a
 # Python call it was an op that may read strides: no channels-last plan for the whole graph.
-_MAX_POOLS = {}
-for _k in (1, 2, 3):
-    _branch = getattr(F, f"_max_pool{_k}d", None)
-    if _branch is not None:
-        FUNCTIONAL[getattr(F, f"max_pool{_k}d")] = _F(f"aten::max_pool{_k}d", _ACT, fixed={"return_indices": False},
-                                                     bind=_branch)
-        _MAX_POOLS[f"aten::max_pool{_k}d"] = _k
+_MAX_POOLS = frozenset(f"aten::max_pool{k}d" for k in (1, 2, 3) if hasattr(F, f"_max_pool{k}d"))
+for _name in _MAX_POOLS:
+    _k = _name[-2]
+    FUNCTIONAL[getattr(F, f"max_pool{_k}d")] = _F(_name, _ACT, fixed={"return_indices": False},
+                                                 bind=getattr(F, f"_max_pool{_k}d"))
 
 # methods taking a size as separate ints (``x.view(2, 3)``) as well as one sequence
 VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "tile", "new_zeros", "new_ones",

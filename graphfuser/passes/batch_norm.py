@@ -50,7 +50,7 @@ from ..ops.norms import CUDA_REASON, DISABLED_REASON, cuda_training_fused  # the
 from ..ops.norms import _contiguous
 from ..ops.reduction import scalar_type_code
 from .functionalize import _fresh_root
-from .partition import _mutates
+from .partition import _mutates, in_place_kind
 
 _SCHEMAS = {
     "aten::batch_norm": "aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
@@ -259,8 +259,7 @@ def _writes_fresh(n: Node, block: Block) -> bool:
 
 def _in_place_row(n: Node) -> bool:
     """An ``aten`` in-place op (no nested blocks) whose functional twin is an op-table row."""
-    return not n.blocks and bool(n.inputs) and n.kind.startswith("aten::") and n.kind.endswith("_") \
-        and not n.kind.endswith("__") and lookup(n.kind[:-1]) is not None
+    return not n.blocks and bool(n.inputs) and in_place_kind(n.kind) and lookup(n.kind[:-1]) is not None
 
 
 def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:

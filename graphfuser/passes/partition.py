@@ -68,9 +68,13 @@ def _updates_running_stats(node: Node) -> bool:
     return any(not (v.is_constant and v.constant() is None) for v in node.inputs[3:5])
 
 
+def in_place_kind(kind: str) -> bool:
+    """An aten op that writes its first argument (``aten::relu_``; not a dunder like ``__and__``)."""
+    return kind.startswith("aten::") and kind.endswith("_") and not kind.endswith("__")
+
+
 def _mutates(node: Node) -> bool:
-    if node.kind in _SIDE_EFFECT_KINDS or (node.kind.startswith("aten::") and node.kind.endswith("_")
-                                            and not node.kind.endswith("__")) or _updates_running_stats(node) \
+    if node.kind in _SIDE_EFFECT_KINDS or in_place_kind(node.kind) or _updates_running_stats(node) \
             or (node.kind == "prim::PythonOp" and getattr(node.attrs.get("call"), "effects", False)):
         return True
     return any(_mutates(n) for b in node.blocks for n in b.nodes)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import graphfuser
 from graphfuser.config import config
 from grad_helpers import GRAD_TOL, differentiable_groups
-from helpers import fallback_counter
+from helpers import fallback_counter, live_instances
 
 BN_KINDS = {"aten::batch_norm", "graphfuser::batch_norm_train"}
 
@@ -431,13 +431,12 @@ def test_running_stats_written_in_place_by_the_group():
     (dg,) = differentiable_groups(sf)
     writes = getattr(dg.sub, "writes_into", None)
     assert writes and len(writes) == 2, "the running stats are written by the kernel"
-    import gc
     import re
 
     from graphfuser.executor.compiled_reduction import ReductionGroup
 
-    srcs = [o.launcher_source for o in gc.get_objects() if isinstance(o, ReductionGroup)
-            and getattr(o.sub, "writes_into", None) == writes and hasattr(o, "launcher_source")]
+    srcs = [o.launcher_source for o in live_instances(ReductionGroup)
+            if getattr(o.sub, "writes_into", None) == writes and hasattr(o, "launcher_source")]
     assert srcs and all(len(re.findall(r"^ +o\d+ = x\d+$", s, re.M)) == 2 for s in srcs), srcs
     # a layout the guard did not see (channels-last): the fallback's fresh outputs are copied
     x = torch.randn(4, 8, 5, 5).contiguous(memory_format=torch.channels_last).requires_grad_()

@@ -10,6 +10,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "autodiff"))
 from column_cases import TOL, assert_grads_close, backward_groups, column_kernels, train_grads  # noqa: E402
+from helpers import live_instances  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 
@@ -47,12 +48,10 @@ def test_bench_rmsnorm_shape_on_cuda():
 
 
 def _column_launchers(sf) -> list[str]:
-    import gc
-
     from graphfuser.executor.compiled_reduction import ReductionGroup
 
-    return [o.launcher_source for o in gc.get_objects()
-            if isinstance(o, ReductionGroup) and getattr(o, "launcher_source", None) and "gf_slots" in o.source]
+    return [o.launcher_source for o in live_instances(ReductionGroup)
+            if getattr(o, "launcher_source", None) and "gf_slots" in o.source]
 
 
 def test_column_sums_finalize_in_one_launch_and_repeat_bitwise():

@@ -10,6 +10,8 @@ import graphfuser
 from graphfuser.config import config
 from graphfuser.passes import conv_layout
 
+from helpers import live_instances
+
 
 @pytest.fixture(autouse=True)
 def _cpu_plans(monkeypatch):
@@ -149,8 +151,6 @@ def test_the_backends_graph_gets_the_plan_too(layout, cls):
     resnet50 ran 7.81 ms through the backend against 6.37 through script, H100). ``F.max_pool2d``
     likewise (it was a Python call: resnet50's training step ran 156 layout conversions per step
     through the backend, 10.1 ms of kernels against 8.4 through script, H200)."""
-    import gc
-
     from graphfuser.executor.executor import ScriptedFunction
     from graphfuser.frontend.dynamo import graphfuser_backend
 
@@ -163,13 +163,6 @@ def test_the_backends_graph_gets_the_plan_too(layout, cls):
     with torch.no_grad(), config.override(disable=["fallback"]):
         for _ in range(5):
             torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
-    def live():
-        for o in gc.get_objects():
-            try:
-                if type(o) is ScriptedFunction:
-                    yield o
-            except ReferenceError:      # a dead weak proxy
-                continue
-    sfs = [o for o in live() if o._optimized is not None
+    sfs = [o for o in live_instances(ScriptedFunction) if type(o) is ScriptedFunction and o._optimized is not None
            and any(n.kind == "aten::conv2d" for n in o._optimized.all_nodes())]
     assert sfs and _planned(sfs[-1]) == 2, [str(s._optimized) for s in sfs]
