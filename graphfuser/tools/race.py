@@ -49,12 +49,20 @@ ROWS = [
     ("gpt2", "train-bf16"), ("llama", "train-bf16"),
 ]
 HF = ("gpt2", "llama", "bert")
+# inference rows of the Hugging Face zoo's other models (``hf_zoo``: its configs and keyword inputs)
+ZOO_HF = ("t5", "whisper", "mistral", "qwen2", "hf_vit")
+_ZOO_INPUTS: dict[str, Callable[[int, int, str], dict]] = {}
 COLD_CALLS = 3
 
 
 # -- models ------------------------------------------------------------------------------------
 def build(name: str, device: str) -> torch.nn.Module:
     """A model with random weights, from its constructor or config (no downloads)."""
+    if name in ZOO_HF:
+        from .hf_zoo import build as hf_build
+
+        m, _ZOO_INPUTS[name] = hf_build(name.removeprefix("hf_"), small=False)
+        return m.to(device)
     if name in HF:
         import transformers
 
@@ -76,9 +84,15 @@ def build(name: str, device: str) -> torch.nn.Module:
     return zoo_build(spec)[0].to(device)
 
 
-def inputs(name: str, mode: str, device: str, batch: Optional[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(model input, training target) for a row."""
+def inputs(name: str, mode: str, device: str, batch: Optional[int]) -> tuple[Any, torch.Tensor]:
+    """(model input, training target) for a row; a zoo model's input is its keyword arguments."""
     g = torch.Generator(device="cpu").manual_seed(0)
+    if name in ZOO_HF:
+        if not mode.startswith("infer"):
+            raise ValueError(f"{name}: the race has inference rows only for {', '.join(ZOO_HF)}")
+        if name not in _ZOO_INPUTS:
+            raise ValueError(f"{name}: build the model first (its inputs come with its config)")
+        return _ZOO_INPUTS[name](batch or 8, 512, device), torch.empty(0)
     if name in HF:
         b, t = batch or 8, 512
         ids = torch.randint(0, 30000, (b, t), generator=g).to(device)
@@ -114,7 +128,7 @@ def step_fn(name: str, mode: str, model: torch.nn.Module, wrapped: Callable, x: 
     if mode.startswith("infer"):
         def infer() -> Any:
             with torch.no_grad(), _autocast(device, mode):
-                return wrapped(x)
+                return wrapped(**x) if isinstance(x, dict) else wrapped(x)
         return infer
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
@@ -171,7 +185,8 @@ def run_row(name: str, mode: str, device: str, batch: Optional[int], backends: l
     base = build(name, device)
     base.train(mode.startswith("train"))
     x, y = inputs(name, mode, device, batch)
-    row: dict[str, Any] = {"model": name, "mode": mode, "batch": int(x.shape[0]), "errors": {}}
+    first = next(iter(x.values())) if isinstance(x, dict) else x
+    row: dict[str, Any] = {"model": name, "mode": mode, "batch": int(first.shape[0]), "errors": {}}
     fns: dict[str, Callable[[], Any]] = {}
     ref = None
     for backend in backends:
