@@ -34,6 +34,7 @@ from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, f
                       functionalize, insert_autocast, insert_guards, pad_gemms, partition, route_bias_gradients, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
 from ..passes.attention import apply_attention, plan_attention
+from ..passes.row_layout import apply_row_layouts, plan_row_layouts
 from ..passes.rotary import apply_rotary, plan_rotary
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import flag_reader, specialize_training, training_modules
@@ -180,6 +181,9 @@ class ScriptedFunction(Recovering, SelfChecking):
         decompose(self._work)
         if not config.is_disabled("fused_rng"):
             randomize(self._work)
+        rows = getattr(self, "_row_plan", None)
+        if rows:        # (first: its positions are among the graph's permutes before the attention rewrite adds any)
+            apply_row_layouts(self._work, rows)
         attention = getattr(self, "_attention_plan", None)
         if attention:
             apply_attention(self._work, attention)
@@ -363,10 +367,13 @@ class ScriptedFunction(Recovering, SelfChecking):
             self._attention_plan = plan_attention(g, self._autocast is not None) or False
             # and which rotary embeddings lose their cat (passes/rotary.py): new nodes to profile
             self._rotary_plan = plan_rotary(g, self._captured.fixed_sizes) or False
-            if self._conv_plan or self._attention_plan or self._rotary_plan:
+            # and which permuted activations are made dense before rows of them are normalized
+            # (passes/row_layout.py: the layouts after them change, as the convolutions' plan's do)
+            self._row_plan = plan_row_layouts(g) or False
+            if self._conv_plan or self._attention_plan or self._rotary_plan or self._row_plan:
                 self._reset()
                 if not self._conv_plan:
-                    # the attention and rotary rewrites change no input or parameter layout: one more
+                    # the attention, rotary and row rewrites change no input or parameter layout: one more
                     # profiling call records the rewritten graph's types (a convolution plan
                     # changes layouts everywhere after it and profiles a full round again)
                     self._calls = max(0, config.profiling_runs - 1)

@@ -22,6 +22,8 @@ After profiling:
                   (passes/attention.py; applied, as the layout plan is, before profiling again)
 0-. plan_rotary   first round only: which rotary embeddings lose their cat (passes/rotary.py;
                   applied likewise)
+0-. plan_row_layouts  first round only: which permuted activations are made dense before rows of
+                  them are normalized (passes/row_layout.py; applied likewise, first)
 
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)

@@ -94,9 +94,11 @@ def _carries_tensors(v: Value) -> bool:
     return v.type.is_tensor or "Tensor" in str(v.type)
 
 
-def _tainted(g: Graph, starts: list[Value]) -> tuple[Optional[set[Value]], Optional[Node]]:
+def _tainted(g: Graph, starts: list[Value], resets: frozenset = frozenset()) -> \
+        tuple[Optional[set[Value]], Optional[Node]]:
     """Every value that may hold a tensor computed from ``starts`` (through any node, into and out
-    of ``If`` blocks), or (None, the node) where one reaches an op that can see its layout."""
+    of ``If`` blocks), or (None, the node) where one reaches an op that can see its layout.
+    ``resets``: ops whose first result is dense whatever their inputs' layouts (it stays clean)."""
     taint = set(starts)
     for _ in range(8):
         before = len(taint)
@@ -104,7 +106,8 @@ def _tainted(g: Graph, starts: list[Value]) -> tuple[Optional[set[Value]], Optio
             if any(i in taint for i in n.inputs):
                 if n.kind in _LAYOUT_SENSITIVE or n.kind.split("::")[0] not in ("aten", "prim"):
                     return None, n
-                taint.update(o for o in n.outputs if _carries_tensors(o))
+                outs = n.outputs[1:] if n.kind in resets else n.outputs
+                taint.update(o for o in outs if _carries_tensors(o))
             for b in n.blocks:
                 for k, r in enumerate(b.returns):
                     if r in taint and k < len(n.outputs):
@@ -150,6 +153,14 @@ def plan_conv_layouts(g: Graph) -> Optional[LayoutPlan]:
         where = f" ({seer.kind} at {seer.where()})" if seer is not None else ""
         jit_log("graph_fuser", 2, f"no channels-last plan: a convolution's result reaches an op that reads its layout{where}")
         return None
+    outputs = _returned_formats(g, taint)
+    return LayoutPlan(tuple(chosen), tuple(outputs)) if outputs is not None else None
+
+
+def _returned_formats(g: Graph, taint: set[Value]) -> Optional[list[tuple[int, Optional[int], int]]]:
+    """(return, tuple element or None, memory format) of every tensor ``g`` returns among
+    ``taint``, with the format ``contiguous`` gives it its profiled layout back; None where one
+    has a layout it cannot restore (or is in a container the plan cannot reach)."""
     outputs = []
     for i, r in enumerate(g.block.returns):
         if r not in taint:
@@ -173,18 +184,36 @@ def plan_conv_layouts(g: Graph) -> Optional[LayoutPlan]:
             if fmt is None:
                 return None
             outputs.append((i, j, fmt))
-    return LayoutPlan(tuple(chosen), tuple(outputs))
+    return outputs
 
 
-def _contiguous(g: Graph, v: Value, fmt: int, before: Optional[Node] = None) -> Value:
-    """``aten::contiguous(v, fmt)`` inserted before ``before`` (appended to the graph without)."""
-    block = before.owner if before is not None else g.block
+def _contiguous(g: Graph, v: Value, fmt: int, before: Optional[Node] = None, after: Optional[Node] = None) -> Value:
+    """``aten::contiguous(v, fmt)`` inserted before ``before`` or after ``after`` (appended to the
+    graph without either)."""
+    anchor = before or after
+    block = anchor.owner if anchor is not None else g.block
     c = g.create("prim::Constant", [], [Type("int")], {"value": fmt})
-    node = g.create("aten::contiguous", [v, c.output], [TENSOR], source=before.source if before else None)
+    node = g.create("aten::contiguous", [v, c.output], [TENSOR], source=anchor.source if anchor else None)
     node.schema = resolve_aten("aten::contiguous", _CONTIGUOUS)
-    for x in (c, node):
-        block.insert_before(before, x) if before is not None else block.append(x)
+    if after is not None:
+        block.insert_after(after, node)
+        block.insert_after(after, c)
+    else:
+        for x in (c, node):
+            block.insert_before(before, x) if before is not None else block.append(x)
     return node.output
+
+
+def restore_outputs(g: Graph, outputs: tuple[tuple[int, Optional[int], int], ...]) -> None:
+    """``contiguous`` in each planned format before the graph returns (``_returned_formats``)."""
+    for i, j, fmt in outputs:
+        r = g.block.returns[i]
+        if j is None:
+            new = _contiguous(g, r, fmt)
+            g.block.returns = [new if k == i else x for k, x in enumerate(g.block.returns)]
+        else:
+            tup = r.node
+            tup.replace_input(j, _contiguous(g, tup.inputs[j], fmt, tup))
 
 
 def apply_conv_layouts(g: Graph, plan: LayoutPlan) -> None:
@@ -193,13 +222,6 @@ def apply_conv_layouts(g: Graph, plan: LayoutPlan) -> None:
     for k in plan.convs:
         n = convs[k]
         n.replace_input(1, _contiguous(g, n.inputs[1], CHANNELS_LAST, n))
-    for i, j, fmt in plan.outputs:
-        r = g.block.returns[i]
-        if j is None:
-            new = _contiguous(g, r, fmt)
-            g.block.returns = [new if k == i else x for k, x in enumerate(g.block.returns)]
-        else:
-            tup = r.node
-            tup.replace_input(j, _contiguous(g, tup.inputs[j], fmt, tup))
+    restore_outputs(g, plan.outputs)
     jit_log("graph_fuser", 1, f"channels-last plan: {len(plan.convs)} convolution weight(s) converted, "
                               f"{len(plan.outputs)} output(s) given back their profiled layout")
