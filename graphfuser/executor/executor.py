@@ -35,6 +35,7 @@ from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, f
                       sink_views, split_biases, wrap_group)
 from ..passes.attention import apply_attention, plan_attention
 from ..passes.row_layout import apply_row_layouts, plan_row_layouts
+from ..passes.sdpa_math import apply_sdpa_math, plan_sdpa_math
 from ..passes.rotary import apply_rotary, plan_rotary
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import flag_reader, specialize_training, training_modules
@@ -184,6 +185,9 @@ class ScriptedFunction(Recovering, SelfChecking):
         rows = getattr(self, "_row_plan", None)
         if rows:        # (first: its positions are among the graph's permutes before the attention rewrite adds any)
             apply_row_layouts(self._work, rows)
+        math_sdpa = getattr(self, "_sdpa_math_plan", None)
+        if math_sdpa:   # (before the attention rewrite adds SDPA calls of its own)
+            apply_sdpa_math(self._work, math_sdpa)
         attention = getattr(self, "_attention_plan", None)
         if attention:
             apply_attention(self._work, attention)
@@ -370,10 +374,12 @@ class ScriptedFunction(Recovering, SelfChecking):
             # and which permuted activations are made dense before rows of them are normalized
             # (passes/row_layout.py: the layouts after them change, as the convolutions' plan's do)
             self._row_plan = plan_row_layouts(g) or False
-            if self._conv_plan or self._attention_plan or self._rotary_plan or self._row_plan:
+            # and which SDPA calls run the math backend, written out to fuse (passes/sdpa_math.py)
+            self._sdpa_math_plan = plan_sdpa_math(g) or False
+            if self._conv_plan or self._attention_plan or self._rotary_plan or self._row_plan or self._sdpa_math_plan:
                 self._reset()
                 if not self._conv_plan:
-                    # the attention, rotary and row rewrites change no input or parameter layout: one more
+                    # the other rewrites change no input or parameter layout: one more
                     # profiling call records the rewritten graph's types (a convolution plan
                     # changes layouts everywhere after it and profiles a full round again)
                     self._calls = max(0, config.profiling_runs - 1)

@@ -476,7 +476,7 @@ def _group_norm(d, a, g, out):
 # ``_log_softmax_backward_data``) accumulate the row sum in float and round only dx; a sum of
 # fp16 gradients rounded to fp16 overflows where the float sum does not (fuzz seed 33252, graph
 # 1190: a row of -16168s summed to -inf, and dx = g - exp(y) * sum became NaN for the row).
-@derivative("softmax", "_softmax")
+@derivative("softmax", "_softmax", "_safe_softmax")
 @opmath(arg="self")
 def _softmax(d, a, g, out):
     s = d.op("aten::sum", d.mul(g, out), [a["dim"]], True)

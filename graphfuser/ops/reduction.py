@@ -401,6 +401,15 @@ def _softmax(call: OpCall) -> Expr:
     return b.div(e, b.reduce("sum", e, call.compute))
 
 
+def _safe_softmax(call: OpCall) -> Expr:
+    """softmax, 0 where every x of the row is -inf (max(x) = -inf: max propagates NaN)"""
+    b, x = call.b, arg_expr(call)
+    m = b.reduce("max", x, call.compute)
+    e = b.call("exp", b.sub(x, m))
+    soft = b.div(e, b.reduce("sum", e, call.compute))
+    return b.where(b.call("eq", m, call.const(float("-inf"))), call.const(0.0), soft)
+
+
 def _log_softmax(call: OpCall) -> Expr:
     """x - max(x) - log(sum(exp(x - max(x))))"""
     b, x = call.b, arg_expr(call)
@@ -480,6 +489,10 @@ reduction("softmax", ("aten::softmax",), "normalization", ("self", "dim", "dtype
           planner=_softmax_plan, out_dtype=_softmax_dtype, overloads=_SOFTMAX_OVERLOADS, consts=("dim", "dtype"),
           eager=lambda self, dim, dtype=None: torch.softmax(self, dim, dtype=scalar_type(dtype)),
           doc="exp(x - max) / sum(exp(x - max)) along dim")
+reduction("_safe_softmax", ("aten::_safe_softmax",), "normalization", ("self", "dim", "dtype=None"), _safe_softmax,
+          planner=_softmax_plan, out_dtype=_softmax_dtype, overloads=_SOFTMAX_OVERLOADS, consts=("dim", "dtype"),
+          eager=lambda self, dim, dtype=None: torch._safe_softmax(self, dim, dtype=scalar_type(dtype)),
+          doc="softmax along dim; 0 along a row that is -inf throughout (SDPA's math backend)")
 reduction("log_softmax", ("aten::log_softmax",), "normalization", ("self", "dim", "dtype=None"), _log_softmax,
           planner=_softmax_plan, out_dtype=_softmax_dtype, overloads=_SOFTMAX_OVERLOADS, consts=("dim", "dtype"),
           eager=lambda self, dim, dtype=None: torch.log_softmax(self, dim, dtype=scalar_type(dtype)),

@@ -24,6 +24,9 @@ After profiling:
                   applied likewise)
 0-. plan_row_layouts  first round only: which permuted activations are made dense before rows of
                   them are normalized (passes/row_layout.py; applied likewise, first)
+0-. plan_sdpa_math  first round only: which SDPA calls run the math backend and are written out as
+                  two GEMMs around a fused mask add and softmax (passes/sdpa_math.py; applied
+                  likewise, before the attention rewrite)
 
 0. fold_constant_ifs  inline If nodes with constant conditions (F.* wrappers' `inplace` flags), so
                   they do not act as barriers (before everything that looks at blocks)
