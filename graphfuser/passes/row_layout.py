@@ -22,7 +22,12 @@ When. After the first round of profiling (``plan_row_layouts``), on CUDA (``DEVI
 
 - a ``permute`` / ``transpose`` result of rank >= 2 is profiled non-contiguous with a last-dim
   stride other than 1, and a normalization over the last dim (``layer_norm``, ``softmax``,
-  ``log_softmax``, ``rms_norm``) is profiled with an input of that kind that is computed from it;
+  ``log_softmax``, ``rms_norm``) or a ``contiguous`` copy is profiled with an input of that kind
+  that is computed from it (T5's relative position bias: an embedding's ``[q, k, heads]``
+  permuted to ``[heads, q, k]``, masked and copied into SDPA's mask, whose copy fuses into the
+  softmax that reads it: 110 us per call of that kernel over strided rows on an H200);
+- no in-place op writes a value computed from it (a ``contiguous`` of a dense value is the
+  value itself, where eager's was a copy);
 - nothing can see the change (``conv_layout._tainted``): no value computed from the permuted
   one reaches an op that reads strides, a call or a loop, except through ops whose result is a
   fresh dense tensor whatever their input's layout (``RESETS``: a GEMM, a layer norm);
@@ -45,6 +50,7 @@ from ..config import config
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..log import jit_log
+from .partition import in_place_kind
 from .conv_layout import CONTIGUOUS_FORMAT, _contiguous, _returned_formats, _tainted, restore_outputs
 
 DEVICES = ("cuda",)     # (the tests add "cpu")
@@ -77,24 +83,46 @@ def _strided_rows(t: object) -> bool:
     return t.strides[-1] != 1
 
 
+def _readers(g: Graph) -> list[Value]:
+    """Strided rows read row by row: a normalization's input, or a ``contiguous`` copy's (a
+    transposing copy, which fuses into its consumer's kernel: T5's position bias, permuted from
+    an embedding and copied into SDPA's mask, was read strided by the fused softmax)."""
+    out = []
+    for n in g.all_nodes():
+        if (n.kind in _ROW_NORMS or n.kind == "aten::contiguous") and n.inputs and _strided_rows(n.inputs[0].type):
+            out.append(n.inputs[0])
+    return out
+
+
+def _written(g: Graph, taint: set[Value]) -> Optional[Node]:
+    """An in-place op writing a value computed from the permuted one: ``contiguous`` of a dense
+    value returns the value itself where eager's made a copy, so a write through it could reach
+    other readers."""
+    return next((n for n in g.all_nodes() if n.inputs and n.inputs[0] in taint
+                 and (in_place_kind(n.kind) or n.kind == "aten::copy_")), None)
+
+
 def plan_row_layouts(g: Graph) -> Optional[RowPlan]:
     """The row-layout plan of the profiled graph ``g`` (see the module docstring), or None."""
     if config.is_disabled("row_layout"):
         return None
     views = _views(g)
-    norms = [n for n in g.all_nodes() if n.kind in _ROW_NORMS and n.inputs and _strided_rows(n.inputs[0].type)]
-    if not norms:
+    readers = _readers(g)
+    if not readers:
         return None
     chosen = []
     for k, n in enumerate(views):
         if not _strided_rows(n.output.type):
             continue
         taint, seer = _tainted(g, [n.output], RESETS)
+        if taint is not None and seer is None:
+            seer = _written(g, taint)
+            taint = taint if seer is None else None
         if taint is None:
             where = f" ({seer.kind} at {seer.where()})" if seer is not None else ""
             jit_log("graph_fuser", 2, f"rows of {n.where()} keep their layout: it reaches an op that reads it{where}")
             continue
-        if any(m.inputs[0] in taint for m in norms):
+        if any(r in taint for r in readers):
             chosen.append((k, taint))
     if not chosen:
         return None

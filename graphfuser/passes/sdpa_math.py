@@ -12,7 +12,7 @@ backend into its own fused kernels. This pass writes the math backend out in the
     %o = aten::scaled_dot_product_attention(%q, %k, %v, %mask, 0., False, scale)
   ->
     %sf = sqrt(scale)        (scale None: sqrt(1 / sqrt(q.size(-1))), a host float)
-    %qs = aten::mul(aten::to(%q, float32), %sf)          (float32: only for fp16 / bf16 q)
+    %qs = aten::mul(aten::to(%q, float32), %sf)          (float32: fp16 / bf16 q on CUDA)
     %ks = aten::mul(aten::to(%k, float32), %sf)
     %s = graphfuser::exact_matmul(%qs, aten::transpose(%ks, -2, -1))
     %p = aten::_safe_softmax(aten::add(%s, %mask, 1), -1)
@@ -69,8 +69,8 @@ _DIV = "aten::div.float(float a, float b) -> float"
 
 @dataclass(frozen=True)
 class MathPlan:
-    # (position among the graph's SDPA nodes in all_nodes order, q's profiled dtype)
-    entries: tuple[tuple[int, torch.dtype], ...]
+    # (position among the graph's SDPA nodes in all_nodes order, q's profiled dtype, in float32?)
+    entries: tuple[tuple[int, torch.dtype, bool], ...]
 
 
 def _sdpas(g: Graph) -> list[Node]:
@@ -114,7 +114,7 @@ def _why_not(n: Node) -> Optional[str]:
         return f"on {q.device}"
     if not isinstance(mask, TensorType) or mask.sizes is None or mask.strides is None or mask.dtype not in _FLOATS:
         return "no floating mask"
-    scores = torch.float32 if q.dtype in _HALF and not _reduced_math() else q.dtype
+    scores = torch.float32 if _upcast(q.dtype, q.device) else q.dtype
     if torch.promote_types(scores, mask.dtype) != scores:
         return f"a {mask.dtype} mask would widen {scores} scores"
     try:
@@ -127,9 +127,11 @@ def _why_not(n: Node) -> Optional[str]:
     return None
 
 
-def _reduced_math() -> bool:
-    """``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``: the math backend keeps fp16 / bf16."""
-    return torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+def _upcast(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether the math backend computes in float32: fp16 / bf16 on CUDA, unless
+    ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` (on the CPU it keeps the
+    inputs' dtype: its products, the in-place mask add and the softmax run in bf16)."""
+    return dtype in _HALF and device.type == "cuda" and not torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
 
 
 def plan_sdpa_math(g: Graph) -> Optional[MathPlan]:
@@ -142,7 +144,8 @@ def plan_sdpa_math(g: Graph) -> Optional[MathPlan]:
         if why is not None:
             jit_log("graph_fuser", 2, f"attention at {n.where()} keeps its SDPA call: {why}")
             continue
-        chosen.append((k, n.inputs[0].type.dtype))
+        q = n.inputs[0].type
+        chosen.append((k, q.dtype, _upcast(q.dtype, q.device)))
     return MathPlan(tuple(chosen)) if chosen else None
 
 
@@ -152,8 +155,7 @@ def _scalar(e: _Emitter, kind: str, schema: str, inputs: list[Value], type_name:
     return e.add(node).output
 
 
-def _rewrite(n: Node, dtype: torch.dtype) -> None:
-    upcast = dtype in _HALF and not _reduced_math()
+def _rewrite(n: Node, dtype: torch.dtype, upcast: bool) -> None:
     e = _Emitter(n.owner, n)
     q, k, v, mask = n.inputs[:4]
     scale = _const(n.inputs[6])[1]
@@ -194,9 +196,9 @@ def apply_sdpa_math(g: Graph, plan: MathPlan) -> int:
     """Rewrite the unprofiled graph ``g`` (the one ``plan`` was made from, freshly cloned)."""
     sdpas = _sdpas(g)
     done = 0
-    for k, dtype in plan.entries:
+    for k, dtype, upcast in plan.entries:
         if k < len(sdpas):
-            _rewrite(sdpas[k], dtype)
+            _rewrite(sdpas[k], dtype, upcast)
             done += 1
     jit_log("graph_fuser", 1, f"{done} attention call(s) on SDPA's math backend written out (passes/sdpa_math.py)")
     return done

@@ -92,22 +92,52 @@ def test_math_backend_calls_are_written_out_with_eagers_values(scale):
     assert _written_out(sf), str(sf._optimized)
 
 
-def test_under_autocast_the_products_stay_float32():
-    """bf16 autocast: eager's math backend multiplies the float32 casts of q, k, v; the written
-    out products run with autocast off (a bf16 product would be off by bf16's rounding)."""
+def _autocast_graphs(sf):
+    return [v._optimized for v in sf._variants.values() if v._optimized is not None]
+
+
+def test_under_autocast_on_the_cpu_the_products_stay_bf16():
+    """bf16 autocast on the CPU: autocast casts the mask to bf16 with q, k, v, and the math backend
+    computes in bf16 there (no float32 casts); values agree to bf16's rounding (the fused mask add
+    and softmax keep float32 between them, as every fused group does)."""
     sf = _run(BiasedAttention, autocast=True)
-    graphs = [v._optimized for v in sf._variants.values() if v._optimized is not None]   # (autocast's)
-    assert any(n.kind == "graphfuser::exact_matmul" for g in graphs for n in g.all_nodes()), graphs
+    graphs = _autocast_graphs(sf)
+    assert any(n.kind == "graphfuser::exact_matmul" for g in graphs for n in g.all_nodes())
+    assert not any(n.kind == "aten::to" for g in graphs for n in g.all_nodes())
+
+
+def test_a_wider_mask_keeps_the_call():
+    """The CPU's math backend adds the mask in place into bf16 scores: a float32 mask beside bf16
+    q, k, v (no autocast to cast it) would make a written out add float32: the call stays."""
+    class Wide(nn.Module):
+        def forward(self, q, k, v, mask):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    sf = graphfuser.script(Wide())
+    q, k, v = (torch.randn(2, 3, 5, 8, dtype=torch.bfloat16) for _ in range(3))
+    mask = torch.randn(2, 3, 5, 5)
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), config.override(disable=["fallback"]):
+        for _ in range(5):
+            torch.testing.assert_close(sf(q, k, v, mask), Wide()(q, k, v, mask))
+    assert not _written_out(sf)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_under_autocast_on_cuda_the_products_stay_float32():
+    """bf16 autocast on CUDA: eager's math backend multiplies the float32 casts of q, k, v; the
+    written out products run with autocast off (a bf16 product would be off by bf16's rounding)."""
     torch.manual_seed(0)
-    m = Scores()
+    m = Scores().cuda()
     sf = graphfuser.script(m)
     x, keep = _inputs()
-    x = x * 4
-    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", dtype=torch.bfloat16):
+    x, keep = x.cuda() * 4, keep.cuda()
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), torch.autocast("cuda", dtype=torch.bfloat16), \
+            config.override(disable=["fallback"]):
         for _ in range(5):
             got, want = sf(x, keep), m(x, keep)
             assert got.dtype == want.dtype == torch.bfloat16
             torch.testing.assert_close(got, want, rtol=0, atol=1e-3)
+    assert any(n.kind == "graphfuser::exact_matmul" for g in _autocast_graphs(sf) for n in g.all_nodes())
 
 
 def test_fully_masked_rows_give_zeros_as_in_eager():
