@@ -18,7 +18,9 @@ The plan makes the permuted value dense where it is made:
 one copy of the permuted tensor (9 MB for Whisper-tiny's batch of 8, bf16), after which every op
 that follows its layout works on dense rows. Values are the same; only strides change.
 
-When. After the first round of profiling (``plan_row_layouts``), on CUDA (``DEVICES``), where:
+When. After the first round of profiling (``plan_row_layouts``), on CUDA (``DEVICES``), in a
+graph without a channels-last plan for its convolutions (``conv_layout``: the plan makes a
+convolution's permuted result dense itself), where:
 
 - a ``permute`` / ``transpose`` result of rank >= 2 is profiled non-contiguous with a last-dim
   stride other than 1, and a normalization over the last dim (``layer_norm``, ``softmax``,
