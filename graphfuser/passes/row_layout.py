@@ -24,10 +24,9 @@ convolution's permuted result dense itself), where:
 
 - a ``permute`` / ``transpose`` result of rank >= 2 is profiled non-contiguous with a last-dim
   stride other than 1, and a normalization over the last dim (``layer_norm``, ``softmax``,
-  ``log_softmax``, ``rms_norm``) or a ``contiguous`` copy is profiled with an input of that kind
-  that is computed from it (T5's relative position bias: an embedding's ``[q, k, heads]``
-  permuted to ``[heads, q, k]``, masked and copied into SDPA's mask, whose copy fuses into the
-  softmax that reads it: 110 us per call of that kernel over strided rows on an H200);
+  ``log_softmax``, ``rms_norm``) is profiled with an input of that kind that is computed from
+  it; the permute's input is not a convolution's result itself (a bias split past the permute
+  fuses the bias add into the normalization's group, ConvNeXt's blocks: ``passes/bias.py``);
 - no in-place op writes a value computed from it (a ``contiguous`` of a dense value is the
   value itself, where eager's was a copy);
 - nothing can see the change (``conv_layout._tainted``): no value computed from the permuted
@@ -62,6 +61,7 @@ _ROW_NORMS = ("aten::layer_norm", "aten::native_layer_norm", "aten::softmax", "a
               "aten::_softmax", "aten::_log_softmax", "aten::rms_norm")
 # ops whose first result is a fresh dense tensor whatever their inputs' layouts (eager's GEMMs
 # copy a strided 3-d input before the product; a layer norm normalizes a contiguous copy)
+_CONVS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::convolution")
 RESETS = frozenset({"aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::layer_norm"})
 
 
@@ -86,12 +86,10 @@ def _strided_rows(t: object) -> bool:
 
 
 def _readers(g: Graph) -> list[Value]:
-    """Strided rows read row by row: a normalization's input, or a ``contiguous`` copy's (a
-    transposing copy, which fuses into its consumer's kernel: T5's position bias, permuted from
-    an embedding and copied into SDPA's mask, was read strided by the fused softmax)."""
+    """Strided rows read row by row: a normalization's input."""
     out = []
     for n in g.all_nodes():
-        if (n.kind in _ROW_NORMS or n.kind == "aten::contiguous") and n.inputs and _strided_rows(n.inputs[0].type):
+        if n.kind in _ROW_NORMS and n.inputs and _strided_rows(n.inputs[0].type):
             out.append(n.inputs[0])
     return out
 
@@ -114,7 +112,8 @@ def plan_row_layouts(g: Graph) -> Optional[RowPlan]:
         return None
     chosen = []
     for k, n in enumerate(views):
-        if not _strided_rows(n.output.type):
+        src = n.inputs[0].node
+        if not _strided_rows(n.output.type) or (src is not None and src.kind in _CONVS):
             continue
         taint, seer = _tainted(g, [n.output], RESETS)
         if taint is not None and seer is None:
