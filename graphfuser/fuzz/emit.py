@@ -238,9 +238,11 @@ def _emit_norm(s: _State, op: str) -> bool:
     conc = _concrete(shape, s.batch)
     r = len(shape)
     eps = d(st.sampled_from(("1e-05", "1e-12", "0.1")))
-    if op in ("softmax", "log_softmax", "_softmax", "_log_softmax"):
+    if op in ("softmax", "log_softmax", "_softmax", "_log_softmax", "_safe_softmax"):
         dim = d(st.integers(-r, r - 1)) if r else 0
-        if op.startswith("_"):
+        if op == "_safe_softmax":
+            line = f"torch._safe_softmax({a.name}, {dim})"
+        elif op.startswith("_"):
             line = f"torch.{op}({a.name}, {dim}, False)"
         else:
             form = d(st.sampled_from(("F", "torch", "method_dtype")))

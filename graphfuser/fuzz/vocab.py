@@ -43,7 +43,7 @@ SPECIAL = ("leaky_relu", "hardtanh", "gelu", "silu", "softplus", "clamp", "clamp
 # ops that read their operand at other indices (ops/movement.py)
 MOVEMENT = ("flip",)
 REDUCTIONS = ("sum", "mean", "prod", "amax", "amin", "var", "std", "var_mean", "std_mean", "sum_to_size")
-NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "layer_norm", "native_layer_norm", "rms_norm",
+NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "_safe_softmax", "layer_norm", "native_layer_norm", "rms_norm",
          "batch_norm", "instance_norm", "group_norm")
 # patterns a pass rewrites as a whole: a rotary embedding (passes/rotary.py) and a language
 # model's loss (frontend/fx.py's cross_entropy, passes/sink_views.py)

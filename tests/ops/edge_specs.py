@@ -104,6 +104,7 @@ SPECS["std_mean"] = ["torch.std_mean(x, 1)", "torch.std_mean(y, 0, correction=0)
 SPECS["sum_to_size"] = [f"y.sum_to_size([1, {K}])", f"x.sum_to_size([{K}, 1])"]
 SPECS["softmax"] = ["torch.softmax(x, 1)", "torch.softmax(y, 0)", "torch.softmax(y, 1)"]
 SPECS["log_softmax"] = ["torch.log_softmax(x, 1)", "torch.log_softmax(y, 0)", "torch.log_softmax(y, 1)"]
+SPECS["_safe_softmax"] = ["torch._safe_softmax(x, 1)", "torch._safe_softmax(y, 0)", "torch._safe_softmax(y, 1)"]
 SPECS["_softmax"] = ["torch._softmax(x, 1, False)", "torch._softmax(y, 0, False)"]
 SPECS["_log_softmax"] = ["torch._log_softmax(x, 1, False)", "torch._log_softmax(y, 0, False)"]
 SPECS["layer_norm"] = [f"{F}.layer_norm(x, [{K}])", f"{F}.layer_norm(y, [{K}], v, v, 1e-12)",
