@@ -394,6 +394,7 @@ HANDLERS: dict[str, Handler] = {
     "graphfuser::group_norm_layout": _ops_call("norms", "group_norm_layout"),
     "graphfuser::view_check": _ops_call("views", "check_view_of_result"),
     "graphfuser::exact_matmul": _ops_call("matmul", "exact_matmul"),
+    "graphfuser::sdpa_mask_check": _ops_call("matmul", "check_mask"),
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }
 _OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::", "graphfuser::")

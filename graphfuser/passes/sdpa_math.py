@@ -15,14 +15,15 @@ backend into its own fused kernels. This pass writes the math backend out in the
     %qs = aten::mul(aten::to(%q, float32), %sf)          (float32: fp16 / bf16 q on CUDA)
     %ks = aten::mul(aten::to(%k, float32), %sf)
     %s = graphfuser::exact_matmul(%qs, aten::transpose(%ks, -2, -1))
-    %p = aten::_safe_softmax(aten::add(%s, %mask, 1), -1)
+    %p = aten::_safe_softmax(aten::add(%s, graphfuser::sdpa_mask_check(%s, %mask), 1), -1)
     %o = aten::to(graphfuser::exact_matmul(%p, aten::to(%v, float32)), q's dtype)
 
 the same operations in the same order as ``_scaled_dot_product_attention_math`` (the mask added
 once, the scale split between ``q`` and ``k``), so the cast and scale of each operand fuse into
 one kernel and the mask add into the softmax's. ``graphfuser::exact_matmul`` is ``matmul`` with
 autocast off: eager's math backend multiplies in float32 below autocast, where a host-program
-``matmul`` under ``torch.autocast`` would be cast to bf16.
+``matmul`` under ``torch.autocast`` would be cast to bf16. ``graphfuser::sdpa_mask_check`` raises
+the error of eager's in-place mask add where a later call's mask would widen the scores.
 
 When. Planned on the first round's profiled types (``plan_sdpa_math``) and applied to the
 unprofiled graph before profiling again, as the attention rewrite is: on CUDA (``DEVICES``); no
@@ -61,6 +62,7 @@ _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 _TRANSPOSE = "aten::transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)"
 _SAFE_SOFTMAX = "aten::_safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
 _EXACT_MATMUL = "graphfuser::exact_matmul(Tensor self, Tensor other) -> Tensor"
+_MASK_CHECK = "graphfuser::sdpa_mask_check(Tensor scores, Tensor(a) mask) -> Tensor(a)"
 _SIZE = "aten::size.int(Tensor self, int dim) -> int"
 _SQRT_INT = "aten::sqrt.int(int a) -> float"
 _SQRT = "aten::sqrt.float(float a) -> float"
@@ -114,6 +116,10 @@ def _why_not(n: Node) -> Optional[str]:
         return f"on {q.device}"
     if not isinstance(mask, TensorType) or mask.sizes is None or mask.strides is None or mask.dtype not in _FLOATS:
         return "no floating mask"
+    shape = list(q.sizes[:3]) + [k.sizes[2]]
+    dims = [1] * (4 - len(mask.sizes)) + list(mask.sizes)
+    if len(mask.sizes) > 4 or any(d != 1 and d != s for d, s in zip(dims, shape)):
+        return "the mask widens the scores"
     scores = torch.float32 if _upcast(q.dtype, q.device) else q.dtype
     if torch.promote_types(scores, mask.dtype) != scores:
         return f"a {mask.dtype} mask would widen {scores} scores"
@@ -182,6 +188,7 @@ def _rewrite(n: Node, dtype: torch.dtype, upcast: bool) -> None:
     ks = e.aten("aten::mul", _MUL, [acc(k), kf], src)
     kt = e.aten("aten::transpose", _TRANSPOSE, [ks, e.const(-2, "int"), e.const(-1, "int")], src)
     s = e.aten("graphfuser::exact_matmul", _EXACT_MATMUL, [qs, kt], src)
+    mask = e.aten("graphfuser::sdpa_mask_check", _MASK_CHECK, [s, mask], src)     # eager's in-place add's error
     s = e.aten("aten::add", _ADD, [s, mask, e.const(1, "int")], src)
     p = e.aten("aten::_safe_softmax", _SAFE_SOFTMAX, [s, e.const(-1, "int"), e.const(None, "NoneType")], src)
     o = e.aten("graphfuser::exact_matmul", _EXACT_MATMUL, [p, acc(v)], src)

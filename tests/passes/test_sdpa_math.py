@@ -188,3 +188,24 @@ def test_the_scale_follows_the_head_dim():
             mask = torch.randn(2, 3, 5, 5)
             torch.testing.assert_close(f(q, k, v, mask), attend(q, k, v, mask), rtol=1e-5, atol=1e-5)
     assert math.isclose(1 / math.sqrt(64), 0.125)
+
+
+def test_a_mask_wider_than_the_scores_raises_eagers_error():
+    """Eager's math backend adds the mask in place: a later call whose mask has a wider batch than
+    the queries raises there, and raises here too (a written out add would broadcast)."""
+    class Attend(nn.Module):
+        def forward(self, q, k, v, mask):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    sf = graphfuser.script(Attend())
+    q, k, v = (torch.randn(1, 3, 5, 8) for _ in range(3))
+    ok, wide = torch.randn(1, 3, 5, 5), torch.randn(2, 3, 5, 5)
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):
+        for _ in range(4):
+            torch.testing.assert_close(sf(q, k, v, ok), Attend()(q, k, v, ok))
+        assert _written_out(sf)
+        with pytest.raises(RuntimeError) as want:
+            Attend()(q, k, v, wide)
+        with pytest.raises(RuntimeError) as got:
+            sf(q, k, v, wide)
+    assert str(got.value).splitlines()[0] == str(want.value).splitlines()[0]
