@@ -68,7 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "check_every": 0,
     "cpu": {
         "cxx": "g++",
-        "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fwrapv", "-fno-math-errno"],
+        "cxxflags": ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fwrapv", "-fno-math-errno", "-fno-trapping-math"],
         "omp_threshold": 65536,
     },
     "cuda": {"block_size": 256, "unroll": 2, "blocks_per_sm": 64,

@@ -250,3 +250,23 @@ def live_instances(cls: type) -> list:
         except ReferenceError:
             continue
     return out
+
+
+def backend_graph_with(m, x, kind: str, calls: int = 5):
+    """Run ``m(x)`` through ``torch.compile(backend=graphfuser)`` ``calls`` times without grad,
+    each against eager's values; return the last live graph executor whose optimized graph holds
+    a ``kind`` node (None if none does)."""
+    import torch
+
+    from graphfuser.config import config
+    from graphfuser.executor.executor import ScriptedFunction
+    from graphfuser.frontend.dynamo import graphfuser_backend
+
+    torch._dynamo.reset()
+    f = torch.compile(m, backend=graphfuser_backend)
+    with torch.no_grad(), config.override(disable=["fallback"]):
+        for _ in range(calls):
+            torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
+    sfs = [o for o in live_instances(ScriptedFunction) if type(o) is ScriptedFunction and o._optimized is not None
+           and any(n.kind == kind for n in o._optimized.all_nodes())]
+    return sfs[-1] if sfs else None

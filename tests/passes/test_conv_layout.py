@@ -10,7 +10,7 @@ import graphfuser
 from graphfuser.config import config
 from graphfuser.passes import conv_layout
 
-from helpers import live_instances
+from helpers import backend_graph_with
 
 
 @pytest.fixture(autouse=True)
@@ -151,18 +151,8 @@ def test_the_backends_graph_gets_the_plan_too(layout, cls):
     resnet50 ran 7.81 ms through the backend against 6.37 through script, H100). ``F.max_pool2d``
     likewise (it was a Python call: resnet50's training step ran 156 layout conversions per step
     through the backend, 10.1 ms of kernels against 8.4 through script, H200)."""
-    from graphfuser.executor.executor import ScriptedFunction
-    from graphfuser.frontend.dynamo import graphfuser_backend
-
-    m = _model(cls)
     x = torch.randn(2, 3, 9, 11)
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
-    torch._dynamo.reset()
-    f = torch.compile(m, backend=graphfuser_backend)
-    with torch.no_grad(), config.override(disable=["fallback"]):
-        for _ in range(5):
-            torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
-    sfs = [o for o in live_instances(ScriptedFunction) if type(o) is ScriptedFunction and o._optimized is not None
-           and any(n.kind == "aten::conv2d" for n in o._optimized.all_nodes())]
-    assert sfs and _planned(sfs[-1]) == 2, [str(s._optimized) for s in sfs]
+    sf = backend_graph_with(_model(cls), x, "aten::conv2d")
+    assert sf is not None and _planned(sf) == 2, str(sf and sf._optimized)

@@ -11,7 +11,7 @@ from graphfuser.config import config
 from graphfuser.ir.types import TensorType
 from graphfuser.passes import row_layout
 
-from helpers import live_instances
+from helpers import backend_graph_with
 
 
 @pytest.fixture(autouse=True)
@@ -146,17 +146,6 @@ def test_under_grad_gradients_are_eagers():
 
 
 def test_the_backends_graph_gets_the_plan_too():
-    from graphfuser.executor.executor import ScriptedFunction
-    from graphfuser.frontend.dynamo import graphfuser_backend
-
     torch.manual_seed(0)
-    m = Encoder()
-    x = torch.randn(3, 4, 12)
-    torch._dynamo.reset()
-    f = torch.compile(m, backend=graphfuser_backend)
-    with torch.no_grad(), config.override(disable=["fallback"]):
-        for _ in range(5):
-            torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
-    sfs = [o for o in live_instances(ScriptedFunction) if type(o) is ScriptedFunction and o._optimized is not None
-           and any(n.kind == "aten::conv1d" for n in o._optimized.all_nodes())]
-    assert sfs and _planned(sfs[-1]) == 1, [str(s._optimized) for s in sfs]
+    sf = backend_graph_with(Encoder(), torch.randn(3, 4, 12), "aten::conv1d")
+    assert sf is not None and _planned(sf) == 1
