@@ -372,8 +372,8 @@ class ScriptedFunction(Recovering, SelfChecking):
             # and which rotary embeddings lose their cat (passes/rotary.py): new nodes to profile
             self._rotary_plan = plan_rotary(g, self._captured.fixed_sizes) or False
             # and which permuted activations are made dense before rows of them are normalized
-            # (passes/row_layout.py: the layouts after them change, as the convolutions' plan's do)
-            # (not beside a channels-last plan: its convolutions' results are dense permuted)
+            # (passes/row_layout.py; none beside a channels-last plan, which makes its
+            # convolutions' permuted results dense itself)
             self._row_plan = (not self._conv_plan and plan_row_layouts(g)) or False
             # and which SDPA calls run the math backend, written out to fuse (passes/sdpa_math.py)
             self._sdpa_math_plan = plan_sdpa_math(g) or False
