@@ -458,8 +458,9 @@ def test_a_sum_over_size_one_dims_of_negative_zeros_is_positive_zero(device, dty
     x = x.reshape(5, 1, 1).expand(5, 1, 1).contiguous()
     fn = _sums_over_one
     if frontend == "compile":
+        from graphfuser.frontend.dynamo import graphfuser_backend
         torch._dynamo.reset()
-        sf = torch.compile(fn, backend="graphfuser")
+        sf = torch.compile(fn, backend=graphfuser_backend)
     else:
         sf = graphfuser.script(fn)
     for _ in range(4):
