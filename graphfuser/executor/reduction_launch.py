@@ -9,6 +9,7 @@ from ..codegen.reduction.schedule import (MAX_THREADS, outer_split_block, OUTER_
                                           vector_root)
 from ..codegen.cstyle import stride_args
 from ..config import config
+from ..ir.kir import FirstLoad, topo_exprs
 
 if TYPE_CHECKING:
     from .compiled_reduction import ReductionGroup
@@ -268,21 +269,26 @@ def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
     """(prefetch stages, (fewest threads per row, the same for wide rows), uncapped grid) for a
     kernel, unless the config sets them.
 
-    Measured on an H200 (bf16 rows of 4096, three repetitions): pure reductions stream best
-    with one stage; normalizations with one reduction phase (RMSNorm) keep two rows in flight
-    (86% of copy bandwidth against 80% with one); those with two phases (layer norm, softmax),
-    whose two block reductions a block waits on, want 256 threads a row with one stage once rows
-    are wide (layer norm 4096: 81% against 76% with 128 threads) but few threads with many
-    elements each on narrow rows (1024..3072: 80% with 64-96 threads, 65% with 128-384).
+    Whole calls on an H200 (CUDA events over back-to-back calls, % of copy bandwidth; bf16 rows
+    of 1024 / 2048 / 4096 / 16384 unless said; the sweeps are in
+    ``logs/sweep-row-knobs-cuda-H200.md``):
 
-    Uncapped grid (one block per row, the hardware scheduling the next block onto an SM as
-    one finishes, instead of as many blocks as fit at once striding over the rows): one-phase
-    normalizations without column sums, where a row gets 64 threads or more (the launcher keeps
-    the resident grid for one-warp blocks). H200, bf16, kernel time alone: RMSNorm 93-94% of copy
-    bandwidth against 81-87% with the resident grid at rows of 1024..4096 (90% against 81% at
-    16384), the one-pass layer norm 82-85% against 72% (rows of 1024..4096; 75% against 79% at
-    16384). Softmax (two phases) keeps the resident grid: 84-88% against 79-82%. Rows of 96 or
-    192 elements (one warp a row) are 2-3x slower uncapped.
+    - Pure reductions stream best with one stage and the resident grid.
+    - Two-phase kernels (softmax, log_softmax: a max, then a sum of what it shifts) take 64
+      threads a row at every width, one stage, the resident grid: softmax 66 / 81 / 80 / 61%
+      against 52 / 53 / 65 / 61% with the 256-thread floor wide rows had (set when layer norm
+      was two-phase), f32 softmax 80% against 64% at 1024; log_softmax the same way.
+    - One-phase normalizations without column sums (RMSNorm, the one-pass layer norm) launch one
+      block per row (``uncapped``: the hardware schedules the next block onto an SM as one
+      finishes) with two stages: RMSNorm 91-93% against 80-84% on the resident grid, f32 layer
+      norm 93-95% against 82-87%. The exception is a kernel that shifts its moments by the row's
+      first element (``FirstLoad``: the layer norm) over 2-byte inputs: resident grid, one stage,
+      67 / 80 / 81 / 71% against 62 / 77 / 76 / 69% (a residual add + layer norm 84 / 80 / 82%
+      at 1024 / 2048 / 4096 against 80 / 69 / 71%). Each block of such a row starts with a
+      dependent scalar load of the first element, and a block of a 2-byte row holds half the
+      bytes of a float one; the resident grid's prefetch of the next row covers the wait.
+    - Rows of 96 or 192 elements (one warp a row) are 2-3x slower uncapped; the launcher keeps
+      the resident grid for one-warp blocks.
 
     Narrow rows (128 vectors or fewer) share blocks (``_row_block``) and take a thread
     floor of ``NARROW_MIN_THREADS``: fewer threads a row, each with more of it, fewer copies of
@@ -292,11 +298,22 @@ def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
     stages, lo = config.cuda["reduction_prefetch_stages"], config.cuda["reduction_min_threads"]
     full = any(not kernel.is_row(p) for p, _ in kernel.stores)
     one_phase = full and kernel.reduction_phases() <= 1
-    auto = (1, 64, 64) if not full else ((2, 64, 64) if one_phase else (1, 64, 256))
+    uncapped = one_phase and not kernel.has_columns() and not _shifted_half_rows(kernel)
+    auto = (2 if uncapped else 1, 64, 64)
     per_sm = config.cuda["reduction_blocks_per_sm"]
-    uncapped = one_phase and not kernel.has_columns() if per_sm is None else False
+    uncapped = uncapped if per_sm is None else False
     return (auto[0] if stages is None else int(stages)), \
         ((auto[1], auto[2]) if lo is None else (int(lo), int(lo))), uncapped
+
+
+def _shifted_half_rows(kernel) -> bool:
+    """Whether the kernel reads a row's first element (moments shifted by it: the layer norm)
+    and its full-size tensors (not the weights) are 2-byte (see ``auto_knobs``)."""
+    exprs = topo_exprs([e for _, e in kernel.stores])
+    if not any(isinstance(e, FirstLoad) for e in exprs):
+        return False
+    sizes = [t.dtype.itemsize for t in kernel.tensors if t.dim_kinds and "bcast" not in t.dim_kinds]
+    return bool(sizes) and max(sizes) <= 2
 
 
 WIDE_ROW_VECTORS = 512     # rows of this many vectors or more count as wide for the thread floor
