@@ -25,14 +25,18 @@ class PointwiseParams:
     grid_cap: bool = True # the grid is capped at blocks_per_sm per SM (a grid-stride loop covers the rest)
 
 
-def vector_width(kernel: Kernel, root: int = -1) -> int:
+def vector_width(kernel: Kernel, root: int = -1, gather: bool = False) -> int:
     """Largest width such that every vector access is 16 bytes at most; 1 if the innermost root
-    (or ``root``) of some tensor is strided (not contiguous)."""
+    (or ``root``) of some tensor is strided (not contiguous), unless ``gather``: the renderer
+    reads and writes such a tensor lane by lane (inner CUDA reductions), and the others set the
+    width."""
     widest = 0
     for t in kernel.tensors:
         if not t.dim_kinds or t.partials:
             continue            # (column-sum partials are accumulated lane by lane)
         if t.dim_kinds[root] == "strided":
+            if gather:
+                continue
             return 1
         if t.dim_kinds[root] != "bcast":
             widest = max(widest, t.dtype.itemsize)

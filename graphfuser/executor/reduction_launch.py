@@ -42,7 +42,8 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
     # the vector multi-pass variant takes rows of any length (inner kernels, ``vectors.py``)
     ragged = V > 1 and any(cg.ragged[i] for i, p in enumerate(variants) if p.vector == V and not p.persistent
                            and not p.split)
-    vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[vr] != "bcast"]
+    # (a tensor strided along the row is gathered lane by lane: no alignment to check)
+    vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[vr] not in ("bcast", "strided")]
     lines = [f"small = {_small_index(cg, first_stride)}", f"o = 0 if small else {half}"]
     if V > 1:
         aligned = " | ".join(f"a[{p}]" for p in vec_tensors) or "0"

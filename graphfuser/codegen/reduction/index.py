@@ -184,8 +184,15 @@ class IndexPlan:
             if t.dim_kinds[self.vroot] == "bcast":
                 return f"s_{t.name}"
             # (a row's partial last vector: each lane reads its own element, vectors.py)
-            return f"{t.name}[{self.ix(self.offsets[e.tensor])} + v]" if self.lanewise else f"b_{t.name}[v]"
+            return f"{t.name}[{self.lane_offset(e.tensor)}]" if self.lanewise else f"b_{t.name}[v]"
         return f"{t.name}[{self.ix(self.offsets[e.tensor])}]"
+
+    def lane_offset(self, p: int) -> str:
+        """Offset of lane ``v``'s element of tensor ``p`` in a vector along the row: the
+        vector's first element plus ``v``, or ``v`` times the tensor's row stride where the
+        tensor is strided along the row (gathered lane by lane, ``vectors.py``)."""
+        step = "v" if self.k.tensors[p].dim_kinds[self.vroot] != "strided" else f"v * st{p}_{self.vroot}"
+        return f"{self.ix(self.offsets[p])} + {step}"
 
     def first_load(self, e: "FirstLoad | LastLoad") -> str:
         """The segment's first (``LastLoad``: last) element, read only where the segment is not

@@ -40,7 +40,8 @@ class RowPipeline:
                 # the bias staged, 47 us without the stages (H200; Inductor 55)
                 if kept and all(t.dim_kinds[r] == "bcast" for r in kept):
                     continue
-                if not (self.vec and t.dim_kinds[self.vroot] == "bcast"):
+                # (strided along the row: gathered lane by lane where it is used, vectors.py)
+                if not (self.vec and t.dim_kinds[self.vroot] in ("bcast", "strided")):
                     out[e.tensor] = f"pf_{t.name}"
         return out
 

@@ -148,7 +148,11 @@ def reduction_variants(kernel: ReductionKernel, target: str,
         return out
     out = []
     widths = [1]
-    v = 1 if no_vector else vector_width(kernel)
+    # a tensor strided along the row (T5's permuted position bias beside dense attention scores)
+    # is gathered lane by lane and the dense ones keep their vector accesses; not where a
+    # transposed tile serves the strided tensor better (its scalar multi-pass variant)
+    gather = not config.is_disabled("vector_gather") and not transposed_tile(kernel)
+    v = 1 if no_vector else vector_width(kernel, gather=gather)
     if v > 1:
         widths.append(v)
     for w in widths:

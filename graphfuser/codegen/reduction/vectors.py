@@ -22,6 +22,15 @@ a row ahead, the partial one in any of them) take rows a multiple of V long only
 of their unrolled vectors grew their NVRTC time by 1.13x (one vector a thread) to 1.75x (four)
 whatever the row length (layer norm, softmax), and they are the variants most groups run.
 
+A tensor strided along the row (T5's position bias, a permuted [B, Q, K, H] embedding read as
+[B, H, Q, K], beside dense attention scores) does not hold the others to scalar accesses: its V
+elements of a vector are gathered (an output's scattered) lane by lane with its row stride, and
+it is never staged by the prefetch, while the dense tensors keep their vector loads and stores
+(``vector_width(gather=True)``; the launcher checks only the dense tensors' alignment). The
+scalar variant's loads of the strided tensor touch the same sectors; a transposed tile
+(``schedule.transposed_tile``) keeps the scalar variants, and ``PYTORCH_NVFUSER_DISABLE=
+vector_gather`` keeps them everywhere.
+
 Softmax's fused max / sum pair (``pairs.py``) advances once per whole vector
 (``gf_online_vec``): the lanes' max, one rescale of the sum, one exp per lane, where the
 element-wise update took two exps per element; the tail's lanes update it element-wise.
@@ -114,7 +123,11 @@ class RowVectors:
                 em(f"const {st} s_{t.name} = {t.name}[{off}];")
             elif not self.lanewise:
                 em(f"{st} b_{t.name}[{V}];")
-                em(f"gf_load<{V}>(b_{t.name}, {t.name} + {off});")
+                if t.dim_kinds[self.vroot] == "strided":
+                    em("#pragma unroll")
+                    em(f"for (int v = 0; v < {V}; ++v) b_{t.name}[v] = {t.name}[{self.lane_offset(e.tensor)}];")
+                else:
+                    em(f"gf_load<{V}>(b_{t.name}, {t.name} + {off});")
         for q, _ in stores:
             t = self.k.tensors[q]
             if not t.partials and not (self.lanewise and t.dim_kinds[self.vroot] != "bcast"):
@@ -132,7 +145,7 @@ class RowVectors:
         """Lane ``v``'s element of a full-size output: into the vector, or (lane by lane) to memory."""
         t = self.k.tensors[q]
         if self.lanewise and t.dim_kinds[self.vroot] != "bcast":
-            return f"{t.name}[{self.ix(self.offsets[q])} + v] = {val};"
+            return f"{t.name}[{self.lane_offset(q)}] = {val};"
         return f"b_{t.name}[v] = {val};"
 
     def close_vector(self, em: _Emitter, stores: list, pairs: list[Pair]) -> None:
@@ -151,5 +164,8 @@ class RowVectors:
             # broadcast along the vectorized dim: the lanes hold one element (see cstyle._body)
             if t.dim_kinds and t.dim_kinds[self.vroot] == "bcast":
                 em(f"{t.name}[{off}] = b_{t.name}[0];")
+            elif not self.lanewise and t.dim_kinds[self.vroot] == "strided":
+                em("#pragma unroll")     # strided along the row: scattered lane by lane
+                em(f"for (int v = 0; v < {self.V}; ++v) {t.name}[{self.lane_offset(q)}] = b_{t.name}[v];")
             elif not self.lanewise:
                 em(f"gf_store<{self.V}>({t.name} + {off}, b_{t.name});")
