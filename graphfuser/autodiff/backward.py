@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
+from ..config import config
 from ..ir.graph import Graph, Value
 from ..ir.types import TENSOR, TensorType, Type
 from ..ops import bind, lookup
@@ -379,6 +380,7 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
         return NO_GRADIENT
     grads: dict[Value, Value] = {}
     d = D(g)
+    emulate = bool(config.emulate_precision_casts)
     for k in diff_outputs:
         gv = g.add_input(f"grad_{k}", TENSOR)
         o = sub.outputs[k]
@@ -453,6 +455,12 @@ def plan_backward(sub: Graph, defined: Optional[frozenset] = None, saved: int = 
                 pass    # a reduction's formula returns its data argument's gradient in that shape
             else:
                 r = _fit(d, r, inp, n.outputs[0], vmap)
+            if emulate and isinstance(inp.type, TensorType) and inp.type.dtype in (torch.float16, torch.bfloat16):
+                # emulate_precision_casts: each gradient an fp16 / bf16 value receives is
+                # rounded to its dtype, as autograd's engine casts what a node returns (before
+                # the sum of a value's several uses, which the kernel rounds too): a float16
+                # mean's gradient overflows to inf where eager's does
+                r = d.to(r, inp.type.dtype)
             grads[inp] = d.add(grads[inp], r) if inp in grads else r
     grad_inputs = [i for i, v in enumerate(sub.inputs) if v in diff and v in grads]
     # zeros for the inputs that reach an output with a gradient (through ops whose derivative is

@@ -192,16 +192,18 @@ def _torchscript_answers(fn, case: dict, call: int, device: str) -> bool:
 
 def _split_precision_deviations(case: dict, device: str, workdir: str, tag: str, findings: list,
                                 deviations: list) -> None:
-    """A wrong fp16/bf16 value that is gone with emulate_precision_casts on (every intermediate
-    rounded to its eager dtype) is the fp32-intermediates deviation, however far an overflow or a
-    floor/trunc after the rounding moves it: move such findings to ``deviations``."""
+    """A wrong fp16/bf16 value (or gradient) that is gone with emulate_precision_casts on (every
+    intermediate, and every gradient an intermediate receives, rounded to its eager dtype) is the
+    fp32-intermediates deviation, however far an overflow or a floor/trunc after the rounding
+    moves it: move such findings to ``deviations``."""
     from ..config import config
 
+    kinds = ("wrong_value", "wrong_grad")
     with config.override(emulate_precision_casts=True):
         again = run_case(case, device, workdir, tag + "_emulated", _emulated=True)
-    still = {(f["call"], f["detail"].split(":")[0]) for f in again["findings"] if f["category"] == "wrong_value"}
+    still = {(f["category"], f["call"], f["detail"].split(":")[0]) for f in again["findings"] if f["category"] in kinds}
     for f in list(findings):
-        if f["category"] == "wrong_value" and (f["call"], f["detail"].split(":")[0]) not in still:
+        if f["category"] in kinds and (f["category"], f["call"], f["detail"].split(":")[0]) not in still:
             findings.remove(f)
             deviations.append({"deviation": "fp32_intermediates", "call": f["call"],
                                "detail": f"{f['detail']} (matches eager with emulate_precision_casts on)"})
@@ -441,7 +443,7 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     if row is not None:
                         ops.add(row.name)
     result["fused_ops"] = sorted(ops)
-    if half and not _emulated and any(f["category"] == "wrong_value" for f in findings):
+    if half and not _emulated and any(f["category"] in ("wrong_value", "wrong_grad") for f in findings):
         _split_precision_deviations(case, device, workdir, tag, findings, deviations)
     # one finding per category and call is enough; keep the first
     seen, uniq = set(), []

@@ -36,9 +36,9 @@ def _bias(B, H, Q, K, dtype):
     return torch.randn(B, Q, K, H, device="cuda", dtype=dtype).permute(0, 3, 1, 2)
 
 
-def _run(fn, args, dtype, capsys):
+def _run(fn, args, dtype, capsys, disable=()):
     want = fn(*args)
-    with config.override(disable=["fallback"], dump=["launch_param"]):
+    with config.override(disable=["fallback", *disable], dump=["launch_param"]):
         sf = graphfuser.script(fn)
         for _ in range(3):
             got = sf(*args)
@@ -91,6 +91,5 @@ def test_a_layer_norm_of_a_strided_input(dtype, C, capsys):
 def test_the_knob_keeps_scalar_accesses(capsys):
     scores = torch.randn(2, 8, 16, 512, device="cuda")
     bias = _bias(2, 8, 16, 512, torch.bfloat16)
-    with config.override(disable=["vector_gather"]):
-        names = _run(masked_softmax, (scores, bias), torch.float32, capsys)
+    names = _run(masked_softmax, (scores, bias), torch.float32, capsys, disable=["vector_gather"])
     assert names and all("_v1_" in n for n in names), names

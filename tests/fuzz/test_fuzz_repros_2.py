@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import graphfuser
+from graphfuser.config import config
 
 from helpers import DEVICES, run_fused
 from test_fuzz_repros import _run
@@ -531,3 +532,31 @@ def test_training_batch_norm_of_an_empty_input_beside_stats_of_another_width():
             assert g.shape == e.shape and g.dtype == e.dtype
         for x, y in zip(a[1:], b[1:]):
             torch.testing.assert_close(y, x)
+
+
+def _half_mean_used_twice(x0: torch.Tensor, s0: int):
+    v1 = torch.mean(x0, None, keepdim=True, dtype=torch.float16)
+    v3 = torch.where(x0 * x0.size(-1) > 0, v1, s0)
+    return torch.addcmul(v3, x0, v1, value=-2.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_emulated_casts_round_the_gradient_of_a_half_intermediate(device):
+    """Fuzz graph 274 of CUDA seed 36407: a float16 mean of float64 values near 1e4, used twice
+    by float64 ops. Eager's engine casts the gradient each use returns to float16, where
+    sum(-2 * x * g) overflows to -inf; graphfuser's fused backward keeps it in float64 (finite,
+    the fp32-intermediates deviation) unless emulate_precision_casts is on, which now rounds the
+    gradients of fp16 / bf16 intermediates as it rounds their values."""
+    torch.manual_seed(0)
+    x = (torch.randn(33, dtype=torch.float64, device=device) + 1e4).requires_grad_()
+    (want,) = torch.autograd.grad(_half_mean_used_twice(x, 2).sum(), x)
+    assert torch.isneginf(want).all()
+    for emulate in (True, False):
+        with config.override(emulate_precision_casts=emulate):
+            sf = graphfuser.script(_half_mean_used_twice)
+            for _ in range(5):
+                (got,) = torch.autograd.grad(sf(x, 2).sum(), x)
+        if emulate:
+            torch.testing.assert_close(got, want)
+        else:
+            assert torch.isfinite(got).all()         # float64 throughout: no overflow
