@@ -270,3 +270,14 @@ def backend_graph_with(m, x, kind: str, calls: int = 5):
     sfs = [o for o in live_instances(ScriptedFunction) if type(o) is ScriptedFunction and o._optimized is not None
            and any(n.kind == kind for n in o._optimized.all_nodes())]
     return sfs[-1] if sfs else None
+
+
+def masked_softmax(scores, bias):
+    """Attention scores plus a bias (a mask), softmaxed over the keys: with a bias permuted from a
+    [B, Q, K, H] tensor, T5's relative position bias (the row-gather tests)."""
+    return torch.softmax(scores + bias, -1)
+
+
+def biased_scores_and_softmax(bias, scores):
+    y = bias + scores               # the bias's permuted layout: stored strided along the row
+    return y, torch.softmax(y, -1)

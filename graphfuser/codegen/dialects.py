@@ -252,6 +252,19 @@ static inline float gf_lgammaf_cpu(float x) { int s; return (float)lgamma_r((dou
 static inline double gf_lgamma_cpu(double x) { int s; return lgamma_r(x, &s); }
 """
 
+# Row scratch (reduction kernels that keep a row's computed values for a later pass: softmax's
+# exp(x - max)): a buffer per OpenMP thread and cached value, grown to the longest row it has
+# held and freed when the thread ends, so rows of any length keep them (a stack array capped
+# them at 16384 elements: a float32 softmax over 65536 columns computed exp twice per element).
+_CPU_ROW_SCRATCH = r"""
+template <typename T, int S> struct gf_row_buffer { T* p = 0; long long n = 0; ~gf_row_buffer() { free(p); } };
+template <typename T, int S> static inline T* gf_row_scratch(long long n) {
+  static thread_local gf_row_buffer<T, S> b;
+  if (b.n < n) { free(b.p); b.p = (T*)malloc(sizeof(T) * (size_t)n); b.n = b.p ? n : 0; }
+  return b.p;
+}
+"""
+
 _CUDA_HALF = r"""
 GF_FN float gf_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 GF_FN unsigned short gf_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
@@ -334,7 +347,8 @@ class Dialect:
     shared_k_doubles: int = 0
     simd_reduction: dict = field(default_factory=dict)
     reduction_prelude: str = ""
-    row_scratch: bool = False                           # variable-length per-row arrays (VLAs)
+    row_scratch: bool = False                           # per-row arrays of run-time length
+    row_scratch_decl: str = "{ct} {name}[{n}];"         # one (``slot``: the kernel's k-th array)
     # The prelude's last line: where a compiler that caches parsed headers may cut the source
     # (runtime/cpu.py's precompiled prelude); empty: nowhere
     prelude_end: str = ""
@@ -390,8 +404,8 @@ CPP = Dialect(
     kernel_prefix='extern "C" void',
     qualifier="static inline",
     restrict="__restrict__",
-    headers="#include <math.h>\n#include <string.h>\n#include <stdint.h>",
-    half_prelude=_CPU_HALF + _CPU_VECTOR_MATH + _CPU_LGAMMA,
+    headers="#include <math.h>\n#include <string.h>\n#include <stdint.h>\n#include <stdlib.h>",
+    half_prelude=_CPU_HALF + _CPU_VECTOR_MATH + _CPU_LGAMMA + _CPU_ROW_SCRATCH,
     prelude_end=PRELUDE_END,
     math_overrides={"exp": ("gf_vexpf(x)", "exp(x)"), "tanh": ("gf_vtanhf(x)", "tanh(x)"),
                     "erf": ("gf_verff(x)", "erf(x)"), "lgamma": ("gf_lgammaf_cpu(x)", "gf_lgamma_cpu(x)"),
@@ -412,6 +426,7 @@ CPP = Dialect(
     unroll_pragma="#pragma GCC unroll {ext}",
     simd_reduction={"sum": "+", "prod": "*", "max": "max", "min": "min", "or": "|"},
     row_scratch=True,
+    row_scratch_decl="{ct}* {name} = gf_row_scratch<{ct}, {slot}>({n});",
     sum_block=32,           # a scalar (gathered) loop adds 32 values per partial, a simd lane 32 / width
     constants={"GF_UNROLL_ALL": '_Pragma("GCC unroll 16")', "GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},

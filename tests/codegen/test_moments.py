@@ -48,7 +48,7 @@ def _cases():
         (std_last, lambda f: f(8, 31), "inner scratch"),
         (ln_last, lambda f: f(4, 31), "inner scratch"),
         (native_ln, lambda f: f(4, 33), "inner scratch"),
-        (var_mean_last, lambda f: f(3, 20000), "inner, no scratch (rows past SCRATCH_ROWS)"),
+        (var_mean_last, lambda f: f(3, 20000), "inner scratch (a long row)"),
         (std_mean_first, lambda f: f(37, 40), "outer (lane accumulators)"),
         (std_mean_first, lambda f: f(37, 40).t().contiguous().t(), "inner over a transposed input"),
         (std_last, lambda f: f(6, 62)[:, ::2], "inner over a strided row"),

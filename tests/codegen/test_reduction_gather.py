@@ -16,16 +16,7 @@ from graphfuser.config import config
 from graphfuser.executor.compiled_reduction import ReductionGroup, launcher_source
 from graphfuser.ir import parse_graph, print_graph
 
-from helpers import fusion_groups
-
-
-def masked_softmax(scores, bias):
-    return torch.softmax(scores + bias, -1)
-
-
-def biased_scores_and_softmax(bias, scores):
-    y = bias + scores               # the bias's permuted layout: stored strided along the row
-    return y, torch.softmax(y, -1)
+from helpers import biased_scores_and_softmax, fusion_groups, masked_softmax
 
 
 def residual_group_norm(x, y, w, b):

@@ -10,21 +10,13 @@ import torch.nn.functional as F
 import graphfuser
 from graphfuser.config import config
 
+from helpers import biased_scores_and_softmax, masked_softmax
 from test_cuda_outer_split import launched
 
 pytestmark = pytest.mark.cuda
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
        torch.float16: dict(rtol=5e-3, atol=5e-3)}
-
-
-def masked_softmax(scores, bias):
-    return torch.softmax(scores + bias, -1)
-
-
-def biased_scores_and_softmax(bias, scores):
-    y = bias + scores               # the bias's permuted layout: stored strided along the row
-    return y, torch.softmax(y, -1)
 
 
 def add_and_layer_norm(x, r, w, b):

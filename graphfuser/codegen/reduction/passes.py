@@ -8,7 +8,8 @@ Reduction pairs (``reduction_pairs.py``) shift phases: a fused pair
 accumulates in one pass; a deferred pair's first reduction is final only after its second.
 Persistent schedules keep in registers every full-size value that a later pass needs again
 (or, with ``cache_computed`` off, only the loaded ones: later passes recompute the rest);
-scratch ones (CPU) keep the computed ones in a per-row array.
+scratch ones (CPU) keep the computed ones in a per-row array (a buffer per OpenMP thread, rows up
+to ``schedule.SCRATCH_ROWS`` long).
 """
 from __future__ import annotations
 

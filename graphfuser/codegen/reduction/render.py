@@ -509,9 +509,15 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         for i in range(self.first):
             self.open_leaf(em, i)
             self.emit_decls(em, i + 1)
+        slot = 0
         for e in self.exprs:
             if id(e) in self.cached:
-                em(f"{COMPUTE_TYPES[e.dtype]} {self.cache_name[id(e)]}[{self.cache_size()}];")
+                ct, name = COMPUTE_TYPES[e.dtype], self.cache_name[id(e)]
+                if self.scratch:
+                    em(d.row_scratch_decl.format(ct=ct, name=name, n=self.cache_size(), slot=slot))
+                    slot += 1
+                else:
+                    em(f"{ct} {name}[{self.cache_size()}];")
         self.emit_row(em, 0)
         for p in range(1, self.n_passes + 1):
             self.emit_pass(em, p)

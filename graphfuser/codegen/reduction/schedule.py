@@ -85,7 +85,9 @@ def outer_split_block() -> tuple[int, int]:
 NONE_BLOCK = (256, 2)      # (threads, unroll) of normalizations without a reduction (the pointwise ones)
 CPU_LANES = 16
 SECTOR_BYTES = 32          # a DRAM sector: what a transposed tile keeps whole (transposed_tile)
-SCRATCH_ROWS = 16384       # CPU: longest row whose computed values go to a stack array
+# CPU: longest row whose computed values go to a per-thread row buffer (dialects._CPU_ROW_SCRATCH;
+# 16M bytes a float value); longer rows recompute them in each pass
+SCRATCH_ROWS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def reduction_variants(kernel: ReductionKernel, target: str,
     if target == "cpu":
         if kernel.kind == "outer":
             return [ReductionParams("cpu", "outer", lanes=CPU_LANES)]
-        # rows up to SCRATCH_ROWS elements keep exp(x - max) & co. on the stack (launcher picks)
+        # rows up to SCRATCH_ROWS elements keep exp(x - max) & co. in a row buffer (launcher picks)
         return [ReductionParams("cpu", "inner", scratch=True), ReductionParams("cpu", "inner")]
     if kernel.kind == "outer":
         # scalar variants, then (when every tensor walks the contiguous kept root with unit
