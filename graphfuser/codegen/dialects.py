@@ -381,6 +381,7 @@ class Dialect:
     # Float sums over a run-time extent go through chunk accumulators of this many iterations
     # (``reduction/blocks.py``); 0: one accumulator per thread / lane for the whole loop.
     sum_block: int = 0
+    exp_sum_block: int = 0          # ... for sums of exponentials (positive terms: blocks.py); 0: sum_block
     # The last iteration of a reduced loop of run-time extent, per axis: (declaration of {i}
     # for extent {ext}, condition that this thread runs it, or ""). Register vectors along a row
     # take rows of any length where the dialect has it: a row's partial last vector runs there,
@@ -428,6 +429,7 @@ CPP = Dialect(
     row_scratch=True,
     row_scratch_decl="{ct}* {name} = gf_row_scratch<{ct}, {slot}>({n});",
     sum_block=32,           # a scalar (gathered) loop adds 32 values per partial, a simd lane 32 / width
+    exp_sum_block=256,
     constants={"GF_UNROLL_ALL": '_Pragma("GCC unroll 16")', "GF_INF_F": "__builtin_inff()", "GF_NAN_F": "__builtin_nanf(\"\")",
                "GF_INF_D": "__builtin_inf()", "GF_NAN_D": "__builtin_nan(\"\")"},
 )

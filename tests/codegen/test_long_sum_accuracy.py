@@ -9,6 +9,7 @@ fails. A serial float sum of 250,000 values near 1000 is some 300 ulps off, eage
 so these cases tell a serial sum from a chunked one (``codegen/reduction/blocks.py``)."""
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import pytest
@@ -53,6 +54,10 @@ def softmax(x, one):
     return torch.softmax(x * one, -1)
 
 
+def log_softmax(x, one):
+    return torch.log_softmax(x * one, -1)
+
+
 CASES: list[tuple[Callable, tuple[int, ...]]] = [
     (sum_all, (1_000_003,)),
     (sum_rows, (4, 250_001)),
@@ -62,13 +67,14 @@ CASES: list[tuple[Callable, tuple[int, ...]]] = [
     (var_rows, (4, 250_001)),
     (layer_norm, (4, 250_001)),
     (softmax, (4, 250_001)),
+    (log_softmax, (4, 250_001)),
 ]
 IDS = [f.__name__ for f, _ in CASES]
 
 
 def _data(fn: Callable, shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
-    x = torch.rand(shape, generator=g, dtype=torch.float64) * 2 + (0 if fn is softmax else 1000)
+    x = torch.rand(shape, generator=g, dtype=torch.float64) * 2 + (0 if fn in (softmax, log_softmax) else 1000)
     return x.to(dtype).to(device)
 
 
@@ -120,7 +126,7 @@ def test_long_reductions_cuda_sources_compile(fn, shape):
     (group,) = fusion_groups(sf._optimized)
     cg = ReductionGroup(group.subgraph, "cuda", torch.device("cuda", 0), "k")
     nvrtc.compile_cubin(cg.source, cg.variants[0][0], 90)
-    if fn is not softmax:       # (softmax's sum of exponentials is a max / sum pair, online)
+    if fn not in (softmax, log_softmax):     # (a sum of exponentials is a max / sum pair, online)
         assert "c = t - t == 0 ? (t - acc" in cg.source
 
 
@@ -139,3 +145,17 @@ def test_chunked_sums_keep_nan_inf_and_constant_rows():
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, equal_nan=True)
     assert float(got[0][5]) == 2001 * 5003          # every partial sum an integer below 2^24
+
+
+@pytest.mark.parametrize("fn,block", [(softmax, 256), (log_softmax, 256), (sum_rows, 32), (var_rows, 32)])
+def test_sums_of_exponentials_take_longer_chunks_on_the_cpu(fn, block):
+    """Positive terms cancel nothing: softmax's sum of exponentials adds 256 values a chunk (32
+    a simd lane), the other float sums 32 (the accuracy tests above hold for both)."""
+    x = _data(fn, (4, 1000), torch.float32, "cpu")
+    sf = graphfuser.script(fn)
+    for _ in range(3):
+        sf(x, torch.ones(1))
+    (group,) = fusion_groups(sf._optimized)
+    src = ReductionGroup(group.subgraph, "cpu", torch.device("cpu"), "k").source
+    chunks = set(re.findall(r"i\d+b \+= (\d+)\)", src))
+    assert chunks == {str(block)}, chunks
