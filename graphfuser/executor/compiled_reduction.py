@@ -51,7 +51,7 @@ from ..config import config
 from ..log import dump
 from ..runtime.pycode import define
 from .compiled import allocation
-from .reduction_launch import NARROW_MIN_THREADS, auto_knobs, cuda_choice
+from .reduction_launch import NARROW_MIN_THREADS, auto_knobs, cuda_choice, twin_stages
 
 class DeferToEager(Exception):
     """Raised inside a launcher for a call the kernel does not compute (see ``launcher_source``);
@@ -109,11 +109,14 @@ class ReductionGroup:
                     # and thread rows), which the launcher takes for rows of a warp's threads or
                     # fewer; rendered when a launch first takes it, as NVRTC compiles every
                     # variant (a layer norm group renders in 11 ms, 17 with its twins rendered)
+                    # (with its own prefetch stages: its launch's shared memory scales with them)
                     twin = f"{name}_{params.tag}_mr{tag}"
+                    stages = twin_stages(self.kernel)
                     fns.append(functools.partial(render_reduction, self.kernel, nest, dialect, twin,
-                                                 dataclasses.replace(opts, multirow=True), params.max_threads,
-                                                 params.online, params.scratch, {}))
-                    self._add_variant(twin, nest, params, itype, info, True)
+                                                 dataclasses.replace(opts, multirow=True, prefetch_stages=stages),
+                                                 params.max_threads, params.online, params.scratch, {}))
+                    shared = info.get("shared_per_thread", 0) * stages // max(self.stages, 1)
+                    self._add_variant(twin, nest, params, itype, dict(info, shared_per_thread=shared), True)
         self.exact_products = exact_products(self.kernel)
         if self.kernel.kind == "none":
             render = render_source

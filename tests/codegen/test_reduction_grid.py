@@ -167,3 +167,18 @@ def test_twins_render_on_first_use():
     assert twins and "_mr_i32" not in cg.source
     src = cg.variant_sources[twins[0]]
     assert cg.variants[twins[0]][0] in src and "blockDim.y" in src
+
+
+def test_narrow_row_twins_of_the_half_layer_norm_keep_two_stages():
+    """The bf16 layer norm's wide rows take one prefetch stage, its several-rows twins (narrow
+    rows: ConvNeXt's 96..768 channels) two, with the launch's shared memory to match."""
+    cg, _ = _group(_ln, torch.bfloat16)
+    assert cg.stages == 1
+    twins = [i for i, m in enumerate(cg.multirow) if m and cg.variants[i][2].vector > 1]
+    assert twins
+    for i in twins:
+        assert cg.variants[i][5] == 2 * cg.variants[i - 1][5] > 0
+        assert "gf_cur = gf_cur + 1 == 2 ? 0" in cg.variant_sources[i]
+        assert "gf_cur = gf_cur + 1 == 1 ? 0" in cg.variant_sources[i - 1]
+    run = _launch(cg, 12544, 384)
+    assert run["mr"] >= 0 and cg.multirow[run["f"].i] and run["sh"] == cg.variants[run["f"].i][5] * 16 * 8
