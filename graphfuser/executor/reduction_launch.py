@@ -310,8 +310,9 @@ def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
 def twin_stages(kernel) -> int:
     """Prefetch stages of the several-rows twins (narrow rows), unless the config sets them:
     two for one-phase normalizations, the layer norm of 2-byte rows included, whose wide rows
-    take one (``auto_knobs``). H200, bf16 layer norm, whole calls: [12544, 384] and
-    [3136, 768] took 0.019 ms with two stages, 0.027 with one."""
+    take one (``auto_knobs``). Two is what these rows ran with in every record; the one H200
+    bench of one stage for them had bf16 [12544, 384] and [3136, 768] at 0.027 ms against
+    0.019 (a run where torch.jit.script's times for them rose too, so not a clean measure)."""
     stages = config.cuda["reduction_prefetch_stages"]
     if stages is not None:
         return int(stages)
