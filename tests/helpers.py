@@ -279,5 +279,5 @@ def masked_softmax(scores, bias):
 
 
 def biased_scores_and_softmax(bias, scores):
-    y = bias + scores               # the bias's permuted layout: stored strided along the row
+    y = (bias + scores).to(bias.dtype)     # the bias's permuted layout: stored strided along the row
     return y, torch.softmax(y, -1)
