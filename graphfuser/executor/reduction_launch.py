@@ -297,9 +297,7 @@ def auto_knobs(kernel) -> tuple[int, tuple[int, int], bool]:
     a block, 0.044 ms 8 rows a block of 16 threads each, 0.034 ms with 8 threads each (2
     vectors a thread); RMSNorm 0.042 / 0.026 / 0.024 ms; softmax 0.078 / 0.038 / 0.031 ms."""
     stages, lo = config.cuda["reduction_prefetch_stages"], config.cuda["reduction_min_threads"]
-    full = any(not kernel.is_row(p) for p, _ in kernel.stores)
-    one_phase = full and kernel.reduction_phases() <= 1
-    uncapped = one_phase and not kernel.has_columns() and not _shifted_half_rows(kernel)
+    uncapped = _one_phase_normalization(kernel) and not kernel.has_columns() and not _shifted_half_rows(kernel)
     auto = (2 if uncapped else 1, 64, 64)
     per_sm = config.cuda["reduction_blocks_per_sm"]
     uncapped = uncapped if per_sm is None else False
@@ -316,8 +314,14 @@ def twin_stages(kernel) -> int:
     stages = config.cuda["reduction_prefetch_stages"]
     if stages is not None:
         return int(stages)
+    return 2 if _one_phase_normalization(kernel) else 1
+
+
+def _one_phase_normalization(kernel) -> bool:
+    """Full-size stores after at most one chain of reductions (RMSNorm, the one-pass layer norm;
+    not softmax, whose sum reads its max)."""
     full = any(not kernel.is_row(p) for p, _ in kernel.stores)
-    return 2 if full and kernel.reduction_phases() <= 1 else 1
+    return full and kernel.reduction_phases() <= 1
 
 
 def _shifted_half_rows(kernel) -> bool:

@@ -15,12 +15,13 @@ the CPU went from 4-18x eager's distance to float64 to 0.6-1.4x with B = 32, at 
 cost (``logs/reduction-accuracy-cpu.md``).
 
 Sums of exponentials (softmax's and logsumexp's ``sum(exp(x - max))``) take chunks of the
-dialect's ``exp_sum_block`` where it has one (the CPU's: 8 * B): every term is positive, so nothing cancels and a chunk's error is at most
-its length per lane in ulps of its total (32 float32 additions a lane with B = 32 and 8 lanes),
-where eager's vectorized softmax adds a whole row per lane (512 a lane for 4096 columns); the
-chunk totals still add with the compensation. Each chunk's horizontal reduction of the lanes
-costs about what its 32 additions do: a bf16 softmax over rows of 4096 on 2 CPU threads took 94
-ms with B-long chunks, 83 ms with 8 * B.
+dialect's ``exp_sum_block`` where it has one (the CPU's: 8 * B). Every term is positive, so
+nothing cancels and a chunk's error is at most its length per lane in ulps of its total (32
+float32 additions a lane with 256-long chunks and 8 lanes), where eager's vectorized softmax adds
+a whole row per lane (512 a lane for 4096 columns); the chunk totals still add with the
+compensation. Each chunk's horizontal reduction of the lanes costs about what its 32 additions
+do: a bf16 softmax over rows of 4096 on 2 CPU threads took 94 ms with B-long chunks, 78-83 ms
+with 8 * B.
 
 When no row loop encloses the pass (one row), the chunk loop is the one split across threads:
 the accumulators and their compensations are both in the OpenMP reduction clause, so each

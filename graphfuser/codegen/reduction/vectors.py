@@ -27,10 +27,9 @@ A tensor strided along the row (T5's position bias, a permuted [B, Q, K, H] embe
 elements of a vector are gathered (an output's scattered) lane by lane with its row stride, and
 it is never staged by the prefetch, while the dense tensors keep their vector loads and stores
 (``vector_width(gather=True)``, where a dense input is wider than every strided tensor; the
-launcher checks only the dense tensors' alignment). The
-scalar variant's loads of the strided tensor touch the same sectors; a transposed tile
-(``schedule.transposed_tile``) keeps the scalar variants, and ``PYTORCH_NVFUSER_DISABLE=
-vector_gather`` keeps them everywhere.
+launcher checks only the dense tensors' alignment). The scalar variant's loads of the strided
+tensor touch the same sectors; a transposed tile (``schedule.transposed_tile``) keeps the
+scalar variants, and ``PYTORCH_NVFUSER_DISABLE=vector_gather`` keeps them everywhere.
 
 Softmax's fused max / sum pair (``pairs.py``) advances once per whole vector
 (``gf_online_vec``): the lanes' max, one rescale of the sum, one exp per lane, where the
