@@ -32,6 +32,8 @@ class RenderOptions:
     prefetch_stages: int = 1        # ... into this many shared-memory stages (0: registers)
     cache_computed: bool = True     # persistent reductions keep computed values, not only loads
     multirow: bool = False          # persistent row kernels: blockDim.y rows per block, where they can
+    even_rows: bool = False         # persistent row kernels: rows exactly P vectors a thread, blockDim.x
+                                    # threads, one block each (no bounds checks, no row loop)
 
 
 def c_literal(value, dtype: torch.dtype) -> str:

@@ -361,6 +361,8 @@ class Dialect:
     # thread's index in its block and the block's size). Empty: one row per block.
     row_prefetch_multi: tuple = ()
     row_loop_multi: str = ""
+    # The row "loop" of a kernel launched with one block per row (even rows): runs once.
+    row_loop_once: str = ""
     thread_linear: str = ""
     block_threads: str = ""
     # Declaration of the dynamic shared memory the prefetch stages use (gf_cp_async /
@@ -463,6 +465,7 @@ CUDA = Dialect(
     # narrow rows: blockDim.y rows per block, the row index spread over blocks and threadIdx.y
     row_prefetch_multi=("(blockIdx.x * blockDim.y + threadIdx.y)", "(gridDim.x * blockDim.y)"),
     row_loop_multi="for ({T} {i} = blockIdx.x * blockDim.y + threadIdx.y; {i} < {ext}; {i} += gridDim.x * blockDim.y)",
+    row_loop_once="for ({T} {i} = blockIdx.x; {i} < {ext}; {i} = {ext})",
     thread_linear="(int)(threadIdx.y * blockDim.x + threadIdx.x)",
     block_threads="(int)(blockDim.x * blockDim.y)",
     async_copy="extern __shared__ __align__(16) unsigned char gf_stage[];",

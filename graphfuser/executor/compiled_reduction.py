@@ -51,7 +51,8 @@ from ..config import config
 from ..log import dump
 from ..runtime.pycode import define
 from .compiled import allocation
-from .reduction_launch import NARROW_MIN_THREADS, auto_knobs, cuda_choice, twin_stages
+from .reduction_launch import (NARROW_MIN_THREADS, auto_knobs, cuda_choice, even_rows_stages, even_rows_twin,
+                               twin_stages)
 
 class DeferToEager(Exception):
     """Raised inside a launcher for a call the kernel does not compute (see ``launcher_source``);
@@ -79,6 +80,7 @@ class ReductionGroup:
         self.multirow: list[bool] = []          # per variant: runs blockDim.y rows per block (the
                                                 # twin of the variant before it)
         self.ragged: list[bool] = []            # per variant: its vectors take rows of any length
+        self.even: list[bool] = []              # per variant: the even-rows twin of the one before it
         dialect = CUDA if target == "cuda" else CPP
         fns: list[str] = []
         self.stages, self.min_threads, self.uncapped = auto_knobs(self.kernel)
@@ -115,8 +117,21 @@ class ReductionGroup:
                     fns.append(functools.partial(render_reduction, self.kernel, nest, dialect, twin,
                                                  dataclasses.replace(opts, multirow=True, prefetch_stages=stages),
                                                  params.max_threads, params.online, params.scratch, {}))
-                    shared = info.get("shared_per_thread", 0) * stages // max(self.stages, 1)
+                    shared = info.get("shared_per_stage", 0) * stages
                     self._add_variant(twin, nest, params, itype, dict(info, shared_per_thread=shared), True)
+                if target == "cuda" and even_rows_twin(self.kernel, params):
+                    # a twin for rows that fill the block exactly (P vectors for each of
+                    # blockDim.x threads, a multiple of 32): no bounds checks, one block a row,
+                    # no prefetch (``reduction_launch.EVEN_ROWS``); rendered on first use
+                    twin = f"{name}_{params.tag}_e{tag}"
+                    stages = even_rows_stages(self.kernel) if opts.prefetch else 0
+                    fns.append(functools.partial(render_reduction, self.kernel, nest, dialect, twin,
+                                                 dataclasses.replace(opts, even_rows=True, prefetch=bool(stages),
+                                                                     prefetch_stages=stages),
+                                                 params.max_threads, params.online, params.scratch, {}))
+                    shared = info.get("shared_per_stage", 0) * stages
+                    self._add_variant(twin, nest, params, itype, dict(info, shared_per_thread=shared, ragged=False),
+                                      False, even=True)
         self.exact_products = exact_products(self.kernel)
         if self.kernel.kind == "none":
             render = render_source
@@ -137,11 +152,13 @@ class ReductionGroup:
         dump("cuda_kernel" if target == "cuda" else "cpp_kernel", f"Kernel {name}", self.source,
              "cuda" if target == "cuda" else "cpp")
 
-    def _add_variant(self, fname: str, nest, params: ReductionParams, itype: str, info: dict, multirow: bool) -> None:
+    def _add_variant(self, fname: str, nest, params: ReductionParams, itype: str, info: dict, multirow: bool,
+                     even: bool = False) -> None:
         self.variants.append((fname, nest, params, itype, info.get("divisors", []), info.get("shared_per_thread", 0)))
         self.grid_sync.append(bool(info.get("grid_sync")))
         self.column_registers.append(bool(info.get("column_registers")))
         self.multirow.append(multirow)
+        self.even.append(even)
         self.ragged.append(bool(info.get("ragged")))
 
     def kernel_ir_text(self) -> str:

@@ -87,7 +87,8 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
             cond = "if True:"
         lines.append(cond)
         lines.append(f"    nv = (nr + {w - 1}) // {w}")
-        chosen = [(i, p) for i, p in enumerate(variants) if p.vector == w and p.persistent and not cg.multirow[i]]
+        chosen = [(i, p) for i, p in enumerate(variants) if p.vector == w and p.persistent and not cg.multirow[i]
+                  and not cg.even[i]]
         multi = next(i for i, p in enumerate(variants) if p.vector == w and not p.persistent and not p.split)
         split = next((i for i, p in enumerate(variants) if p.vector == w and p.split), None)
         branch = "if"
@@ -116,6 +117,7 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
             lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}, {cg.variants[i][5]}")
             if _twin(cg, i) is not None:
                 lines.append(f"        mr, msh = {_twin(cg, i)}, {cg.variants[_twin(cg, i)][5]}")
+            lines += _even_choice(cg, i, P)
             branch = "elif"
         i, p = min(chosen, key=lambda c: c[1].persistent)
         lines.append(f"    elif {whole(i)}nv <= {MAX_THREADS * p.persistent}:")
@@ -123,9 +125,10 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
                      f"{cg.variants[i][5]}")
         if _twin(cg, i) is not None:
             lines.append(f"        mr, msh = {_twin(cg, i)}, {cg.variants[_twin(cg, i)][5]}")
+        lines += _even_choice(cg, i, p.persistent)
         lines.append("    else:")
         lines.append(f"        f, tx, sh = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}, 0")
-    lines.insert(2, "mr = -1")
+    lines.insert(2, "mr, ev = -1, False")
     lines += _row_block(cg)
     if any(p.split for p in variants):
         n_red = len(k.reductions())
@@ -150,6 +153,45 @@ UNCAPPED_MIN_THREADS = 64    # an uncapped kernel's blocks of fewer threads take
 
 
 MULTIROW_MAX_THREADS = 32   # rows of at most this many threads share blocks (one warp's worth)
+
+
+EVEN_ROWS_MIN_THREADS = 64   # even rows of fewer threads (one warp) keep the variant with checks
+
+
+def even_rows_twin(kernel, params) -> bool:
+    """Whether a CUDA variant gets an even-rows twin (``RenderOptions.even_rows``): the
+    persistent vector ones of inner reductions without column sums (whose grid is their
+    slots). ``PYTORCH_NVFUSER_DISABLE=even_rows``: none."""
+    return (params.kind == "inner" and params.persistent > 0 and params.vector > 1 and not params.split
+            and not kernel.has_columns() and not config.is_disabled("even_rows"))
+
+
+def even_rows_stages(kernel) -> int:
+    """Prefetch stages of a kernel's even-rows twins: its one row a block staged into shared
+    memory by asynchronous copies (1) where the kernel reads the row's first element over 2-byte
+    rows (the layer norm's shift, ``_shifted_half_rows``), else loaded straight into registers
+    (0). H200, whole calls, % of copy bandwidth at 2048 / 3072 / 4096 / 8192 / 16384 columns
+    (``logs/sweep-even-rows-cuda-H200.md``): fp16 layer norm 86 / 84 / 85 / 82 / 73 staged
+    against 78 / 71 / 74 / 58 / 53 in registers (bf16 84 / 82 / 84 / 81 / 73 against 88 / 85 / 84 /
+    82 / 75, both at or above the variant with checks); softmax, RMSNorm and the float32 layer
+    norm within 2 points either way at up to 4096 columns, registers ahead past it (bf16
+    softmax 85 / 79 against 83 / 76)."""
+    return 1 if _shifted_half_rows(kernel) else 0
+
+
+def _even_choice(cg: ReductionGroup, i: int, P: int) -> list[str]:
+    """Lines taking variant ``i``'s even-rows twin (rendered right after it, or after its
+    several-rows twin) where a row is exactly ``P`` vectors for each of ``tx`` threads, ``tx`` a
+    multiple of 32 and at least ``EVEN_ROWS_MIN_THREADS``: every thread's chunks are in the row,
+    so the twin has no bounds checks. It runs one block a row without prefetch (its row loop
+    runs once). H200, bf16 softmax [16384, 4096], the kernel alone: 49% of copy bandwidth with
+    the checks, 93% without them and the loop (``logs/sweep-even-rows-cuda-H200.md``)."""
+    j = next((j for j in (i + 1, i + 2) if j < len(cg.even) and cg.even[j] and cg.variants[j][2] == cg.variants[i][2]),
+             None)
+    if j is None:
+        return []
+    return [f"        if tx % 32 == 0 and tx >= {EVEN_ROWS_MIN_THREADS} and tx * {P} == nv and rows <= {MAX_GRID_X}:",
+            f"            f, sh, ev = _fns[{j} + o] or _load({j} + o), {cg.variants[j][5]}, True"]
 
 
 def _twin(cg: ReductionGroup, i: int):
@@ -190,6 +232,8 @@ def _row_grid(cg: ReductionGroup) -> list[str]:
     capped = [f"cap = {_grid_cap('block[0] * block[1]', 'sh')}",
               "nb = (rows + block[1] - 1) // block[1]",
               "grid = (nb if nb < cap else cap, 1, 1)"]
+    if any(cg.even):
+        capped = ["if ev:", "    grid = (rows, 1, 1)", "else:"] + ["    " + line for line in capped]
     if cg.uncapped:
         # narrow rows (a block of one warp) keep the resident grid: blocks of 32 threads over
         # one short row each hold too few bytes in flight (layer norm [200704, 96] bf16 on an

@@ -85,9 +85,39 @@ def test_one_phase_normalizations_get_a_block_per_row(fn, dtype, uncapped, stage
     assert cg.uncapped is uncapped
     assert cg.stages == stages
     assert ("grid = (rows if rows < 2147483647 else 2147483647, 1, 1)" in src) is uncapped
-    run = _launch(cg, 16384, 4096)
-    assert run["block"][1] == 1 and run["block"][0] >= 64
+    run = _launch(cg, 16384, 4000)        # (rows that are not even: 4096 takes the even twin)
+    assert run["block"][1] == 1 and run["block"][0] >= 64 and not run["ev"]
     assert run["grid"][0] == (16384 if uncapped else min(16384, _Fn(0).resident_blocks(run["block"][0])))
+
+
+@pytest.mark.parametrize("fn", [_ln, _rms, _softmax], ids=["layer_norm", "rms_norm", "softmax"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_even_rows_take_a_twin_without_checks(fn, dtype):
+    """Rows of exactly P vectors for each of a multiple of 32 threads (64 or more) launch the
+    variant's even-rows twin, one block a row without bounds checks; other rows do not. The twin
+    loads its row into registers, or (the layer norm of 2-byte rows) stages it by asynchronous
+    copies, with the shared memory that takes."""
+    cg, src = _group(fn, dtype)
+    V = 16 // dtype.itemsize
+    staged = fn is _ln and dtype == torch.bfloat16
+    for nr in (2048, 3072, 4096, 16384) if V == 8 else (1024, 2048, 3072, 4096):
+        run = _launch(cg, 16384, nr)
+        i = run["f"].i
+        assert run["ev"] and cg.even[i] and cg.variants[i][0].endswith("_e_i32"), nr
+        assert cg.variants[i - 1 - cg.multirow[i - 1]][2] == cg.variants[i][2]
+        assert run["grid"] == (16384, 1, 1)
+        assert run["block"][0] * cg.variants[i][2].persistent * V == nr
+        text = cg.variant_sources[i].split("__global__")[-1]
+        assert "for (int i0 = blockIdx.x; i0 < n0; i0 = n0)" in text
+        assert "< n1" not in text and "< x2" not in text
+        assert ("gf_cp_async" in text) is staged
+        assert run["sh"] == (cg.variants[i][5] * run["block"][0] if staged else 0)
+        assert (cg.variants[i][5] > 0) is staged
+    for nr in (4000, 4088, 2080, 256):      # not a whole number of vectors a thread, or one warp
+        assert not _launch(cg, 16384, nr)["ev"], nr
+    with config.override(disable=["even_rows"]):
+        cg, _ = _group(fn, dtype)
+    assert not any(cg.even) and not _launch(cg, 16384, 4096)["ev"]
 
 
 @pytest.mark.parametrize("dtype, vector", [(torch.bfloat16, 8), (torch.float32, 4)])

@@ -310,3 +310,28 @@ def test_a_repro_names_the_campaign_settings_it_needs(tmp_path, monkeypatch):
     monkeypatch.delenv("GRAPHFUSER_FUZZ_CUDA_DECISIONS")
     report.write_repro(cls, str(tmp_path / "s.py"))
     assert "PYTHONPATH=. python" in (tmp_path / "s.py").read_text()
+
+
+def test_float64_hardsigmoid_on_cuda_is_judged_against_eagers_cpu_kernel():
+    """CUDA fuzz graph 798 of seed 36412: eager's CUDA hardsigmoid multiplies by 1.0f / 6.0f even
+    in float64 (hardsigmoid(3.0) = 1.0000000298), which frac(h * 2049.5) turns into 0.50006 for
+    0.5; graphfuser divides by 6, eager's CPU answer. Only a graph with hardsigmoid / hardswish
+    and a float64 input whose value is eager's CPU answer is that deviation."""
+    from graphfuser.fuzz.known import cuda_one_sixth
+
+    def fn(x):
+        return torch.frac(torch.nn.functional.hardsigmoid(x) * 2049.5) * 2
+
+    x = torch.full((7,), 3.0, dtype=torch.float64)
+    g = fn(x)                                                      # the exact answer: 1.0
+    on_cuda = torch.frac((x + 3).clamp(0, 6) * float(torch.tensor(1 / 6, dtype=torch.float32)) * 2049.5) * 2
+    assert not torch.equal(g, on_cuda)                             # eager's CUDA formula differs
+
+    def close(a, b):
+        return None if torch.allclose(a, b, rtol=1e-12, atol=0) else "differs"
+
+    assert cuda_one_sixth(["hardsigmoid", "frac"], "cuda", [x], fn, g, close)
+    assert not cuda_one_sixth(["hardsigmoid", "frac"], "cpu", [x], fn, g, close)
+    assert not cuda_one_sixth(["sigmoid", "frac"], "cuda", [x], fn, g, close)
+    assert not cuda_one_sixth(["hardsigmoid", "frac"], "cuda", [x], fn, on_cuda, close)   # not eager's CPU answer
+    assert not cuda_one_sixth(["hardsigmoid", "frac"], "cuda", [x.float()], fn, g.float(), close)

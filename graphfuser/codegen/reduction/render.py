@@ -237,6 +237,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         elif self.red[i] and d.extent.const is None and self.d.runtime_unroll:
             em(self.d.runtime_unroll)          # several loads in flight per thread
         loop = self.d.row_loop_multi if self.multirow and i == 0 else self.d.loops[d.ptype]
+        if self.o.even_rows and i == 0 and d.ptype is ParallelType.BIDx and self.d.row_loop_once:
+            loop = self.d.row_loop_once
         if self.backwards and i in self.grid_red:
             loop = self.d.grid_reduce[d.ptype]["reverse"]
         if chunk is not None:
@@ -539,7 +541,7 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
     softmax's max and sum passes (for schedules that re-read memory every pass); ``scratch``:
     keep computed values for later passes in a per-row array (the dialect's ``row_scratch``).
     ``info`` (if given) receives ``shared_per_thread``: dynamic shared memory bytes the launch
-    gives per thread of the block (the prefetch stages), ``grid_sync``: whether blocks wait
+    gives per thread of the block (the prefetch stages; ``shared_per_stage``: of one stage), ``grid_sync``: whether blocks wait
     for each other (the launch must make every block resident at once), and ``column_registers``:
     whether column partials are accumulated in registers and written whole (else the kernel adds
     into its slots, which the launcher zeroes), and ``ragged``: whether its vectors take rows of
@@ -548,6 +550,7 @@ def render_reduction(kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, 
     text = walk.render(fname, max_threads)
     if info is not None:
         info["shared_per_thread"] = walk.stage_bytes()
+        info["shared_per_stage"] = walk.bytes_per_stage()
         info["grid_sync"] = walk.grid_sync
         info["column_registers"] = walk.persistent
         info["multirow"] = walk.multirow

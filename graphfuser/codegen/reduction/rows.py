@@ -122,18 +122,25 @@ class RowPipeline:
         ring of dynamic shared memory that each thread alone writes and reads back (no barrier),
         so the bytes in flight do not cost registers. Vector accesses of 4, 8 or 16 bytes only."""
         S = self.o.prefetch_stages
-        if not (S and self.prefetch and self.vec and self.d.async_copy):
-            return 0
-        if any(self.V * self.k.tensors[q].dtype.itemsize not in (4, 8, 16) for q in self.prefetch):
-            return 0
-        return S
+        return S if S and self._stageable() else 0
+
+    def _stageable(self) -> bool:
+        """Whether the prefetch can stage through shared memory (at any positive stage count)."""
+        if not (self.prefetch and self.vec and self.d.async_copy):
+            return False
+        return all(self.V * self.k.tensors[q].dtype.itemsize in (4, 8, 16) for q in self.prefetch)
 
     def stage_bytes(self) -> int:
         """Dynamic shared memory per thread (times the block's threads at launch)."""
-        if not self.stages:
+        return self.stages * self.bytes_per_stage()
+
+    def bytes_per_stage(self) -> int:
+        """Dynamic shared memory per thread of one prefetch stage, had the kernel any (a twin
+        rendered with other stages than its wide variant takes this times its own)."""
+        if not self._stageable():
             return 0
         P = int(self.cache_size()) // self.V
-        return self.stages * P * sum(self.V * self.k.tensors[q].dtype.itemsize for q in self.prefetch)
+        return P * sum(self.V * self.k.tensors[q].dtype.itemsize for q in self.prefetch)
 
     def stage_addr(self, q: int, stage: str) -> str:
         """Where this thread's vector of chunk ``i1...`` of tensor ``q`` sits in ``stage``:
