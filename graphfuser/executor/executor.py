@@ -37,6 +37,7 @@ from ..passes.attention import apply_attention, plan_attention
 from ..passes.row_layout import apply_row_layouts, plan_row_layouts
 from ..passes.sdpa_math import apply_sdpa_math, plan_sdpa_math
 from ..passes.rotary import apply_rotary, plan_rotary
+from ..passes.broadcast_copy import materialize_broadcasts
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import flag_reader, specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
@@ -395,6 +396,7 @@ class ScriptedFunction(Recovering, SelfChecking):
         batch_weight_casts(g, self._module, self._captured.static_inputs)
         functionalize(g)
         sink_views(g)
+        materialize_broadcasts(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)
         groups = partition(g)
         write_running_stats_in_place(groups)

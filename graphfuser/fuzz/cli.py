@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frontend", default="script", choices=("script", "compile"),
                    help="the entry point the graphs go through: graphfuser.script, or torch.compile's backend")
     p.add_argument("--focus", default=None, metavar="OP",
-                   help="every graph starts with this op (e.g. rotary, cross_entropy: patterns a pass rewrites)")
+                   help="every graph starts with this op (e.g. rotary, cross_entropy, repeat_kv: patterns a pass rewrites)")
     p.add_argument("--cuda-decisions", action="store_true",
                    help="on the CPU, take the graph decisions made only for CUDA too (conv bias splits under "
                         "autocast, bias gradients through the consumer's group), so CPU campaigns check them")

@@ -300,7 +300,9 @@ def _emit_composite(s: _State, op: str) -> bool:
     """``rotary``: ``a * cos + cat((-a[..., h:], a[..., :h]), -1) * sin`` over a float operand's
     last dim (even, not the batch dim), cos / sin inputs of that width, broadcast or full;
     ``cross_entropy``: ``F.cross_entropy(a.float().view(-1, D), targets)`` with targets in range
-    and some ignored (-100), each reduction."""
+    and some ignored (-100), each reduction; ``repeat_kv``: dim 1 repeated 3 times as grouped-query
+    attention repeats key / value heads, ``a.unsqueeze(2).expand(-1, -1, 3, ...).flatten(1, 2)``
+    (a copy of a stride-0 view: passes/broadcast_copy.py)."""
     st = _st()
     d = s.d
     a = _pick(s, "f", known_shape=True, min_rank=2)
@@ -310,7 +312,13 @@ def _emit_composite(s: _State, op: str) -> bool:
     width = shape[-1]
     if not isinstance(width, int) or width < 1 or (op == "rotary" and width % 2):
         return False
-    if op == "rotary":
+    if op == "repeat_kv":
+        if not isinstance(shape[1], int):
+            return False
+        dims = ", ".join(["-1", "-1", "3"] + ["-1"] * (len(shape) - 2))
+        line = f"{a.name}.unsqueeze(2).expand({dims}).flatten(1, 2)"
+        v = _new_var(s, (shape[0], shape[1] * 3) + tuple(shape[2:]), "f")
+    elif op == "rotary":
         h = width // 2
         lead = tuple(1 if d(st.booleans()) else x for x in shape[:-1])
         names = []

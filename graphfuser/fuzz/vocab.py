@@ -47,7 +47,7 @@ NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "_safe_softmax", 
          "batch_norm", "instance_norm", "group_norm")
 # patterns a pass rewrites as a whole: a rotary embedding (passes/rotary.py) and a language
 # model's loss (frontend/fx.py's cross_entropy, passes/sink_views.py)
-COMPOSITES = ("rotary", "cross_entropy")
+COMPOSITES = ("rotary", "cross_entropy", "repeat_kv")
 # Every op-table row, simplest first (hypothesis shrinks towards the front).
 OPS = ("add", "mul") + tuple(o for o in BINARY if o not in ("add", "mul")) + UNARY_ANY + UNARY_FLOAT + SPECIAL \
     + MOVEMENT + REDUCTIONS + NORMS + COMPOSITES

@@ -154,6 +154,18 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
     return args, consts, parts
 
 
+def dense_contiguous(t: TensorType) -> bool:
+    """Concrete sizes and torch-contiguous strides (size-1 dims aside)."""
+    if t.sizes is None or t.strides is None or any(s < 0 for s in t.sizes):
+        return False
+    step = 1
+    for s, st in zip(reversed(t.sizes), reversed(t.strides)):
+        if s != 1 and st != step:
+            return False
+        step *= max(s, 1)
+    return True
+
+
 def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
     """``None`` if ``node`` can join a fusion group given its profiled types, else the reason."""
     row = lookup(node.kind)
@@ -178,6 +190,8 @@ def fusible(node: Node, device_type: Optional[str] = None) -> Optional[str]:
     out = node.outputs[0].type
     if out.dtype not in FUSIBLE_DTYPES:
         return f"dtype {out.dtype} is not fused"
+    if row.dense_output and not dense_contiguous(out):
+        return f"{node.kind} was profiled as a view (its output is not dense and contiguous)"
     if device_type is not None and out.device.type != device_type:
         return f"output on {out.device}, group on {device_type}"
     args, consts, parts = bind(row, node)

@@ -184,6 +184,13 @@ def _neg(d, a, g, out):
     return {"self": d.neg(g)}
 
 
+@derivative("dense_copy")
+def _dense_copy(d, a, g, out):
+    """A broadcast copy: ``self``'s gradient summed over the dims it broadcasts along, as
+    eager's ``expand`` sums it; ``like`` is read for its sizes only."""
+    return {"self": g}
+
+
 @derivative("flip")
 def _flip(d, a, g, out):
     """A flip is its own inverse: the gradient read back to front along the same dims."""

@@ -559,6 +559,24 @@ register(OpRow("bias_grad", ("graphfuser::bias_grad",), "pointwise", ("self", "b
                doc="self; the gradient of self, summed to bias's shape, is bias's"))
 
 
+def _eager_dense_copy(self, like):
+    """Unfused (a guard miss, a fallback): the view itself, so that the reshape after it views
+    or copies exactly as eager's reshape of it does."""
+    return like
+
+
+# dense_copy: ``self`` broadcast to the shape of ``like`` (its expanded view, read for its sizes
+# only) in a new contiguous tensor (passes/broadcast_copy.py: the copy a reshape of an expanded
+# view makes, grouped-query attention's repeat_kv). Fused, one kernel that reads ``self`` with
+# its size-1 dims broadcast, in 16-byte vectors along a contiguous last dim, where eager's copy
+# of the stride-0 view runs TensorIterator's scalar path; the group's guard holds only for the
+# layouts profiled, where the reshape copied (a size-1 dim later may make it a view: the guard
+# misses, and the view is what the reshape then gets)
+register(OpRow("dense_copy", ("graphfuser::dense_copy",), "pointwise", ("self", "like"), "none", ("self",),
+               decomp=_first, eager=_eager_dense_copy, dense_output=True,
+               doc="self broadcast to like's shape, copied into a new contiguous tensor (unfused: like)"))
+
+
 # detach: the identity that stops gradients (ops/derivatives.py NON_DIFFERENTIABLE). The partition
 # keeps it out of a group where an in-place op writes its alias set (it returns a view in eager).
 register(OpRow("detach", ("aten::detach",), "pointwise", ("self",), "default", ("self",), decomp=_identity,

@@ -70,6 +70,8 @@ class OpRow:
     no_bool: bool = False
     promotion_for: Optional[Callable[[dict[str, Any]], str]] = None  # promotion that depends on consts
     n_outputs: int = 1                          # native_dropout: (output, mask)
+    dense_output: bool = False                  # fuses only where its profiled output is dense and
+                                                # contiguous (dense_copy: unfused it is a view)
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS and self.promotion in PROMOTIONS, self.name

@@ -53,6 +53,9 @@ After profiling:
 1b. sink_views   permute / transpose / unsqueeze of a single-use pointwise result move onto its
                   inputs, so views between fusible ops stop splitting groups (after functionalize,
                   whose alias sets see the original views; before partition)
+1c. materialize_broadcasts  a reshape that copies an expanded view (grouped-query attention's
+                  repeat_kv) reads a graphfuser::dense_copy of it instead, which fuses
+                  (passes/broadcast_copy.py; before partition)
 2. partition      the graph fuser: shape reads move to their source value (philox_state's count
                   too), dead nodes go (dce), then fusion groups from the op table's verdicts and
                   the knobs; a lone reduction recomputes the pointwise chain it reads from another

@@ -12,11 +12,12 @@ from ..ops import lookup
 def composite(node: Node) -> bool:
     """Normalizations (softmax, layer_norm ...) are several kernels' worth of work on their own;
     a random row's unfused form draws its Philox numbers with a chain of torch ops (ops/philox.py),
-    so a lone dropout (e.g. dropout's backward) is one kernel instead of dozens."""
+    so a lone dropout (e.g. dropout's backward) is one kernel instead of dozens; a dense copy of a
+    broadcast view (passes/broadcast_copy.py) is one vectorized kernel where eager's is scalar."""
     from ..ops.random import RANDOM_ROWS
 
     row = lookup(node.kind)
-    return row is not None and (row.kind == "normalization" or row.name in RANDOM_ROWS)
+    return row is not None and (row.kind == "normalization" or row.name in RANDOM_ROWS or row.name == "dense_copy")
 
 
 # Normalizations that eager runs as one native op forward and one autograd node backward

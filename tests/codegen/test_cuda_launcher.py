@@ -4,6 +4,7 @@ import torch
 
 from graphfuser.executor.compiled import CompiledGroup, _launcher_source, magic_divisor
 from graphfuser.ir import parse_graph
+from graphfuser.ir.kir import Load
 
 GROUPS = {
     "flat": '''graph(%x : Float(4096, strides=[1], requires_grad=0, device=cuda:0)):
@@ -92,7 +93,8 @@ def test_each_variant_compiles_on_its_own(name):
 def test_vectorizing_ignores_the_strides_of_tensors_broadcast_along_the_innermost_dim():
     """A tensor broadcast along the innermost root is read once per vector, at the offset every
     lane shares: the launcher's vector check asks the strides of the others only (a rotary
-    backward's flipped mask, stepping back by 1, kept its kernel scalar on an H200)."""
+    backward's flipped mask, stepping back by 1, kept its kernel scalar on an H200). Nor does it
+    ask those of a parameter the kernel never reads (the unflipped twins of flipped inputs)."""
     import re
 
     from graphfuser.codegen.cstyle import stride_args
@@ -105,4 +107,10 @@ def test_vectorizing_ignores_the_strides_of_tensors_broadcast_along_the_innermos
     args = list(enumerate(stride_args(k)))
     inner_bcast = {s for s, (p, _) in args if k.tensors[p].dim_kinds[-1] == "bcast"}
     assert inner_bcast, "the mask has stride arguments (flipped along its size-2 dim)"
-    assert asked == {s for s, _ in args} - inner_bcast, vec
+    loaded = {e.tensor for e in k.exprs() if isinstance(e, Load)}
+    unread = {s for s, (p, _) in args if not k.tensors[p].is_output and p not in loaded}
+    assert unread, "the flipped inputs' unflipped parameters are never read"
+    body = cg.source[cg.source.index("k_mask_v_i32("):]
+    assert all(re.search(rf"\b{k.tensors[p].name}\s*[\[+]", body.split("\n}\n")[0]) is None
+               for s, (p, _) in args if s in unread)
+    assert asked == {s for s, _ in args} - inner_bcast - unread, vec
