@@ -103,8 +103,9 @@ DEVIATIONS: dict[str, dict[str, str]] = {
     },
     "rms_norm_inf_row": {
         "what": "an rms_norm row holding an inf on CUDA: eager's fused CUDA kernel makes the whole row NaN "
-                "(in float64 too); its mean square is inf, its rsqrt 0, and x * 0 is 0 for every finite x, "
-                "which graphfuser gives, as eager's CPU kernel does",
+                "(in float64 too), and so the weight's gradient; its mean square is inf, its rsqrt 0, and x * 0 "
+                "is 0 for every finite x, which graphfuser gives, as eager's CPU kernel does (values and "
+                "gradients checked against eager's on the CPU)",
         "knob": "none (eager's CUDA kernel; 0 is the value of its formula and of eager on the CPU)",
         "when_on": "",
     },

@@ -83,6 +83,23 @@ def _scalar_tail_run(fn: Any, case: dict, call: int, device: str) -> Any:
         return e
 
 
+def _cpu_run(fn: Any, case: dict, call: int, device: str) -> Any:
+    """Eager's (outputs, inputs) of ``call`` on the CPU, from the inputs ``device`` gets (the same
+    values, leaves that require grad again), or the exception it raises."""
+    args = []
+    for a in make_args(case, call, device):
+        if isinstance(a, torch.Tensor):
+            c = a.detach().cpu().clone()
+            args.append(c.requires_grad_() if a.requires_grad else c)
+        else:
+            args.append(a)
+    try:
+        with autocast_of(case, "cpu"):
+            return _flat(fn(*args)), args
+    except Exception as e:  # noqa: BLE001
+        return e
+
+
 def _dynamo_answers(fn: Any, case: dict, call: int, device: str, outs: list, ga: list, low_eps: float) -> bool:
     """Dynamo alone (``torch.compile`` with its ``eager`` backend: no graphfuser), given the
     case's calls up to ``call`` in order, gives ``outs`` at ``call`` (and leaves the inputs as
@@ -429,7 +446,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     None if ts else (lambda: _dynamo_run(fn, case, call, device)),
                     (lambda: _scalar_tail_run(fn, case, call, device))
                     if device == "cpu" and {"hardtanh", "relu6", "hardswish"} & {o.split(":")[-1].rstrip("_") for o in case["ops"]}
-                    else None)
+                    else None,
+                    (lambda: _cpu_run(fn, case, call, device)) if device == "cuda" and "rms_norm" in case["ops"] else None)
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]

@@ -48,7 +48,8 @@ def test_repeated_heads(dtype, layout, d, capsys):
     assert got.stride() == want.stride()
     torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
     assert names, "no fused copy ran"
-    vectors = (d * dtype.itemsize) % 16 == 0
+    # dense, the head dim merges with the sequence into one contiguous run (512 * d elements)
+    vectors = layout == "dense" or (d * dtype.itemsize) % 16 == 0
     assert any("_v_" in n for n in names) is vectors, names
 
 

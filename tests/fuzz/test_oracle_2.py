@@ -335,3 +335,17 @@ def test_float64_hardsigmoid_on_cuda_is_judged_against_eagers_cpu_kernel():
     assert not cuda_one_sixth(["sigmoid", "frac"], "cuda", [x], fn, g, close)
     assert not cuda_one_sixth(["hardsigmoid", "frac"], "cuda", [x], fn, on_cuda, close)   # not eager's CPU answer
     assert not cuda_one_sixth(["hardsigmoid", "frac"], "cuda", [x.float()], fn, g.float(), close)
+
+
+def test_the_cpu_program_of_a_case_runs_from_the_devices_inputs():
+    """``_cpu_run``: eager on the CPU from the inputs the case's device gets (the same values), its
+    leaves requiring grad again, for the gradient side of ``rms_norm_inf_row``."""
+    from graphfuser.fuzz.oracle import _cpu_run, load, make_args
+
+    w = dict(X, name="x1", shape=[4], requires_grad=True)
+    case = _case("    return F.rms_norm(x0, [4], x1, 1e-05)\n", [X, w], [[3, True]])
+    fn = load(case["source"], "/tmp/gf_cpu_run_case.py")
+    outs, args = _cpu_run(fn, case, 0, "cpu")
+    ref = make_args(case, 0, "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(args, ref)) and args[1].requires_grad and args[1].is_leaf
+    torch.testing.assert_close(outs[0], torch.nn.functional.rms_norm(ref[0], [4], ref[1], 1e-05))

@@ -132,6 +132,8 @@ EXEMPT = {
     "philox_native_dropout": "random: made by passes/random.py (tests/ops/test_random.py)",
     "bias_grad": "made by passes/bias.py under grad, the route of a linear's bias gradient "
                  "(tests/passes/test_bias_gradients.py)",
+    "dense_copy": "made by passes/broadcast_copy.py from a reshape of an expanded view "
+                  "(tests/passes/test_broadcast_copy.py)",
     "philox_rand_like": "random: made by passes/random.py (tests/ops/test_random.py)",
     "philox_bernoulli": "random: made by passes/random.py (tests/ops/test_random.py)",
     "philox_bernoulli_p": "random: made by passes/random.py (tests/ops/test_random.py)",

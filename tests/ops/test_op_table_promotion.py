@@ -40,8 +40,10 @@ def test_every_pointwise_row_is_covered() -> None:
 
     # random rows: eager cannot reproduce their numbers (tests/ops/test_random.py); autocast's
     # device-conditional casts need an autocast state (tests/passes/test_autocast.py); the
-    # bias-gradient route is made by a pass under grad (tests/passes/test_bias_gradients.py)
-    elsewhere = set(RANDOM_ROWS) | {"autocast_to_full_precision", "autocast_to_reduced_precision", "bias_grad"}
+    # bias-gradient route is made by a pass under grad (tests/passes/test_bias_gradients.py), the
+    # dense copy of a broadcast view by a pass too (tests/passes/test_broadcast_copy.py)
+    elsewhere = set(RANDOM_ROWS) | {"autocast_to_full_precision", "autocast_to_reduced_precision", "bias_grad",
+                                    "dense_copy"}
     missing = sorted(r.name for r in ROWS.values() if r.kind in ("pointwise", "cast") and r.name not in covered
                      and r.name not in elsewhere)
     assert not missing, f"op-table rows without a per-op test entry: {missing}"

@@ -146,6 +146,13 @@ def test_the_cuda_kernel_reads_the_repeated_tensor_in_vectors():
     cg = CompiledGroup(sub, "cuda", torch.device("cuda", 0), "k")
     assert vector_width(cg.kernel) == 8
     assert "gf_load<8>(b_t0" in cg.source and "b_t1" not in cg.source
+    from graphfuser.runtime import nvrtc
+
+    ok, why = nvrtc.available()
+    if not ok:
+        pytest.skip(why)
+    for src, (fname, *_rest) in zip(cg.variant_sources, cg.variants):
+        assert nvrtc.compile_cubin(src, fname, 90)
 
 
 def _flat_repeat(x):
