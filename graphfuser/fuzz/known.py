@@ -195,14 +195,18 @@ def rms_norm_inf_row(ops: Sequence[str], args: Sequence[Any], fn: Any, g: Any, e
     odd = e.isnan() & ~g.isnan()
     if not bool(odd.any()) or judge(torch.where(odd, e, g.detach())) is not None:
         return False
-    try:
-        cpu = fn(*[a.detach().cpu().clone() if isinstance(a, torch.Tensor) else a for a in args])
-    except Exception:  # noqa: BLE001 - no CPU answer: the finding stands
-        return False
-    outs = list(cpu) if isinstance(cpu, (tuple, list)) else [cpu]
     return any(isinstance(c, torch.Tensor) and c.shape == g.shape and
                bool(((c[odd.cpu()].float() - g.detach().cpu()[odd.cpu()].float()).abs() <= 1e-2).all())
-               for c in outs)
+               for c in _cpu_outputs(fn, args))
+
+
+def _cpu_outputs(fn: Any, args: Sequence[Any]) -> list:
+    """Eager's outputs of ``fn`` on CPU copies of ``args`` (none where it raises: the finding stands)."""
+    try:
+        cpu = fn(*[a.detach().cpu().clone() if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:  # noqa: BLE001 - no CPU answer
+        return []
+    return list(cpu) if isinstance(cpu, (tuple, list)) else [cpu]
 
 
 def cuda_one_sixth(ops: Sequence[str], device: str, args: Sequence[Any], fn: Any, g: Any, close: Any) -> bool:
@@ -213,13 +217,8 @@ def cuda_one_sixth(ops: Sequence[str], device: str, args: Sequence[Any], fn: Any
         return False
     if not any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args):
         return False
-    try:
-        cpu = fn(*[a.detach().cpu().clone() if isinstance(a, torch.Tensor) else a for a in args])
-    except Exception:  # noqa: BLE001 - no CPU answer: the finding stands
-        return False
-    outs = list(cpu) if isinstance(cpu, (tuple, list)) else [cpu]
     return any(isinstance(c, torch.Tensor) and c.shape == g.shape and c.dtype == g.dtype and
-               close(g.detach().cpu(), c) is None for c in outs)
+               close(g.detach().cpu(), c) is None for c in _cpu_outputs(fn, args))
 
 
 SQRT_FLOAT32_MAX = 1.8e19      # a finite float32 whose square overflows float32

@@ -134,16 +134,21 @@ def test_reshapes_that_view_and_the_knob_keep_eagers_reshape(case):
     assert _copies(sf, k) == 0
 
 
-def test_the_cuda_kernel_reads_the_repeated_tensor_in_vectors():
-    """The expanded view is an argument only for its sizes: the copy's CUDA variant loads the
-    tensor with its size-1 dim in 16-byte vectors (NVRTC need not run)."""
+def _cuda_group() -> CompiledGroup:
+    """The copy's group of a bf16 transposed [2, 2, 64, 64], lowered for CUDA (no GPU needed)."""
     k = _kv(torch.bfloat16, "transposed")
     sf = graphfuser.script(repeat_only)
     for _ in range(3):
         sf(k)
     (group,) = fusion_groups(sf.graph_for(k))
     sub = parse_graph(print_graph(group.subgraph).replace("device=cpu", "device=cuda:0"))
-    cg = CompiledGroup(sub, "cuda", torch.device("cuda", 0), "k")
+    return CompiledGroup(sub, "cuda", torch.device("cuda", 0), "k")
+
+
+def test_the_cuda_kernel_reads_the_repeated_tensor_in_vectors():
+    """The expanded view is an argument only for its sizes: the copy's CUDA variant loads the
+    tensor with its size-1 dim in 16-byte vectors; each variant compiles with NVRTC."""
+    cg = _cuda_group()
     assert vector_width(cg.kernel) == 8
     assert "gf_load<8>(b_t0" in cg.source and "b_t1" not in cg.source
     from graphfuser.runtime import nvrtc
@@ -176,12 +181,6 @@ def test_the_launcher_takes_the_vector_variant():
     in the launcher's vector test: the 16-byte variant runs (H200: the scalar one had run)."""
     from graphfuser.executor.compiled import _launcher_source
 
-    k = _kv(torch.bfloat16, "transposed")
-    sf = graphfuser.script(repeat_only)
-    for _ in range(3):
-        sf(k)
-    (group,) = fusion_groups(sf.graph_for(k))
-    sub = parse_graph(print_graph(group.subgraph).replace("device=cpu", "device=cuda:0"))
-    cg = CompiledGroup(sub, "cuda", torch.device("cuda", 0), "k")
+    cg = _cuda_group()
     vec_line = next(line for line in _launcher_source(cg).splitlines() if line.strip().startswith("vec ="))
     assert "p1" not in vec_line and "p0" in vec_line and "p2" in vec_line, vec_line
