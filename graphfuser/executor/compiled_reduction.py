@@ -80,7 +80,8 @@ class ReductionGroup:
         self.multirow: list[bool] = []          # per variant: runs blockDim.y rows per block (the
                                                 # twin of the variant before it)
         self.ragged: list[bool] = []            # per variant: its vectors take rows of any length
-        self.even: list[bool] = []              # per variant: the even-rows twin of the one before it
+        self.even: list[bool] = []              # per variant: the even-rows twin of a persistent one
+                                                # (rendered after it and its several-rows twin)
         dialect = CUDA if target == "cuda" else CPP
         fns: list[str] = []
         self.stages, self.min_threads, self.uncapped = auto_knobs(self.kernel)
@@ -122,7 +123,8 @@ class ReductionGroup:
                 if target == "cuda" and even_rows_twin(self.kernel, params):
                     # a twin for rows that fill the block exactly (P vectors for each of
                     # blockDim.x threads, a multiple of 32): no bounds checks, one block a row,
-                    # no prefetch (``reduction_launch.EVEN_ROWS``); rendered on first use
+                    # its own prefetch stages (``reduction_launch._even_choice``,
+                    # ``even_rows_stages``); rendered on first use
                     twin = f"{name}_{params.tag}_e{tag}"
                     stages = even_rows_stages(self.kernel) if opts.prefetch else 0
                     fns.append(functools.partial(render_reduction, self.kernel, nest, dialect, twin,

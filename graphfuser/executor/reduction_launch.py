@@ -183,9 +183,10 @@ def _even_choice(cg: ReductionGroup, i: int, P: int) -> list[str]:
     """Lines taking variant ``i``'s even-rows twin (rendered right after it, or after its
     several-rows twin) where a row is exactly ``P`` vectors for each of ``tx`` threads, ``tx`` a
     multiple of 32 and at least ``EVEN_ROWS_MIN_THREADS``: every thread's chunks are in the row,
-    so the twin has no bounds checks. It runs one block a row without prefetch (its row loop
-    runs once). H200, bf16 softmax [16384, 4096], the kernel alone: 49% of copy bandwidth with
-    the checks, 93% without them and the loop (``logs/sweep-even-rows-cuda-H200.md``)."""
+    so the twin has no bounds checks. It runs one block a row (its row loop runs once), its row
+    loaded into registers or staged (``even_rows_stages``). H200, bf16 softmax [16384, 4096],
+    the kernel alone: 49% of copy bandwidth with the checks, 93% without them and the loop
+    (``logs/sweep-even-rows-cuda-H200.md``)."""
     j = next((j for j in (i + 1, i + 2) if j < len(cg.even) and cg.even[j] and cg.variants[j][2] == cg.variants[i][2]),
              None)
     if j is None:
