@@ -133,9 +133,9 @@ def render_function(kernel: Kernel, nest: LoopNest, dialect: Dialect, fname: str
     if vec and not opts.predicate_elimination:
         vec = False                       # per-lane bounds checks: scalar accesses
     if vec:
-        loaded = {e.tensor for e in kernel.exprs() if isinstance(e, Load)}
+        accessed = kernel.accessed()
         for p, t in enumerate(kernel.tensors):
-            if t.dim_kinds and t.dim_kinds[-1] == "strided" and (t.is_output or p in loaded):
+            if t.dim_kinds and t.dim_kinds[-1] == "strided" and p in accessed:
                 raise ScheduleError(f"cannot vectorize: tensor {t.name} is not contiguous along the innermost axis")
     n_loops = len(leaves) - (1 if vec else 0)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import config
-from ..ir.kir import Kernel, Load
+from ..ir.kir import Kernel
 from .schedule import LoopNest, ParallelType
 
 
@@ -43,11 +43,11 @@ def vector_width(kernel: Kernel, root: int = -1, gather: bool = False) -> int:
     widest = 0
     # pointwise kernels: inputs no expression loads are only sized by (reductions read tensors
     # through other expressions too, so all of theirs count)
-    loaded = None if hasattr(kernel, "red_roots") else {e.tensor for e in kernel.exprs() if isinstance(e, Load)}
+    accessed = None if hasattr(kernel, "red_roots") else kernel.accessed()
     for p, t in enumerate(kernel.tensors):
         if not t.dim_kinds or t.partials:
             continue            # (column-sum partials are accumulated lane by lane)
-        if loaded is not None and not t.is_output and p not in loaded:
+        if accessed is not None and p not in accessed:
             continue            # (an input read for its sizes only: dense_copy's expanded view)
         if t.dim_kinds[root] == "strided":
             if gather:

@@ -22,7 +22,7 @@ import torch
 
 from ..codegen.cstyle import RenderOptions, render_function, render_source, serial_twin, stride_args
 from ..codegen.dialects import CPP, CUDA
-from ..ir.kir import Kernel, Load, kernel_ir_text
+from ..ir.kir import Kernel, kernel_ir_text
 from ..codegen.lower import LaunchPlan, LoweringError, lower_group
 from ..codegen.pointwise import PointwiseParams, pointwise_heuristics, schedule_pointwise
 from ..codegen.schedule import LoopNest, ScheduleError
@@ -191,9 +191,9 @@ def _launcher_source(cg: CompiledGroup) -> str:
         else:
             n_t = len(k.tensors)
             # (an input no expression loads, read for its sizes only, has no accesses to align)
-            loaded = {e.tensor for e in k.exprs() if isinstance(e, Load)}
+            accessed = k.accessed()
             vec_tensors = [p for p, t in enumerate(k.tensors) if t.dim_kinds and t.dim_kinds[-1] != "bcast"
-                           and (t.is_output or p in loaded)]
+                           and p in accessed]
             V = max(v[2].vector for v in cg.variants)
             for p, a in enumerate(args[:n_t]):
                 L.append(f"        p{p} = {a}")

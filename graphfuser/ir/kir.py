@@ -430,6 +430,13 @@ class Kernel:
     def exprs(self) -> list[Expr]:
         return topo_exprs([e for _, e in self.stores])
 
+    def accessed(self) -> set[int]:
+        """Indices of the tensors the kernel reads or writes: the outputs and every input an
+        expression loads (not an input read for its sizes only, ``graphfuser::dense_copy``'s
+        view: no width, alignment or stride of it matters)."""
+        loaded = {e.tensor for e in self.exprs() if isinstance(e, Load)}
+        return {p for p, t in enumerate(self.tensors) if t.is_output or p in loaded}
+
     def has_random(self) -> bool:
         """Whether the kernel draws random numbers (the ``unroll_with_rng`` knob looks)."""
         return any(isinstance(e, Call) and e.op in RANDOM_PRIMS for e in self.exprs())
