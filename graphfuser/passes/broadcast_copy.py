@@ -39,14 +39,6 @@ from ..ops import dense_contiguous
 _RESHAPES = ("aten::reshape", "aten::flatten")
 
 
-def _contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    out, step = [], 1
-    for s in reversed(sizes):
-        out.append(step)
-        step *= max(s, 1)
-    return tuple(reversed(out))
-
-
 def _copies(t, out) -> bool:
     """Whether reshaping a tensor of profiled type ``t`` to the profiled ``out`` copied a stride-0
     view: ``t`` has a stride-0 dim of more than one element, ``out`` is dense and contiguous, and
@@ -66,9 +58,9 @@ def _copies(t, out) -> bool:
 
 
 def _dense_type(t: TensorType) -> TensorType:
-    return dataclasses.replace(t, strides=_contiguous_strides(t.sizes),
-                               stride_order=tuple(d for d in range(len(t.sizes)) if t.sizes[d] != 1),
-                               contiguity=tuple(True for s in t.sizes if s != 1))
+    """``t``'s sizes, dtype and device, contiguous."""
+    meta = torch.empty(t.sizes, dtype=t.dtype, device="meta")
+    return dataclasses.replace(TensorType.of(meta), device=t.device, requires_grad=t.requires_grad)
 
 
 def materialize_broadcasts(graph: Graph) -> int:
