@@ -38,6 +38,7 @@ from ..passes.row_layout import apply_row_layouts, plan_row_layouts
 from ..passes.sdpa_math import apply_sdpa_math, plan_sdpa_math
 from ..passes.rotary import apply_rotary, plan_rotary
 from ..passes.broadcast_copy import materialize_broadcasts
+from ..passes.sdpa_bias import bias_masks
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import flag_reader, specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
@@ -397,6 +398,7 @@ class ScriptedFunction(Recovering, SelfChecking):
         functionalize(g)
         sink_views(g)
         materialize_broadcasts(g)
+        bias_masks(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)
         groups = partition(g)
         write_running_stats_in_place(groups)

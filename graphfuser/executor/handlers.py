@@ -395,6 +395,7 @@ HANDLERS: dict[str, Handler] = {
     "graphfuser::view_check": _ops_call("views", "check_view_of_result"),
     "graphfuser::exact_matmul": _ops_call("matmul", "exact_matmul"),
     "graphfuser::sdpa_mask_check": _ops_call("matmul", "check_mask"),
+    "graphfuser::sdpa_bias_check": _ops_call("matmul", "check_bias"),
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }
 _OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::", "graphfuser::")

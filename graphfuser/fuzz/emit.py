@@ -302,7 +302,11 @@ def _emit_composite(s: _State, op: str) -> bool:
     ``cross_entropy``: ``F.cross_entropy(a.float().view(-1, D), targets)`` with targets in range
     and some ignored (-100), each reduction; ``repeat_kv``: dim 1 repeated 3 times as grouped-query
     attention repeats key / value heads, ``a.unsqueeze(2).expand(-1, -1, 3, ...).flatten(1, 2)``
-    (a copy of a stride-0 view: passes/broadcast_copy.py)."""
+    (a copy of a stride-0 view: passes/broadcast_copy.py); ``sdpa``: ``a`` viewed as one head's
+    queries ``[1, 1, L, D]`` attending to itself (keys ``q * 0.5``) through
+    ``scaled_dot_product_attention`` with a boolean mask (causal and a key mask from the data's
+    signs: rows of no key too), its float 0 / -inf form, no mask or ``is_causal``
+    (passes/sdpa_bias.py converts a boolean mask once)."""
     st = _st()
     d = s.d
     a = _pick(s, "f", known_shape=True, min_rank=2)
@@ -312,7 +316,17 @@ def _emit_composite(s: _State, op: str) -> bool:
     width = shape[-1]
     if not isinstance(width, int) or width < 1 or (op == "rotary" and width % 2):
         return False
-    if op == "repeat_kv":
+    if op == "sdpa":
+        q = f"{a.name}.reshape(1, 1, -1, {width})"
+        kind = d(st.sampled_from(("bool", "bool", "float", "none", "causal")))
+        keys = f"({q}[..., :1] > 0).transpose(-1, -2)"
+        causal = f"torch.ones({q}.size(2), {q}.size(2), dtype=torch.bool, device={a.name}.device).tril()"
+        mask = {"bool": f"{causal} & {keys}", "float": f"torch.where({causal} & {keys}, 0.0, float('-inf')).to({a.name}.dtype)",
+                "none": "None", "causal": "None"}[kind]
+        line = (f"F.scaled_dot_product_attention({q}, {q} * 0.5, {q}, {mask}, is_causal={kind == 'causal'})"
+                f".reshape({a.name}.shape)")
+        v = _new_var(s, shape, "f")
+    elif op == "repeat_kv":
         if not isinstance(shape[1], int):
             return False
         dims = ", ".join(["-1", "-1", "3"] + ["-1"] * (len(shape) - 2))

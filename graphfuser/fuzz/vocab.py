@@ -46,8 +46,9 @@ REDUCTIONS = ("sum", "mean", "prod", "amax", "amin", "var", "std", "var_mean", "
 NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "_safe_softmax", "layer_norm", "native_layer_norm", "rms_norm",
          "batch_norm", "instance_norm", "group_norm")
 # patterns a pass rewrites as a whole: a rotary embedding (passes/rotary.py) and a language
-# model's loss (frontend/fx.py's cross_entropy, passes/sink_views.py)
-COMPOSITES = ("rotary", "cross_entropy", "repeat_kv")
+# model's loss (frontend/fx.py's cross_entropy, passes/sink_views.py), grouped-query heads
+# (passes/broadcast_copy.py), attention under a boolean mask (passes/sdpa_bias.py)
+COMPOSITES = ("rotary", "cross_entropy", "repeat_kv", "sdpa")
 # Every op-table row, simplest first (hypothesis shrinks towards the front).
 OPS = ("add", "mul") + tuple(o for o in BINARY if o not in ("add", "mul")) + UNARY_ANY + UNARY_FLOAT + SPECIAL \
     + MOVEMENT + REDUCTIONS + NORMS + COMPOSITES

@@ -45,12 +45,13 @@ def _main(conn: Any, device: str, knobs: dict, env: dict) -> None:
 def take_cuda_decisions_on_the_cpu() -> None:
     """The graph rewrites made only for CUDA devices (where eager's cost differs), made for the CPU
     too: their results must equal eager's on either device."""
-    from ..passes import bias, row_layout, sdpa_math
+    from ..passes import bias, row_layout, sdpa_bias, sdpa_math
 
     bias.ROUTE_DEVICES = tuple(dict.fromkeys(bias.ROUTE_DEVICES + ("cpu",)))
     bias.HALF_CONV_DEVICES = tuple(dict.fromkeys(bias.HALF_CONV_DEVICES + ("cpu",)))
     row_layout.DEVICES = tuple(dict.fromkeys(row_layout.DEVICES + ("cpu",)))
     sdpa_math.DEVICES = tuple(dict.fromkeys(sdpa_math.DEVICES + ("cpu",)))
+    sdpa_bias.DEVICES = tuple(dict.fromkeys(sdpa_bias.DEVICES + ("cpu",)))
 
 
 class Worker:

@@ -1,4 +1,5 @@
-"""Host-program products that passes write out (``passes/sdpa_math.py``)."""
+"""Host-program products and checks that passes write out (``passes/sdpa_math.py``,
+``passes/sdpa_bias.py``)."""
 from __future__ import annotations
 
 import torch
@@ -20,3 +21,16 @@ def check_mask(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if shape != scores.shape:
         raise RuntimeError(f"output with shape {list(scores.shape)} doesn't match the broadcast shape {list(shape)}")
     return mask
+
+
+def check_bias(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, dropout_p: float,
+               is_causal: bool, scale, enable_gqa: bool, choice: int) -> torch.Tensor:
+    """``graphfuser::sdpa_bias_check``: ``bias``, the additive bias made once from a boolean
+    mask for SDPA backend ``choice`` (``passes/sdpa_bias.py``), where SDPA still chooses that
+    backend for this call's tensors; else the boolean mask back (``bias == 0``, exact: the bias
+    holds 0 where the mask held True and -65504 or -inf elsewhere), which eager's backend then
+    converts itself."""
+    if torch._fused_sdp_choice(query, key, value, bias, dropout_p, is_causal, scale=scale,
+                               enable_gqa=enable_gqa) == choice:
+        return bias
+    return bias == 0

@@ -56,6 +56,9 @@ After profiling:
 1c. materialize_broadcasts  a reshape that copies an expanded view (grouped-query attention's
                   repeat_kv) reads a graphfuser::dense_copy of it instead, which fuses
                   (passes/broadcast_copy.py; before partition)
+1d. bias_masks   the boolean masks of SDPA calls become the additive bias their backend would
+                  make, once per mask where it is made, not in every call (passes/sdpa_bias.py;
+                  CUDA; before partition, which fuses the conversion)
 2. partition      the graph fuser: shape reads move to their source value (philox_state's count
                   too), dead nodes go (dce), then fusion groups from the op table's verdicts and
                   the knobs; a lone reduction recomputes the pointwise chain it reads from another
