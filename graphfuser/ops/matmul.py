@@ -1,8 +1,10 @@
-"""Host-program products and checks that passes write out (``passes/sdpa_math.py``,
-``passes/sdpa_bias.py``)."""
+"""Host-program products, checks and copies that passes write out (``passes/sdpa_math.py``,
+``passes/sdpa_bias.py``, ``passes/gemm_pad.py``)."""
 from __future__ import annotations
 
 import torch
+
+from .aten import _dtype
 
 
 def exact_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -34,3 +36,17 @@ def check_bias(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias
                                enable_gqa=enable_gqa) == choice:
         return bias
     return bias == 0
+
+
+def pad_rows(self: torch.Tensor, dtype, pad: int) -> torch.Tensor:
+    """``graphfuser::pad_rows``: ``self`` with ``pad`` rows of zeros after its own along dim 0,
+    cast to ``dtype`` (a ScalarType code; None keeps ``self``'s) by the same copy: the padded
+    weight of a padded GEMM (``passes/gemm_pad.py``), where ``constant_pad_nd`` of autocast's
+    cast was the cast's kernel and then two more copies of the cast weight. Differentiable in
+    ``self`` (the gradient is the first rows', cast back)."""
+    dt = self.dtype if dtype is None else _dtype(dtype)
+    n = self.shape[0]
+    out = torch.empty((n + pad,) + tuple(self.shape[1:]), dtype=dt, device=self.device)
+    out[n:].zero_()
+    out[:n].copy_(self)
+    return out

@@ -1,8 +1,8 @@
 """Aligned GEMM outputs: a CUDA ``linear`` whose output width breaks cuBLAS's 16-byte alignment
 computes into a padded width and reads back the columns it owes (after profiling):
 
-    %y = aten::linear(%x, %w, %b)          %wp = aten::constant_pad_nd(%w, [0, 0, 0, pad], 0)
-                                   ->      %bp = aten::constant_pad_nd(%b, [0, pad], 0)
+    %y = aten::linear(%x, %w, %b)          %wp = graphfuser::pad_rows(%w, dtype, pad)
+                                   ->      %bp = graphfuser::pad_rows(%b, None, pad)
                                            %yp = aten::linear(%x, %wp, %bp)
                                            %n  = aten::size(%w, 0)
                                            %ys = aten::slice(%yp, -1, 0, %n, 1)
@@ -19,7 +19,9 @@ GEMMs for the same reason.
 
 When. ``linear`` on CUDA with a 2-D weight whose rows (N, the output width) are not a multiple
 of 16 bytes of the result's dtype while its columns (K) are (under autocast the weight is cast to
-the result's dtype first, once, and the padded copy made of the cast); a product large enough that the kernel choice matters
+the result's dtype first, once: ``graphfuser::pad_rows`` writes the cast into the padded
+buffer, one kernel, where ``constant_pad_nd`` of the cast took the cast's kernel and two copies
+of the cast weight, 66 us of GPT-2's bf16 inference call on an H200); a product large enough that the kernel choice matters
 (N * K at least ``MIN_ELEMENTS``); the linear's bias not split off by ``split_biases``. The
 slice's end is the weight's size at run time, so a weight of another width later is still
 exact. The result stays a strided view of the padded output only where every consumer is a row
@@ -51,12 +53,11 @@ from ..log import jit_log
 from ..ops import lookup
 from ..ops.aten import DTYPE_CODES, resolve_aten
 from .bias import SPLIT_BIAS
-from .decompose import _TO
 
 ALIGN_BYTES = 16
 DEVICES = ("cuda",)         # where cuBLAS is the GEMM (tests add "cpu" to run the rewrite here)
 MIN_ELEMENTS = 1 << 20
-_PAD = "aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"
+_PAD_ROWS = "graphfuser::pad_rows(Tensor self, int? dtype, int pad) -> Tensor"
 _SIZE = "aten::size.int(Tensor self, int dim) -> int"
 _SLICE = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
 _CONTIGUOUS = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
@@ -104,21 +105,20 @@ def _pad_linear(graph: Graph, node: Node, pad: int, padded_returns: bool) -> Non
         block.insert_before(node, n)
         return n.output
 
-    def padded(v: Value, spec: list[int]) -> Value:
+    def padded(v: Value, dtype: Optional[torch.dtype] = None) -> Value:
         t = v.type
-        meta = torch.nn.functional.pad(torch.empty(t.sizes, dtype=t.dtype, device="meta"), spec)
-        return aten("aten::constant_pad_nd", _PAD, [v, const(spec, "int[]"), const(0, "int")], _typed(meta, t))
+        dt = dtype or t.dtype
+        meta = torch.empty((t.sizes[0] + pad,) + tuple(t.sizes[1:]), dtype=dt, device="meta")
+        code = const(DTYPE_CODES[dtype], "int") if dtype is not None else const(None, "NoneType")
+        return aten("graphfuser::pad_rows", _PAD_ROWS, [v, code, const(pad, "int")],
+                    dataclasses.replace(_typed(meta, t), requires_grad=t.requires_grad))
 
     w0 = w          # its rows are the width the slice keeps (read off the parameter, not its cast)
-    if w_t.dtype != out_t.dtype:
-        # under autocast (this specialization's state): the product runs in the result's dtype,
-        # so cast once and pad the cast (autocast would cast the padded copy again)
-        w = aten("aten::to", _TO, [w, const(DTYPE_CODES[out_t.dtype], "int"), const(False, "bool"),
-                                   const(False, "bool"), const(None, "NoneType")],
-                 dataclasses.replace(w_t, dtype=out_t.dtype))
-    node.replace_input(1, padded(w, [0, 0, 0, pad]))
+    # under autocast (this specialization's state) the product runs in the result's dtype: the
+    # padded copy is the cast too (autocast would cast a padded fp32 copy again)
+    node.replace_input(1, padded(w, out_t.dtype if w_t.dtype != out_t.dtype else None))
     if not (b.is_constant and b.constant() is None):
-        node.replace_input(2, padded(b, [0, pad]))
+        node.replace_input(2, padded(b))
     wide = torch.empty(out_t.sizes[:-1] + (out_t.sizes[-1] + pad,), dtype=out_t.dtype, device="meta")
     narrow = wide[..., :out_t.sizes[-1]]
     users = list(out.uses)

@@ -23,10 +23,15 @@ def column_norm(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("fn", [column_sums, column_norm])
 def test_replays_of_captured_split_reductions(fn):
+    torch.manual_seed(0)
     sf = graphfuser.script(fn)
     static_x = torch.randn(1 << 20, 4, device="cuda")
+    # float32 sums of 2^20 elements in two orders: each is off by about sqrt(n) * eps * |x|
+    # (1e-4 for these columns' sums of about 2000 in magnitude), so a sum that cancels to
+    # 0.45 differed by 1.8e-4 on one unseeded run
+    tol = dict(rtol=1e-4, atol=1e-3)
     for _ in range(4):
-        torch.testing.assert_close(sf(static_x), fn(static_x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(sf(static_x), fn(static_x), **tol)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     g = torch.cuda.CUDAGraph()
@@ -41,4 +46,4 @@ def test_replays_of_captured_split_reductions(fn):
         static_x.copy_(torch.randn(1 << 20, 4, device="cuda") * (k + 1) + k)
         g.replay()
         torch.cuda.synchronize()
-        torch.testing.assert_close(static_y, fn(static_x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(static_y, fn(static_x), **tol)
