@@ -349,3 +349,44 @@ def test_the_cpu_program_of_a_case_runs_from_the_devices_inputs():
     ref = make_args(case, 0, "cpu")
     assert all(torch.equal(a, b) for a, b in zip(args, ref)) and args[1].requires_grad and args[1].is_leaf
     torch.testing.assert_close(outs[0], torch.nn.functional.rms_norm(ref[0], [4], ref[1], 1e-05))
+
+
+def test_a_saved_input_written_in_place_after_a_cast_keeps_the_reference_gradient():
+    """In the float64 reference a cast to float64 of a float64 input is that input, so an op
+    that saved the cast saved the input itself, and writing it in place later made the
+    reference's backward raise (fuzz graph 363 of CPU seed 36520 through the compile frontend:
+    eager's gradient NaN from an fp16 overflow, graphfuser's 0, and no reference to tell which
+    is right). The run with every cast a copy stands in where its outputs are the first's; where
+    nothing is written in place the first run is the reference itself."""
+    from graphfuser.fuzz.oracle import _grad_reference, _saved_write_breaks_backward, load
+    from graphfuser.fuzz.grads import _grads
+    from graphfuser.fuzz.reference import ExactMoments
+
+    x0 = dict(X, shape=[5], dtype="float16", requires_grad=True)
+    x1 = dict(X, name="x1", shape=[1, 5], dtype="float32")
+    x2 = dict(X, name="x2", shape=[1], dtype="float32", requires_grad=True)
+    body = ("    v0 = F.linear(x0, x1.to(x0.dtype), x2.to(x0.dtype))\n"
+            "    x1.copy_(x2)\n"
+            "    return v0 * 2\n")
+    case = _case(body, [x0, x1, x2], [[3, False]])
+    fn = load(case["source"], "/tmp/gf_cast_copies_case.py")
+    plain = make_args_float64(case)
+    for a in (plain[0], plain[2]):
+        a.requires_grad_(True)
+    with ExactMoments():
+        assert _saved_write_breaks_backward([fn(*plain)], plain)     # the aliasing run's backward raises
+    outs, args = _grad_reference(fn, case, 0, "cpu")
+    assert not _saved_write_breaks_backward(outs, args)
+    gx0, gx2 = _grads(outs, args, [0], [0, 2], [torch.ones(outs[0].shape, dtype=torch.float64)])
+    w = make_args_float64(case)[1]
+    torch.testing.assert_close(gx0, 2 * w.reshape(-1), rtol=0, atol=0)      # the weight before its write
+    assert torch.equal(gx2, torch.tensor([2.0], dtype=torch.float64))
+    clean = _case("    return F.linear(x0, x1.to(x0.dtype), x2.to(x0.dtype)) * 2\n", [x0, x1, x2], [[3, False]])
+    outs, args = _grad_reference(load(clean["source"], "/tmp/gf_cast_copies_clean.py"), clean, 0, "cpu")
+    assert not _saved_write_breaks_backward(outs, args)
+
+
+def make_args_float64(case):
+    from graphfuser.fuzz.oracle import make_args
+
+    return make_args(case, 0, "cpu", ref=True)
