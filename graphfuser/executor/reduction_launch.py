@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
 from ..codegen.reduction.schedule import (MAX_THREADS, outer_split_block, OUTER_BLOCK, OUTER_NARROW_BLOCK, ReductionParams,
                                           vector_root)
 from ..codegen.cstyle import stride_args
@@ -168,15 +170,19 @@ def even_rows_twin(kernel, params) -> bool:
 
 def even_rows_stages(kernel) -> int:
     """Prefetch stages of a kernel's even-rows twins: its one row a block staged into shared
-    memory by asynchronous copies (1) where the kernel reads the row's first element over 2-byte
+    memory by asynchronous copies (1) where the kernel reads the row's first element over fp16
     rows (the layer norm's shift, ``_shifted_half_rows``), else loaded straight into registers
     (0). H200, whole calls, % of copy bandwidth at 2048 / 3072 / 4096 / 8192 / 16384 columns
     (``logs/sweep-even-rows-cuda-H200.md``): fp16 layer norm 86 / 84 / 85 / 82 / 73 staged
-    against 78 / 71 / 74 / 58 / 53 in registers (bf16 84 / 82 / 84 / 81 / 73 against 88 / 85 / 84 /
-    82 / 75, both at or above the variant with checks); softmax, RMSNorm and the float32 layer
-    norm within 2 points either way at up to 4096 columns, registers ahead past it (bf16
-    softmax 85 / 79 against 83 / 76)."""
-    return 1 if _shifted_half_rows(kernel) else 0
+    against 78 / 71 / 74 / 58 / 53 in registers, but bf16 84 / 82 / 84 / 81 / 73 staged against
+    88 / 85 / 84 / 82 / 75 in registers; the bf16 twin alone, [16384, 4096] / [32768, 2048]:
+    83.9 / 85.3% staged, 85.8 / 88.7% in registers (``logs/sweep-layer-norm-twins-cuda-H200.md``).
+    Softmax, RMSNorm and the float32 layer norm within 2 points either way at up to 4096
+    columns, registers ahead past it (bf16 softmax 85 / 79 against 83 / 76)."""
+    if not _shifted_half_rows(kernel):
+        return 0
+    return 1 if any(t.dtype == torch.float16 for t in kernel.tensors if t.dim_kinds and "bcast" not in t.dim_kinds) \
+        else 0
 
 
 def _even_choice(cg: ReductionGroup, i: int, P: int) -> list[str]:

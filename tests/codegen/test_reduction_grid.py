@@ -91,15 +91,15 @@ def test_one_phase_normalizations_get_a_block_per_row(fn, dtype, uncapped, stage
 
 
 @pytest.mark.parametrize("fn", [_ln, _rms, _softmax], ids=["layer_norm", "rms_norm", "softmax"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_even_rows_take_a_twin_without_checks(fn, dtype):
     """Rows of exactly P vectors for each of a multiple of 32 threads (64 or more) launch the
     variant's even-rows twin, one block a row without bounds checks; other rows do not. The twin
-    loads its row into registers, or (the layer norm of 2-byte rows) stages it by asynchronous
+    loads its row into registers, or (the layer norm of fp16 rows) stages it by asynchronous
     copies, with the shared memory that takes."""
     cg, src = _group(fn, dtype)
     V = 16 // dtype.itemsize
-    staged = fn is _ln and dtype == torch.bfloat16
+    staged = fn is _ln and dtype == torch.float16
     for nr in (2048, 3072, 4096, 16384) if V == 8 else (1024, 2048, 3072, 4096):
         run = _launch(cg, 16384, nr)
         i = run["f"].i
