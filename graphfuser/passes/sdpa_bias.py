@@ -28,9 +28,11 @@ length or head size, an ``sdpa_kernel`` context, a disabled backend) gets the bo
 (``bias == 0``, exact) and eager's own conversion.
 
 When. On CUDA (``DEVICES``): a boolean mask of known sizes and strides, floating ``q``, ``k``,
-``v`` of one dtype and ``is_causal`` not true, where ``torch._fused_sdp_choice`` on tensors of the profiled types picks a backend of
-``FILLS`` and picks it for the bias too. ``PYTORCH_NVFUSER_DISABLE=sdpa_bias`` keeps the boolean
-masks.
+``v`` of one dtype and ``is_causal`` not true, where ``torch._fused_sdp_choice`` on tensors of the
+profiled types picks a backend of
+``FILLS`` and picks it for the bias too. A mask that an in-place op writes (or a view of it)
+gets its bias right before each call that reads it, shared with none. ``PYTORCH_NVFUSER_DISABLE=sdpa_bias``
+keeps the boolean masks.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ from ..ir.graph import Block, Graph, Node, Value
 from ..ir.types import TensorType, Type
 from ..log import jit_log
 from ..ops.aten import DTYPE_CODES, resolve_aten
+from .aliasing import AliasSets
 from .sdpa_math import _FLOATS, SDPA, _const, _empty
 
 DEVICES = ("cuda",)     # (the tests add "cpu")
@@ -125,10 +128,10 @@ class _Cursor:
         return self.put(self.block.graph.create("prim::Constant", [], [Type(type_name)], attrs))
 
 
-def _bias(block: Block, at: Node, mask: Value, dtype: torch.dtype, fill: float) -> Value:
+def _bias(block: Block, at: Node, mask: Value, dtype: torch.dtype, fill: float, right_before: bool = False) -> Value:
     """``where(mask, 0, fill).to(dtype)``, typed, right after ``mask`` is made (before ``at``
-    where it is a block input or made in another block)."""
-    made_here = mask.node is not None and mask.node.owner is block
+    where it is a block input or made in another block, or with ``right_before``)."""
+    made_here = not right_before and mask.node is not None and mask.node.owner is block
     c = _Cursor(block, at, mask.node if made_here else None)
     t = mask.type
     meta = torch.where(torch.empty_strided(t.sizes, t.strides, dtype=torch.bool, device="meta"), 0.0, fill)
@@ -147,6 +150,7 @@ def bias_masks(graph: Graph) -> int:
         return 0
     made: dict[tuple, Value] = {}
     done = 0
+    sets: Optional[AliasSets] = None
     for n in list(graph.all_nodes()):
         if n.kind != SDPA:
             continue
@@ -157,10 +161,16 @@ def bias_masks(graph: Graph) -> int:
             continue
         q, mask = n.inputs[0], n.inputs[3]
         dtype, fill = q.type.dtype, FILLS[choice]
-        key = (mask, dtype, fill, n.owner)
-        bias = made.get(key)
-        if bias is None:
-            bias = made[key] = _bias(n.owner, n, mask, dtype, fill)
+        sets = sets or AliasSets(graph)
+        if sets.is_written(mask):
+            # an in-place op writes the mask (or a view of it) somewhere: its bias is made right
+            # before this call, from the mask as this call reads it, and shared with no other
+            bias = _bias(n.owner, n, mask, dtype, fill, right_before=True)
+        else:
+            key = (mask, dtype, fill, n.owner)
+            bias = made.get(key)
+            if bias is None:
+                bias = made[key] = _bias(n.owner, n, mask, dtype, fill)
         c = _Cursor(n.owner, n)
         rest = list(n.inputs[4:8])
         defaults = [(0.0, "float"), (False, "bool"), (None, "NoneType"), (False, "bool")]

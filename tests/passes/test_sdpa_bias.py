@@ -191,3 +191,24 @@ def test_through_the_torch_compile_backend():
             assert _same(f(x, keep), m(x, keep))
     text = str(graphfuser.last_executed_optimized_graph())
     assert "graphfuser::sdpa_bias_check" in text, text
+
+
+def test_a_mask_written_in_place_between_calls_gets_a_bias_per_call():
+    """The second call reads the mask after an in-place write: a bias made where the mask is made
+    would miss it."""
+    def f(q, k, v, keep):
+        m = torch.ones(q.size(2), q.size(2), dtype=torch.bool).tril()[None, None] & keep[:, None, None, :]
+        a = F.scaled_dot_product_attention(q, k, v, m)
+        m[:, :, :, 0] = False
+        b = F.scaled_dot_product_attention(q, k, v, m)
+        return a + b
+
+    sf = graphfuser.script(f)
+    q = torch.randn(2, 3, 8, 4)
+    keep = torch.ones(2, 8, dtype=torch.bool)
+    with torch.no_grad(), config.override(disable=["fallback"]):
+        for _ in range(4):
+            got, want = sf(q, q * 0.5, q, keep), f(q, q * 0.5, q, keep)
+            assert _same(got, want)
+    checks = [n for n in _nodes(sf) if n.kind == "graphfuser::sdpa_bias_check"]
+    assert len(checks) == 2 and checks[0].inputs[3] is not checks[1].inputs[3]
