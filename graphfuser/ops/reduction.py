@@ -316,11 +316,17 @@ def shifted_moments(call: OpCall, x: Expr, acc: Optional[torch.dtype] = None) ->
     x = b.cast(x, ct)
     k = b.at_first(x)
     d = b.sub(x, k)
-    s1 = b.reduce("sum", d, ct)
-    # x * 0 is 0 for finite x and NaN for an inf or a NaN: added to the squares it makes s2 NaN
-    # exactly where the data hold one, and leaves it an inf where finite data's sums or
-    # differences overflow (0.5 then 3e38 twice in a float32 row: s1 is inf, as for an inf)
-    s2 = b.reduce("sum", b.add(b.mul(d, d), b.mul(x, call.const(0, ct))), ct)
+    # x * 0 is 0 for finite x and NaN for an inf or a NaN: added to the deviations it makes s2
+    # NaN exactly where the data hold one, and leaves it an inf where finite data's sums or
+    # differences overflow (0.5 then 3e38 twice in a float32 row: s1 is inf, as for an inf).
+    # Added to d itself (one fused multiply-add, which both sums then read), not to its square:
+    # a bf16 layer norm's row is loaded once and each element's arithmetic is most of what its
+    # kernel does besides (the shift by the first element alone cost 2-2.5 points of copy
+    # bandwidth, logs/sweep-layer-norm-twins-cuda-H200.md); s1 is then NaN too where s2 is, and
+    # the statistics are NaN there either way
+    dn = b.add(d, b.mul(x, call.const(0, ct)))
+    s1 = b.reduce("sum", dn, ct)
+    s2 = b.reduce("sum", b.mul(dn, dn), ct)
     c = b.div(s1, n)
     m2 = b.sub(s2, b.mul(s1, c))
     m2 = b.where(b.call("lt", m2, call.const(0, ct)), call.const(0, ct), m2)
