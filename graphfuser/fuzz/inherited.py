@@ -19,7 +19,7 @@ import ast
 import os
 import re
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -171,24 +171,26 @@ def _dead_statements_dropped(source: str) -> str:
     return ast.unparse(tree)
 
 
-def pruned_run(case: dict, call: int, device: str, workdir: str, tag: str) -> Any:
-    """Eager's (outputs, inputs after the call) of the case without its unused pure statements
-    (bools as ints too when it has bool scalars), or None where it changes nothing or raises:
-    eager raised on an op TorchScript drops (an unused ``amin`` of an empty dim, ``ceil`` of a
-    bool), where TorchScript's own function may raise on something else (an implicit conversion
-    of a tensor that is not 0-dim, which graphfuser keeps as the Python program does)."""
-    for variant in ([case, bools_as_ints(case)] if has_bool_scalars(case) else [case]):
+def pruned_runs(case: dict, call: int, device: str, workdir: str, tag: str) -> Iterator[tuple[list, list]]:
+    """Eager's (outputs, inputs after the call) of the case without its unused pure statements,
+    and of that program with its bools as ints too when it has bool scalars; none where pruning
+    changes nothing or the program raises: eager raised on an op TorchScript drops (an unused
+    ``amin`` of an empty dim, ``ceil`` of a bool), where TorchScript's own function may raise on
+    something else (an implicit conversion of a tensor that is not 0-dim, which graphfuser keeps
+    as the Python program does). Both: an unused ``bitwise_and`` of floats beside a ``bool(1) &
+    t`` that TorchScript types as an int (fuzz graph 192 of CPU seed 36526, from layer_norm)."""
+    for k, variant in enumerate([case, bools_as_ints(case)] if has_bool_scalars(case) else [case]):
         src = _dead_statements_dropped(variant["source"])
         if ast.dump(ast.parse(src)) == ast.dump(ast.parse(variant["source"])):
             continue
         try:
-            fn = load(src, os.path.join(workdir, f"case_{tag}_pruned.py"))
+            fn = load(src, os.path.join(workdir, f"case_{tag}_pruned{k}.py"))
             args = make_args(variant, call, device)
             with autocast_of(case, device):
-                return _flat(fn(*args)), args
+                run = _flat(fn(*args)), args
         except Exception:  # noqa: BLE001 - the pruned program raises too: nothing explained
             continue
-    return None
+        yield run
 
 
 def scripted_ints_answer(case: dict, call: int, device: str, workdir: str, tag: str) -> bool:

@@ -390,3 +390,21 @@ def make_args_float64(case):
     from graphfuser.fuzz.oracle import make_args
 
     return make_args(case, 0, "cpu", ref=True)
+
+
+def test_a_dropped_raising_op_beside_a_bool_typed_as_an_int_is_torchscript_semantics():
+    """Eager raises on an unused ``bitwise_and`` of floats, which TorchScript's frontend drops;
+    TorchScript types ``bool(1) & x1`` as an int op (an int64 result where eager's is bool), and
+    its own function raises on the implicit conversion of the 1-element ``x1``. The program
+    without its unused statements and with its bools as ints answers as graphfuser does (fuzz
+    graph 192 of CPU seed 36526, from layer_norm): both known frontend differences at once."""
+    from graphfuser.fuzz.oracle import run_case
+
+    b = dict(X, name="x1", dtype="bool", shape=[1], fill="ints")
+    body = ("    v0 = x0 * 2.0\n"
+            "    v1 = torch.bitwise_and(v0, 0.5)\n"
+            "    v2 = bool(1) & x1\n"
+            "    return (v2, v0)\n")
+    res = run_case(_case(body, [X, b]), "cpu", "/tmp", "dropped_and_int")
+    assert res["findings"] == [], res["findings"]
+    assert {d["deviation"] for d in res["deviations"]} == {"torchscript_semantics"}
