@@ -41,7 +41,8 @@ from ..ops.autocast import LOWER
 from .handlers import PyArg, PyCall
 from .hostgen import build_program
 
-_PREP = ("aten::to", "aten::constant_pad_nd", "aten::contiguous", "aten::_autocast_to_reduced_precision")
+_PREP = ("aten::to", "aten::constant_pad_nd", "graphfuser::pad_rows", "aten::contiguous",
+         "aten::_autocast_to_reduced_precision")
 _TO = ("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
        "MemoryFormat? memory_format=None) -> Tensor(a)")
 _LIVE: "weakref.WeakSet[WeightCache]" = weakref.WeakSet()

@@ -29,6 +29,12 @@ def _may_raise(node) -> bool:
     return dt is not None and not dt.is_floating_point and not dt.is_complex and dt != torch.bool
 
 
+# pure nodes of no op-table row: prim nodes, and host ops that passes write (a padded GEMM's
+# weight, passes/gemm_pad.py: left behind when a weight cache takes its chain)
+_PURE = ("prim::Constant", "prim::GetAttr", "prim::ListConstruct", "prim::TupleConstruct", "prim::If", "prim::Loop",
+         "graphfuser::pad_rows")
+
+
 def _dce_block(block: Block, returned: set) -> int:
     removed = 0
     for node in reversed(list(block.nodes)):
@@ -46,8 +52,7 @@ def _dce_block(block: Block, returned: set) -> int:
             continue
         # op-table rows are pure (a random row's draws are a function of its seed and offset
         # inputs; the generator advance is philox_state's, which has no row and stays)
-        if node.kind.startswith("aten::") or lookup(node.kind) is not None or node.kind in ("prim::Constant", "prim::GetAttr", "prim::ListConstruct",
-                                                            "prim::TupleConstruct", "prim::If", "prim::Loop"):
+        if node.kind.startswith("aten::") or lookup(node.kind) is not None or node.kind in _PURE:
             block.remove(node)
             removed += 1
     return removed

@@ -164,3 +164,26 @@ def test_the_race_measures_the_kept_entry_point_beside_the_default(monkeypatch):
             out = _run(f, x)
         torch.testing.assert_close(out, _run(m, x), **BF16)
         assert (weight_cache.STATS["fills"] > fills) == keeps
+
+
+def test_a_padded_gemms_weight_is_kept_cast_and_padded(kept, monkeypatch):
+    """A linear padded for alignment (``passes/gemm_pad.py``: 1001 columns) reads its weight
+    through ``graphfuser::pad_rows``, the cast and the pad in one copy: that chain is kept too,
+    and follows an in-place change of the weight."""
+    from graphfuser.passes import gemm_pad
+
+    monkeypatch.setattr(gemm_pad, "DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(gemm_pad, "MIN_ELEMENTS", 1)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 1001)).eval()
+    s = graphfuser.script(m)
+    x = torch.randn(4, 32)
+    for _ in range(4):
+        out = _run(s, x)
+    torch.testing.assert_close(out, _run(m, x), **BF16)
+    g = graphfuser.last_executed_optimized_graph()
+    assert not any(n.kind == "graphfuser::pad_rows" for n in g.all_nodes()), str(g)   # inside a cache
+    assert len(weight_cache.caches_of(g)) == 4
+    with torch.no_grad():
+        m[2].weight.mul_(0.5)
+    torch.testing.assert_close(_run(s, x), _run(m, x), **BF16)
