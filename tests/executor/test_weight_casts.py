@@ -188,8 +188,9 @@ def test_a_weight_written_in_the_forward_is_cast_after_the_write():
 
 
 def test_a_padded_gemm_pads_the_batched_cast(monkeypatch):
-    """passes/gemm_pad.py casts a misaligned head's weight once and pads the cast: the cast joins
-    the batch, the pad reads its result."""
+    """passes/gemm_pad.py casts a misaligned head's weight and pads it by one copy
+    (``graphfuser::pad_rows`` of the float32 weight): the other weights' casts are batched, the
+    head's is its own pad, not a batched cast copied again."""
     from graphfuser.passes import gemm_pad
 
     monkeypatch.setattr(gemm_pad, "DEVICES", ("cuda", "cpu"))
@@ -201,7 +202,8 @@ def test_a_padded_gemm_pads_the_batched_cast(monkeypatch):
     for _ in range(4):
         out = _run(f, x)
     g = graphfuser.last_executed_optimized_graph()
-    assert _batched(g) == 1 and any(n.kind == "aten::constant_pad_nd" for n in g.all_nodes())
+    pads = [n for n in g.all_nodes() if n.kind == "graphfuser::pad_rows"]
+    assert _batched(g) == 1 and pads and all(p.inputs[0].type.dtype == torch.float32 for p in pads)
     with config.override(disable=["weight_cast_batching"]):
         plain = _entry("compile", m)
         for _ in range(4):
