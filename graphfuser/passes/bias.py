@@ -53,6 +53,9 @@ from ..ops import lookup
 from ..ops.aten import DTYPE_CODES, resolve_aten
 from .decompose import _ADD, _TO, _UNSQUEEZE, _Emitter, constant_ints, reroute, split_bias
 
+_VIEW = "aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)"
+_PERMUTE = "aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)"
+
 _CONVS = ("aten::conv1d", "aten::conv2d", "aten::conv3d")
 _IDENTITIES = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout")
 
@@ -126,7 +129,7 @@ def _split(block: Block, node: Node, module: Any) -> bool:
         return False
     permute = None
     if not _fuses_with_consumer(node.output):
-        permute = _fusing_permute(node)
+        permute = _fusing_permute(node, module)
         if permute is None:
             return False
     if node.kind == "aten::linear" and cuda and not out_t.requires_grad and not gemm_without_bias_is_faster(node):
@@ -146,7 +149,7 @@ def _split(block: Block, node: Node, module: Any) -> bool:
         block.insert_before(node, cast)
         value = cast.output
     if permute is not None:
-        _split_past_permute(block, node, permute, value, bt, bias)
+        _split_past_permute(block, node, permute, value, bt, bias, module)
         return True
     add = split_bias(block, node, value)
     b = add.inputs[1]
@@ -235,28 +238,46 @@ def _time_gemms(x: TensorType, w: TensorType) -> bool:
         return False
 
 
-def _fusing_permute(conv: Node) -> Optional[Node]:
-    """A conv's only consumer where it is a ``permute`` by constant dims whose result's only
-    consumer fuses (ConvNeXt's depthwise conv, then ``permute(0, 2, 3, 1)`` and a layer norm
-    over the channels)."""
+def _permute_dims(permute: Node, module: Any) -> Optional[list[int]]:
+    """A ``permute``'s dims: constant, or a module's list attribute read now (torchvision's
+    ``Permute`` module keeps them in ``self.dims``, a run-time list in a scripted graph)."""
+    dims = constant_ints(permute.inputs[1])
+    if dims is None:
+        v = _attribute(permute.inputs[1], module)
+        dims = list(v) if isinstance(v, (list, tuple)) and all(isinstance(d, int) for d in v) else None
+    return dims
+
+
+def _fusing_permute(conv: Node, module: Any = None) -> Optional[Node]:
+    """A conv's only consumer where it is a ``permute`` whose dims are known (constant, or a
+    module attribute) and whose result's only consumer fuses (ConvNeXt's depthwise conv, then
+    ``permute(0, 2, 3, 1)`` and a layer norm over the channels)."""
     out = conv.output
     if len(out.uses) != 1 or not isinstance(out.type, TensorType) or out.type.sizes is None:
         return None
     user, i = out.uses[0]
-    if user.kind != "aten::permute" or i != 0 or constant_ints(user.inputs[1]) is None:
+    if user.kind != "aten::permute" or i != 0:
+        return None
+    dims = _permute_dims(user, module)
+    if dims is None or sorted(d % len(out.type.sizes) for d in dims) != list(range(len(out.type.sizes))):
         return None
     return user if _fuses_with_consumer(user.output) else None
 
 
 def _split_past_permute(block: Block, conv: Node, permute: Node, bias: Value, bt: TensorType,
-                        original: Value) -> None:
+                        original: Value, module: Any = None) -> None:
     """``permute(conv(x, w, b))`` -> ``permute(conv(x, w, None)) + b`` with ``b`` unsqueezed
     for the channel dim's place after the permute: the same values (an add commutes with a
     permute), and the add joins the group of the permute's consumer. (Its cuDNN convolution
     added the bias in a kernel of its own: 22 of ConvNeXt-T's bf16 inference calls, 0.45 ms of
-    5.4 on an H200, where Inductor adds it in the layer norm's kernel.)"""
+    5.4 on an H200, where Inductor adds it in the layer norm's kernel.)
+
+    Dims a module attribute holds (torchvision's ``Permute``: ``self.dims``) are run-time values
+    in the graph: there the bias is viewed with the conv result's rank (``[1, C, 1, 1]``) and
+    permuted by the same dims value, right for whatever dims a later call brings; the dims read
+    now only type it."""
     rank = len(conv.output.type.sizes)
-    dims = [d % rank for d in constant_ints(permute.inputs[1])]
+    dims = [d % rank for d in _permute_dims(permute, module)]
     # the channel dim: a conv result's dim 1, a linear's last (ConvNeXt's MLP output permuted
     # back to channels first); where it lands after the permute decides the bias's unsqueezes
     channel = 1 if conv.kind in _CONVS else rank - 1
@@ -265,11 +286,28 @@ def _split_past_permute(block: Block, conv: Node, permute: Node, bias: Value, bt
     block.insert_before(conv, none)
     conv.replace_input(2, none.output)
     e = _Emitter(block, permute)
-    b = _unsqueeze_trailing(e, bias, bt, trailing, conv.source)
+    if constant_ints(permute.inputs[1]) is not None:
+        b = _unsqueeze_trailing(e, bias, bt, trailing, conv.source)
+    else:
+        b = _permuted_view(e, bias, bt, rank, channel, permute.inputs[1], dims, conv.source)
     out = e.aten("aten::add", _ADD, [permute.output, b, e.const(1, "int")], conv.source)
     reroute(block, permute.output, out)
     out.type = permute.output.type
     SPLIT_BIAS[out.node] = (conv, original)
+
+
+def _permuted_view(e: _Emitter, bias: Value, bt: TensorType, rank: int, channel: int, dims_value: Value,
+                   dims: list[int], source: Any) -> Value:
+    """``bias`` ([C]) viewed with size 1 everywhere but the channel dim of a rank-``rank``
+    result, then permuted by ``dims_value`` (typed with ``dims``, its value now)."""
+    shape = [1] * rank
+    shape[channel] = -1
+    meta = torch.empty_strided(bt.sizes, bt.strides, dtype=bt.dtype, device="meta").view(shape)
+    v = e.aten("aten::view", _VIEW, [bias, e.const(shape, "int[]")], source)
+    v.type = dataclasses.replace(TensorType.of(meta), device=bt.device, requires_grad=bt.requires_grad)
+    p = e.aten("aten::permute", _PERMUTE, [v, dims_value], source)
+    p.type = dataclasses.replace(TensorType.of(meta.permute(dims)), device=bt.device, requires_grad=bt.requires_grad)
+    return p
 
 
 def _unsqueeze_trailing(e: _Emitter, bias: Value, bt: TensorType, trailing: int, source: Any) -> Value:

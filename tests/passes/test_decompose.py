@@ -366,6 +366,41 @@ def test_conv_bias_split_past_a_permute_joins_the_layer_norm(dtype):
     assert _conv_biases(sf) == ["None"] and _group_with(sf, "aten::add", "aten::layer_norm")
 
 
+
+class Permute(nn.Module):
+    """torchvision's ``Permute``: the dims are a module attribute, a run-time list in the
+    scripted graph (torchvision's ConvNeXt blocks: conv, ``Permute([0, 2, 3, 1])``, layer norm)."""
+
+    def __init__(self, dims):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return torch.permute(x, self.dims)
+
+
+class TorchvisionBlockHead(nn.Module):
+    def __init__(self, dims=(0, 2, 3, 1), c=16):
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv2d(c, c, 7, padding=3, groups=c), Permute(list(dims)),
+                                   nn.LayerNorm(c, eps=1e-6))
+
+    def forward(self, x):
+        return self.block(x) * 2.0
+
+
+@pytest.mark.parametrize("dims", [(0, 2, 3, 1), (0, 2, 1, 3)])
+def test_conv_bias_split_past_a_permute_by_module_dims(dims):
+    """The bias is viewed [1, C, 1, 1] and permuted by the same run-time dims, then added in the
+    layer norm's group; the conv keeps no bias."""
+    m = TorchvisionBlockHead(dims).eval()
+    x = torch.randn(2, 16, 9, 16)
+    sf = check(m, x)
+    assert _conv_biases(sf) == ["None"] and _group_with(sf, "aten::add", "aten::layer_norm"), str(sf._optimized)
+    assert any(n.kind == "aten::permute" and n.inputs[1].node is not None and n.inputs[1].node.kind == "prim::GetAttr"
+               and n.inputs[0].node is not None and n.inputs[0].node.kind == "aten::view"
+               for n in sf._optimized.all_nodes())
+
 def test_conv1d_bias_split_past_a_permute():
     sf = check(Conv1dPermuteGelu().eval(), torch.randn(3, 8, 10))
     assert _conv_biases(sf) == ["None"] and _group_with(sf, "aten::add", "aten::gelu")
