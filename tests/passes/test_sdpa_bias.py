@@ -212,3 +212,21 @@ def test_a_mask_written_in_place_between_calls_gets_a_bias_per_call():
             assert _same(got, want)
     checks = [n for n in _nodes(sf) if n.kind == "graphfuser::sdpa_bias_check"]
     assert len(checks) == 2 and checks[0].inputs[3] is not checks[1].inputs[3]
+
+
+def test_attention_dropout_in_training_draws_as_eager():
+    """GPT-2's attention dropout in training (a constant p beside the mask): the call reads the
+    bias, and with the same seed draws the same mask as eager's call with the boolean mask."""
+    torch.manual_seed(0)
+    m, ref = TwoLayers(dropout=0.25), TwoLayers(dropout=0.25)
+    ref.load_state_dict(m.state_dict())
+    sf = graphfuser.script(m)
+    x, keep = _inputs()
+    with config.override(disable=["fallback"]):
+        for step in range(4):
+            outs = []
+            for fn in (sf, ref):
+                torch.manual_seed(100 + step)
+                outs.append(fn(x, keep))
+            assert _same(outs[0], outs[1]), step
+    assert any(n.kind == "graphfuser::sdpa_bias_check" for n in _nodes(sf))
