@@ -257,7 +257,7 @@ class CastCopies(torch.overrides.TorchFunctionMode):
     x2.to(x0.dtype))`` saves ``x2`` itself, and a later ``x2.copy_(...)`` makes the reference's
     backward raise where eager's (an fp16 copy saved) does not (fuzz graph 363 of CPU seed 36520
     through the compile frontend). Used only where that error is all that stood in the way and
-    the outputs are the aliasing run's (``fuzz/oracle.py`` ``_grad_reference``)."""
+    the outputs are the aliasing run's (``fuzz/reference_runs.py`` ``_grad_reference``)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))

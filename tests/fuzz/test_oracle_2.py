@@ -14,7 +14,8 @@ from tests.fuzz.oracle_cases import X, _case  # noqa: E402
 
 
 def _judge_spread(body: str, inputs: list, g_of):
-    from graphfuser.fuzz.oracle import _rounding_spread_covers, load, make_args
+    from graphfuser.fuzz.oracle import load, make_args
+    from graphfuser.fuzz.reference_runs import _rounding_spread_covers
 
     case = _case(body, inputs, calls=[[1, False]])
     fn = load(case["source"], "/tmp/gf_spread_case.py")
@@ -358,7 +359,8 @@ def test_a_saved_input_written_in_place_after_a_cast_keeps_the_reference_gradien
     eager's gradient NaN from an fp16 overflow, graphfuser's 0, and no reference to tell which
     is right). The run with every cast a copy stands in where its outputs are the first's; where
     nothing is written in place the first run is the reference itself."""
-    from graphfuser.fuzz.oracle import _grad_reference, _saved_write_breaks_backward, load
+    from graphfuser.fuzz.oracle import load
+    from graphfuser.fuzz.reference_runs import _grad_reference, _saved_write_breaks_backward
     from graphfuser.fuzz.grads import _grads
     from graphfuser.fuzz.reference import ExactMoments
 
