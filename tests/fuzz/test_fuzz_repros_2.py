@@ -560,3 +560,32 @@ def test_emulated_casts_round_the_gradient_of_a_half_intermediate(device):
             torch.testing.assert_close(got, want)
         else:
             assert torch.isfinite(got).all()         # float64 throughout: no overflow
+
+
+def test_an_integer_remainder_by_a_false_bool_raises_as_eager_without_torchscript(tmp_path):
+    """Fuzz graph 172 of CPU seed 36532: ``(s0 + x) % s1`` of a 0-dim int8 ``x`` and ``s1`` False.
+    Eager raises ZeroDivisionError; torch.jit.script's own function kills the process with
+    SIGFPE. The host program raises eager's error and no longer hands the call to TorchScript's
+    executor (run in a child process, which the signal would end)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, graphfuser\n"
+        "def fn(x: torch.Tensor, s0: bool, s1: bool):\n"
+        "    v1 = s0 + x\n"
+        "    return v1 % s1\n"
+        "sf = graphfuser.script(fn)\n"
+        "x = torch.tensor(3, dtype=torch.int8)\n"
+        "for _ in range(3):\n"
+        "    try:\n"
+        "        sf(x, False, False)\n"
+        "    except RuntimeError as e:\n"
+        "        assert 'ZeroDivisionError' in str(e), e\n"
+        "    else:\n"
+        "        raise SystemExit('no error')\n"
+        "print('raised as eager')\n")
+    script = tmp_path / "remainder_by_false.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "raised as eager" in out.stdout, (out.returncode, out.stderr[-800:])
