@@ -281,3 +281,29 @@ def masked_softmax(scores, bias):
 def biased_scores_and_softmax(bias, scores):
     y = (bias + scores).to(bias.dtype)     # the bias's permuted layout: stored strided along the row
     return y, torch.softmax(y, -1)
+
+
+# -- CUDA sources compile -------------------------------------------------------------------------
+# Where no GPU is (CI), a generated CUDA source is checked by NVRTC's front end and an unoptimized
+# code generation (``-G``): every syntax, type and template error is caught, in a quarter of an
+# optimized compile's time (a layer norm group's 20 variants: 0.28 against 1.19 s to PTX, 2.7 s
+# to a CUBIN), which was a fifth of the suite's time. On a GPU machine the tests compile the
+# CUBIN the launcher loads (and then run it).
+def _check_options(options: Sequence[str]) -> tuple:
+    return tuple(options) if torch.cuda.is_available() else tuple(options) + ("-G",)
+
+
+def cuda_compiles(source: str, name: str, arch: int = 90, options: Sequence[str] = ()) -> bytes:
+    """Compile ``source`` (``name`` an entry of it): the CUBIN on a GPU machine, else PTX at -G."""
+    from graphfuser.runtime import nvrtc
+
+    if torch.cuda.is_available():
+        return nvrtc.compile_cubin(source, name, arch, options)
+    return nvrtc.compile_ptx(source, name, arch, _check_options(options))
+
+
+def cuda_ptx(source: str, name: str, arch: int = 90, options: Sequence[str] = ()) -> bytes:
+    """The PTX of ``source`` (optimized on a GPU machine, at -G elsewhere: see above)."""
+    from graphfuser.runtime import nvrtc
+
+    return nvrtc.compile_ptx(source, name, arch, _check_options(options))

@@ -261,12 +261,12 @@ def launcher_source(cg: ReductionGroup) -> str:
         L += ["        " + line for line in cuda_choice(cg, len(args))]
         launch = "        f.launch(grid, block, _stream(_devidx), *a" + (", shared_mem=sh)" if k.kind == "inner" else ")")
         if columns and finalized(cg, columns):
-            L.append("        slots = grid[0]")
+            L.append("        slots = grid[0] * block[1]")   # a slot per thread row (several-rows blocks)
             L += ["        " + line for line in _finalized_lines(cg, columns, size, launch)]
             L.append(f"    return {ret}")
             return _armed(L, n_in)
         if columns:
-            L.append("        slots = grid[0]")
+            L.append("        slots = grid[0] * block[1]")   # a slot per thread row (several-rows blocks)
             L += ["        " + line for line in _column_lines(cg, columns)]
         L.append(launch)
     shared = _shared_partials(cg, columns)

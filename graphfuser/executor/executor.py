@@ -39,6 +39,7 @@ from ..passes.sdpa_math import apply_sdpa_math, plan_sdpa_math
 from ..passes.rotary import apply_rotary, plan_rotary
 from ..passes.broadcast_copy import materialize_broadcasts
 from ..passes.sdpa_bias import bias_masks
+from ..passes.unbind_grad import dense_unbinds
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import flag_reader, specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
@@ -399,6 +400,7 @@ class ScriptedFunction(Recovering, SelfChecking):
         sink_views(g)
         materialize_broadcasts(g)
         bias_masks(g)
+        dense_unbinds(g)
         jit_log_graph("graph_fuser", "Before Fusion:", g)
         groups = partition(g)
         write_running_stats_in_place(groups)

@@ -397,6 +397,7 @@ HANDLERS: dict[str, Handler] = {
     "graphfuser::sdpa_mask_check": _ops_call("matmul", "check_mask"),
     "graphfuser::sdpa_bias_check": _ops_call("matmul", "check_bias"),
     "graphfuser::pad_rows": _ops_call("matmul", "pad_rows"),
+    "graphfuser::dense_unbind": _ops_call("views", "dense_unbind"),
     **{kind: _template(t) for kind, t in PRIM_TEMPLATES.items()},
 }
 _OPERATOR_NAMESPACES = ("aten::", "torchvision::", "quantized::", "prims::", "graphfuser::")

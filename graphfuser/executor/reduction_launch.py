@@ -109,7 +109,10 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
             branch = "elif"
         lo, wide = cg.min_threads
         floor = [f"    lo = {wide} if nv >= {WIDE_ROW_VECTORS} else {lo}" if wide != lo else f"    lo = {lo}"]
-        if cg.narrow_min_threads and any(cg.multirow):
+        # (not a kernel with column sums: its register partials grow with P too; vit_small's
+        # bf16 layer norm backward, [6304, 384], took 128 registers and spilled at P = 4, 26.7 us
+        # against 25.3 at P = 1 on an H200; its rows of a warp or fewer share blocks at P = 1)
+        if cg.narrow_min_threads and any(cg.multirow) and not k.has_columns():
             floor.append(f"    lo = {cg.narrow_min_threads} if nv <= {NARROW_MAX_VECTORS} else lo")
         at = len(lines) - (2 if split is not None else 0)
         lines[at:at] = floor

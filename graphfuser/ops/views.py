@@ -45,3 +45,49 @@ def check_view_of_result(x: torch.Tensor, sizes: Sequence[int], dtype: Union[Non
     result_meta(x, _DTYPES.get(dtype, dtype) if isinstance(dtype, int) else dtype).view(sizes)
     if len(_CHECKED) < 1024:
         _CHECKED[key] = True
+
+
+class _DenseUnbind(torch.autograd.Function):
+    """``x.unbind(dim)`` whose backward writes the gradient of ``x`` in ``x``'s own layout (the
+    pieces' gradients copied into it) instead of stacking them contiguously: see
+    ``passes/unbind_grad.py``."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, dim: int):
+        ctx.set_materialize_grads(False)
+        # x's strides where they are dense and non-overlapping (a permuted view of a contiguous
+        # tensor: empty_like keeps them), else contiguous
+        like = torch.empty_like(x, device="meta")
+        ctx.layout = (tuple(like.shape), like.stride(), x.dtype, x.device)
+        ctx.dim = dim
+        return tuple(x.unbind(dim))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if all(g is None for g in grads):
+            return None, None
+        shape, stride, dtype, device = ctx.layout
+        grad = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        for i, g in enumerate(grads):
+            piece = grad.select(ctx.dim, i)
+            if g is None:
+                piece.zero_()       # an unused piece: eager's stack has its zeros too
+            else:
+                piece.copy_(g)
+        return grad, None
+
+
+def dense_unbind(x: torch.Tensor, dim: int) -> list[torch.Tensor]:
+    """``graphfuser::dense_unbind``: ``x.unbind(dim)``; under grad (``x`` requiring it), the
+    gradient of ``x`` is written in ``x``'s layout, one copy per piece, where eager's
+    ``unbind`` backward stacks the pieces' gradients contiguously and a permuted ``x`` (a
+    fused qkv projection's heads) then copies the stack again to undo the permute.
+
+        >>> x = torch.randn(2, 5, 3, 4).permute(2, 0, 1, 3).requires_grad_()
+        >>> [t.shape for t in dense_unbind(x, 0)] == [t.shape for t in x.unbind(0)]
+        True
+    """
+    dim = dim + x.dim() if dim < 0 else dim
+    if torch.is_grad_enabled() and x.requires_grad and 0 <= dim < x.dim():
+        return list(_DenseUnbind.apply(x, dim))
+    return list(x.unbind(dim))

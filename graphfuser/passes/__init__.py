@@ -59,6 +59,8 @@ After profiling:
 1d. bias_masks   the boolean masks of SDPA calls become the additive bias their backend would
                   make, once per mask where it is made, not in every call (passes/sdpa_bias.py;
                   CUDA; before partition, which fuses the conversion)
+1e. dense_unbinds  unbind under grad takes its gradient in its input's layout, a copy per piece,
+                  not eager's contiguous stack copied again after a permute (passes/unbind_grad.py)
 2. partition      the graph fuser: shape reads move to their source value (philox_state's count
                   too), dead nodes go (dce), then fusion groups from the op table's verdicts and
                   the knobs; a lone reduction recomputes the pointwise chain it reads from another

@@ -32,7 +32,7 @@ def _may_raise(node) -> bool:
 # pure nodes of no op-table row: prim nodes, and host ops that passes write (a padded GEMM's
 # weight, passes/gemm_pad.py: left behind when a weight cache takes its chain)
 _PURE = ("prim::Constant", "prim::GetAttr", "prim::ListConstruct", "prim::TupleConstruct", "prim::If", "prim::Loop",
-         "graphfuser::pad_rows")
+         "graphfuser::pad_rows", "graphfuser::dense_unbind")
 
 
 def _dce_block(block: Block, returned: set) -> int:

@@ -10,7 +10,7 @@ import graphfuser
 from graphfuser.autodiff import STATS
 from graphfuser.autodiff.function import DifferentiableGroup
 from graphfuser.config import config
-from helpers import fallback_counter
+from helpers import cuda_ptx, fallback_counter
 
 GRAD_TOL = {
     torch.float64: dict(rtol=1e-7, atol=1e-9),
@@ -98,6 +98,6 @@ def compile_as_cuda(subs: Sequence, prefix: str) -> None:
             else compiled.CompiledGroup(cuda_sub, "cuda", device, f"{prefix}_{k}")
         names = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", cg.source)
         assert names, cg.source
-        ptx = nvrtc.compile_ptx(cg.source, names[0], 90)
+        ptx = cuda_ptx(cg.source, names[0], 90)
         for name in names:
             assert f".entry {name}(".encode() in ptx, name

@@ -18,7 +18,7 @@ from graphfuser.config import config
 from graphfuser.executor.compiled_reduction import ReductionGroup, launcher_source
 from graphfuser.runtime import nvrtc
 
-from helpers import fusion_groups
+from helpers import cuda_compiles, fusion_groups
 
 
 def bn_relu(x, w, b, rm, rv):
@@ -49,7 +49,7 @@ def _compile(cg: ReductionGroup, names: list[str]) -> None:
         pytest.skip(f"NVRTC unavailable: {why}")
     for i, (fname, *_rest) in enumerate(cg.variants):
         if fname in names:
-            nvrtc.compile_cubin(cg.variant_sources[i], fname, 90)
+            cuda_compiles(cg.variant_sources[i], fname, 90)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])

@@ -30,7 +30,7 @@ from graphfuser.executor.reduction_launch import cuda_choice
 from graphfuser.frontend.dynamo import graphfuser_backend
 from graphfuser.ops.axes import needs_axes
 from graphfuser.runtime import nvrtc
-from helpers import check, fusion_groups, make_input, on_cuda
+from helpers import cuda_compiles, check, fusion_groups, make_input, on_cuda
 
 def softmax(x):
     return torch.softmax(x * 1.0, -1)
@@ -139,7 +139,7 @@ def _check_sources(cg: ReductionGroup) -> None:
             tail = re.split(r"#pragma unroll 4|gf_block_|gf_grid_", tail)[0]
             assert "if (v < gf_lanes) {" in tail and "gf_load<" not in tail and "gf_store<" not in tail, tail
         if nvrtc.available()[0]:
-            nvrtc.compile_cubin(src, v[0], 90, ("--fmad=false",) if cg.exact_products else ())
+            cuda_compiles(src, v[0], 90, ("--fmad=false",) if cg.exact_products else ())
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "sum", "amax", "var"])

@@ -16,7 +16,7 @@ from graphfuser.config import config
 from graphfuser.executor.compiled_reduction import ReductionGroup, launcher_source
 from graphfuser.ir import parse_graph, print_graph
 
-from helpers import biased_scores_and_softmax, fusion_groups, masked_softmax
+from helpers import cuda_ptx, biased_scores_and_softmax, fusion_groups, masked_softmax
 
 
 def residual_group_norm(x, y, w, b):
@@ -53,7 +53,7 @@ def test_dense_tensors_load_vectors_and_the_strided_one_is_gathered():
     from graphfuser.runtime import nvrtc
     if nvrtc.available()[0]:
         names = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", src)
-        ptx = nvrtc.compile_ptx(src, names[0], 90)
+        ptx = cuda_ptx(src, names[0], 90)
         assert all(f".entry {n}(".encode() in ptx for n in names)
 
 

@@ -19,7 +19,7 @@ from graphfuser.config import config
 from graphfuser.executor.compiled_reduction import ReductionGroup
 from graphfuser.runtime import nvrtc
 
-from helpers import fallback_counter, fusion_groups, make_input
+from helpers import cuda_compiles, fallback_counter, fusion_groups, make_input
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 TOL = {torch.float16: dict(rtol=5e-3, atol=5e-3), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
@@ -36,7 +36,7 @@ def nvrtc_compile(sf: graphfuser.ScriptedFunction) -> int:
     for g in fusion_groups(sf._optimized):
         cg = ReductionGroup(g.subgraph, "cuda", torch.device("cuda", 0), "k")
         if cg.source not in _COMPILED:
-            nvrtc.compile_cubin(cg.source, cg.variants[0][0], 90)
+            cuda_compiles(cg.source, cg.variants[0][0], 90)
             _COMPILED.add(cg.source)
         n += 1
     return n

@@ -14,7 +14,8 @@ from helpers import live_instances  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 
-SHAPES = [(64, 128), (33, 77), (1, 4096), (7, 3000), (2048, 1024), (300, 20000)]
+# (6304, 384): vit_small's layer norm rows; (3001, 96): narrow ones, several to a block, a slot per thread row
+SHAPES = [(64, 128), (33, 77), (1, 4096), (7, 3000), (2048, 1024), (300, 20000), (6304, 384), (3001, 96)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -95,3 +96,23 @@ def test_finalizing_kernel_against_torch_sum(dtype):
             want = w[i * span:i * span + slots * nr].view(slots, nr).sum(0).to(dtype)
             torch.testing.assert_close(o, want, rtol=1e-5 if dtype in (torch.float32, torch.float64) else 1e-2,
                                        atol=1e-4 if dtype in (torch.float32, torch.float64) else 1e-2)
+
+
+def test_narrow_rows_share_blocks_with_column_sums():
+    """Layer norm backward rows of 96 channels (ConvNeXt-T's first stage): the several-rows twin
+    runs them, a slot of partials per thread row, and the gradients are eager's and repeat
+    bitwise."""
+    from torch.profiler import ProfilerActivity, profile
+
+    got, ref, sf = train_grads("layer_norm", (20000, 96), torch.bfloat16, "cuda")
+    assert_grads_close(got, ref, torch.bfloat16)
+    x = torch.randn(20000, 96, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn_like(x)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        sf(x).backward(g)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if "cuda_fusion" in e.name]
+    assert any("_mr_" in n for n in names), names
+    again, _, _ = train_grads("layer_norm", (20000, 96), torch.bfloat16, "cuda")
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)

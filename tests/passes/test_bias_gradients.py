@@ -14,7 +14,7 @@ import graphfuser
 from graphfuser.config import config
 from graphfuser.frontend.dynamo import registered_backend
 from graphfuser.ops.pointwise import _eager_bias_grad
-from helpers import fusion_groups
+from helpers import cuda_ptx, fusion_groups
 
 
 class Conv1D(nn.Module):
@@ -195,7 +195,7 @@ def test_groups_forward_and_backward_compile_for_cuda(make, shape):
     assert len(routed) >= 2         # a forward group and its backward
     for sub in routed:
         cg = ReductionGroup(sub, "cuda", torch.device("cuda", 0), "k")
-        nvrtc.compile_ptx(cg.source, cg.variants[0][0], 90)
+        cuda_ptx(cg.source, cg.variants[0][0], 90)
 
 
 class InplaceBeside(nn.Module):

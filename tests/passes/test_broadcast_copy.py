@@ -12,7 +12,7 @@ from graphfuser.config import config
 from graphfuser.executor.compiled import CompiledGroup
 from graphfuser.frontend.dynamo import graphfuser_backend
 from graphfuser.ir import parse_graph, print_graph
-from helpers import fusion_groups
+from helpers import cuda_compiles, fusion_groups
 
 
 def repeat_kv(x, n: int):
@@ -157,7 +157,7 @@ def test_the_cuda_kernel_reads_the_repeated_tensor_in_vectors():
     if not ok:
         pytest.skip(why)
     for src, (fname, *_rest) in zip(cg.variant_sources, cg.variants):
-        assert nvrtc.compile_cubin(src, fname, 90)
+        assert cuda_compiles(src, fname, 90)
 
 
 def _flat_repeat(x):

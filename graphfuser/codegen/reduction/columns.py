@@ -1,12 +1,12 @@
 """Column sums in a row kernel: the fourth mixin of the reduction walk (``cstyle_reduction._Walk``).
 
 A kernel whose rows also feed column partials (``passes/column_sums.py``: the weight and bias
-gradients of a norm backward summed over its rows) keeps one slot of partials per row worker:
-the rows are a grid loop over slots, each thread accumulates its columns in registers
+gradients of a norm backward summed over its rows) keeps one slot of partials per row worker (a
+block, or a thread row of a several-rows block): the rows are a grid loop over slots, each thread accumulates its columns in registers
 (persistent schedules) or in its slot's row, and writes them back after its last row; the
 launcher reduces the slots.
 
-Needs the walk's ``k``, ``d``, ``o``, ``T``, ``vec``, ``V``, ``persistent``, ``first``, ``loops``,
+Needs the walk's ``k``, ``d``, ``o``, ``T``, ``vec``, ``V``, ``persistent``, ``multirow``, ``first``, ``loops``,
 ``preds``, ``offsets``, ``cache_leaves``, ``names`` and ``decls``.
 """
 from __future__ import annotations
@@ -32,7 +32,10 @@ class ColumnSums:
             work = " * ".join(f"n{r}" for r in range(self.k.n_dims)) or "1"
             em(self.d.parallel_pragma.format(work=work, threshold=self.o.omp_threshold))
             self.parallel_done = True
-        em(self.d.loops[ParallelType.BIDx].format(T=self.T, i="gf_slot", ext="gf_slots") + " {")
+        # (a several-rows block's thread rows are slots of their own: the launcher passes
+        # gf_slots = gridDim.x * blockDim.y)
+        loop = self.d.row_loop_multi if self.multirow else self.d.loops[ParallelType.BIDx]
+        em(loop.format(T=self.T, i="gf_slot", ext="gf_slots") + " {")
         em.depth += 1
         if not self.persistent:
             return              # (the launcher zeroes the slots)

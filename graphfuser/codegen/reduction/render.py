@@ -155,9 +155,9 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         self.backwards = False
         # several rows per block (the launcher's choice, blockDim.y > 1, for rows of few
         # threads): persistent schedules whose one prefix leaf is the row loop and whose threads
-        # meet only in warp shuffles there, no grid split or column sums
+        # meet only in warp shuffles there, no grid split (column sums: a slot per thread row)
         self.multirow_capable = bool(dialect.row_loop_multi) and self.persistent and self.first == 1 \
-            and leaves[0].ptype is ParallelType.BIDx and not self.columns and not self.grid_red \
+            and leaves[0].ptype is ParallelType.BIDx and not self.grid_red \
             and self.L == 1 and all(leaves[k].ptype is ParallelType.TIDx for k in inner if self.bound[k])
         self.multirow = opts.multirow and self.multirow_capable
         self.row_step = dialect.row_prefetch_multi if self.multirow else dialect.row_prefetch
