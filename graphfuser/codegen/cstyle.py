@@ -30,7 +30,6 @@ class RenderOptions:
     fast_div: bool = False          # 32-bit index: divide by run-time extents with magic numbers
     prefetch: bool = True           # persistent reductions: load the next row during this one
     prefetch_stages: int = 1        # ... into this many shared-memory stages (0: registers)
-    prefetch_first: bool = True     # ... and its first element (a layer norm's shift) into a register
     cache_computed: bool = True     # persistent reductions keep computed values, not only loads
     multirow: bool = False          # persistent row kernels: blockDim.y rows per block, where they can
     even_rows: bool = False         # persistent row kernels: rows exactly P vectors a thread, blockDim.x

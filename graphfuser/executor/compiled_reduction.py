@@ -94,7 +94,6 @@ class ReductionGroup:
         for itype, tag in ((("int", "_i32"), ("long long", "_i64")) if target == "cuda" else (("long long", ""),)):
             opts = _render_opts(itype)
             opts.prefetch = not config.is_disabled("prefetch")
-            opts.prefetch_first = not config.is_disabled("prefetch_first")
             opts.prefetch_stages = self.stages
             opts.cache_computed = bool(config.cuda["reduction_cache_computed"])
             for params, nest in schedules:

@@ -150,7 +150,6 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         self._analyze()
         self.prefetch = self._prefetched()
         self.stages = self._stages()
-        self.first_regs = self._first_registers() if opts.prefetch_first else {}
         self.grid_red = [k for k in inner if self.red[k] and leaves[k].ptype in dialect.grid_reduce]
         self.grid_sync = False
         self.backwards = False
@@ -181,9 +180,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         if isinstance(e, EdgeIndex):
             return f"(({ct})({self.edge_linear_index(e.last)}))"
         if isinstance(e, (FirstLoad, LastLoad)):
-            raw = self.first_regs[e.tensor] if isinstance(e, FirstLoad) and e.tensor in self.first_regs \
-                else self.first_load(e)
-            return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(raw)
+            return LOAD_CONVERT.get(self.k.tensors[e.tensor].dtype, "{0}").format(self.first_load(e))
         if isinstance(e, Cast):
             return cast_text(names[id(e.arg)], e.arg.dtype, e.dtype)
         assert isinstance(e, Call), e
@@ -354,8 +351,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         if p == 1 and self.prefetch:
             step = self.row_step[1]
             em(f"const {self.T} gf_next = i0 + {f'{self.stages} * ' if self.stages > 1 else ''}{step};")
-            self.emit_first_shift(em)
-            self.emit_prefetch(em, "gf_next", "gf_cur", self.first_ring() - 1)
+            self.emit_prefetch(em, "gf_next", "gf_cur")
             if self.stages:
                 em(f"gf_cur = gf_cur + 1 == {self.stages} ? 0 : gf_cur + 1;")
         bound_red = [i for i in range(self.first, len(self.nest.leaves)) if self.bound[i] and self.red[i]]
@@ -499,13 +495,12 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             if self.bound[i]:
                 em(d.binds[leaves[i].ptype].format(T=self.T, i=f"i{i}"))
         self.emit_decls(em, 0)
-        self.emit_first_decls(em)
         if self.stages:
             em(d.async_copy)
             em("int gf_cur = 0;")
             for j in range(self.stages):
                 self.emit_prefetch(em, f"{self.row_step[0]} + {j} * {self.row_step[1]}" if j else self.row_step[0],
-                                   str(j), j)
+                                   str(j))
         elif self.prefetch:
             for q, name in self.prefetch.items():
                 em(f"{STORAGE_TYPES[k.tensors[q].dtype]} {name}[{self.cache_size()}];")
@@ -516,7 +511,6 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         for i in range(self.first):
             self.open_leaf(em, i)
             self.emit_decls(em, i + 1)
-        self.emit_first_take(em)
         slot = 0
         for e in self.exprs:
             if id(e) in self.cached:

@@ -13,8 +13,8 @@ Needs the walk's ``k``, ``nest``, ``d``, ``o``, ``T``, ``vec``, ``V``, ``persist
 from __future__ import annotations
 
 from ..cstyle import _Emitter
-from ..dialects import COMPUTE_TYPES, STORAGE_TYPES
-from ...ir.kir import FirstLoad, Load, Reduce
+from ..dialects import COMPUTE_TYPES
+from ...ir.kir import Load, Reduce
 from ..schedule import ParallelType, ScheduleError, iop, ivar
 
 
@@ -44,41 +44,6 @@ class RowPipeline:
                 if not (self.vec and t.dim_kinds[self.vroot] in ("bcast", "strided")):
                     out[e.tensor] = f"pf_{t.name}"
         return out
-
-    def _first_registers(self) -> dict[int, str]:
-        """Tensor params whose row's first element (``FirstLoad``: the shift of a layer norm's
-        moments) is read by the prefetch too, into a ring of registers ``<name>_<j>`` (one per
-        row in flight), and copied into ``<name>`` when its row starts: the row's shift then
-        waits on no load of its own. It was a dependent scalar load at the start of each row,
-        which every thread of the block issued before anything else of the row could go on."""
-        if not self.prefetch:
-            return {}
-        out: dict[int, str] = {}
-        for e in self.exprs:
-            if isinstance(e, FirstLoad) and e.tensor not in out:
-                out[e.tensor] = f"gf_f_{self.k.tensors[e.tensor].name}"
-        return out
-
-    def first_ring(self) -> int:
-        """Rows whose first elements are in flight: one per stage (the register prefetch: one)."""
-        return max(1, self.stages)
-
-    def emit_first_decls(self, em: _Emitter) -> None:
-        for q, name in self.first_regs.items():
-            st = STORAGE_TYPES[self.k.tensors[q].dtype]
-            em(f"{st} " + ", ".join(f"{name}_{j} = ({st})0" for j in range(self.first_ring())) + ";")
-
-    def emit_first_take(self, em: _Emitter) -> None:
-        """At a row's start: its first elements, from the ring's head."""
-        for q, name in self.first_regs.items():
-            em(f"const {STORAGE_TYPES[self.k.tensors[q].dtype]} {name} = {name}_0;")
-
-    def emit_first_shift(self, em: _Emitter) -> None:
-        """Before the next row's prefetch: the ring moves up one (its last slot is refilled)."""
-        n = self.first_ring()
-        for name in self.first_regs.values():
-            for j in range(n - 1):
-                em(f"{name}_{j} = {name}_{j + 1};")
 
     def _check_grid_split(self) -> None:
         """A reduced leaf on a grid axis (a row split across blocks): each block combines its
@@ -189,11 +154,10 @@ class RowPipeline:
         return (f"gf_stage + (({stage}) * {P * sum(nbytes.values())} + {P * before} + ({chunk}) * {nbytes[q]}) "
                 f"* {threads} + {me} * {nbytes[q]}")
 
-    def emit_prefetch(self, em: _Emitter, row: str, stage: str = "", first_slot: int = 0) -> None:
+    def emit_prefetch(self, em: _Emitter, row: str, stage: str = "") -> None:
         """Load row ``row`` of every prefetched tensor into its register array, or start its
         asynchronous copy into shared-memory ``stage`` (a scope that re-declares the row index
-        and the index values hoisted at row depth); its first elements go to slot
-        ``first_slot`` of their register rings."""
+        and the index values hoisted at row depth)."""
         start = em.depth
         em("{")
         em.depth += 1
@@ -201,9 +165,6 @@ class RowPipeline:
         em(f"if (i0 < {self.ix(self.nest.leaves[0].extent)}) {{")
         em.depth += 1
         self.emit_decls(em, 1, frozenset({"gf_slot"}))     # (column partials are never loaded)
-        for q, name in self.first_regs.items():
-            e = next(x for x in self.exprs if isinstance(x, FirstLoad) and x.tensor == q)
-            em(f"{name}_{first_slot} = {self.first_load(e)};")
         for i in self.loops:
             self.open_leaf(em, i)
         if self.preds:
