@@ -104,8 +104,10 @@ class Attention(nn.Module):
 
 
 def _train(model, frontend: str, steps: int = 4, dtype=torch.float32, autocast: bool = False):
-    """(outputs, parameter gradients) of ``steps`` forward + backward calls."""
-    run = torch.compile(model, backend=graphfuser.graphfuser_backend) if frontend == "compile" else graphfuser.script(model)
+    """(outputs, parameter gradients) of ``steps`` forward + backward calls (``frontend``:
+    compile, script or eager)."""
+    run = {"compile": lambda: torch.compile(model, backend=graphfuser.graphfuser_backend),
+           "script": lambda: graphfuser.script(model), "eager": lambda: model}[frontend]()
     outs, grads = [], []
     for i in range(steps):
         torch.manual_seed(100 + i)
@@ -141,17 +143,16 @@ def test_attention_block_trains_as_without_the_rewrite(rewrites, frontend, dtype
         for a, b in zip(ga, gb):
             assert torch.equal(a, b)
     # and eager's, within rounding
-    tol = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-4, atol=1e-5)
-    for i in range(len(got[0])):
-        torch.manual_seed(100 + i)
-        x = torch.randn(3, 7, 32, dtype=dtype)
-        ref.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            y = ref(x)
-        (y.float() * torch.linspace(-1, 1, y.shape[-1])).sum().backward()
-        torch.testing.assert_close(got[0][i], y.detach(), **tol)
-        for a, p in zip(got[1][i], ref.parameters()):
-            torch.testing.assert_close(a, p.grad, **tol)
+    _assert_close(got, _train(ref, "eager", dtype=dtype, autocast=autocast),
+                  dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-4, atol=1e-5))
+
+
+def _assert_close(got, want, tol) -> None:
+    for a, b in zip(got[0], want[0]):
+        torch.testing.assert_close(a, b, **tol)
+    for ga, gb in zip(got[1], want[1]):
+        for a, b in zip(ga, gb):
+            torch.testing.assert_close(a, b, **tol)
 
 
 @pytest.mark.parametrize("variant", ["unused_piece", "piece_written_in_place"])
@@ -162,16 +163,7 @@ def test_unused_and_written_pieces(rewrites, variant):
     kw = dict(use_v=False) if variant == "unused_piece" else dict(scale_q_in_place=True)
     m = Attention(**kw)
     ref = copy.deepcopy(m)
-    got = _train(m, "compile")
-    for i in range(len(got[0])):
-        torch.manual_seed(100 + i)
-        x = torch.randn(3, 7, 32)
-        ref.zero_grad()
-        y = ref(x)
-        (y * torch.linspace(-1, 1, y.shape[-1])).sum().backward()
-        torch.testing.assert_close(got[0][i], y.detach(), rtol=1e-4, atol=1e-5)
-        for a, p in zip(got[1][i], ref.parameters()):
-            torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-5)
+    _assert_close(_train(m, "compile"), _train(ref, "eager"), dict(rtol=1e-4, atol=1e-5))
     assert sum(rewrites) >= 1       # (the q.clone() makes the written tensor a copy, not a piece)
 
 
