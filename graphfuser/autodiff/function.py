@@ -340,7 +340,7 @@ def make_differentiable_runner(group: Node, forward: Callable[..., tuple], runne
 
     The eager program (of a group left to eager, and of a node's double backward) is the group's
     own subgraph, never ``sub``: where ``sub`` saves statistics, its ``graphfuser::batch_norm_train``
-    runs eagerly as a composite of torch ops (``ops.norms.batch_norm_train_eager``), and autograd
+    runs eagerly as a composite of torch ops (``ops.norm_programs.batch_norm_train_eager``), and autograd
     then differentiates that composite in float32 instead of running eager's batch-norm backward.
     A MobileNetV3 block, whose batch norm + hardswish groups have no fused backward, had its first
     conv's and batch norm's weight gradients 1.39x and 1.27x eager's distance from float64 (rms

@@ -301,6 +301,49 @@ _native_layer_norm.differentiable_outputs = (0,)
 DERIVATIVES["native_layer_norm"] = _native_layer_norm
 
 
+def _rebuild_layer_norm_train(d, a, outs, xt, yt):
+    """y of ``graphfuser::layer_norm_train`` from its saved statistics, as the forward kernel
+    computed it: ``((x - shift) - offset) * rstd * w + b`` in the statistics' dtype."""
+    _, shift, offset, rstd = outs
+    x = a["input"]
+    if xt.dtype in _REDUCED:
+        x = d.to(x, torch.float32)
+    y = d.mul(d.sub(d.sub(x, shift), offset), rstd)
+    for name, fn in (("weight", d.mul), ("bias", d.add)):
+        if _tensor(d, a, name) is not None:
+            y = fn(y, a[name])
+    return d.to(y, yt.dtype) if yt.dtype in _REDUCED else y
+
+
+@opmath
+def _layer_norm_train_grads(d, a, g, outs):
+    """The layer-norm gradients of ``_layer_norm`` from the saved statistics: the deviations
+    ``(x - shift) - offset`` are the forward's, so one pass over the row takes both means dx
+    needs. A row whose rstd is 0 (finite data whose variance overflowed) has xhat 0, as the
+    forward's output there is its bias."""
+    x = a["input"]
+    rank = d.rank(x)
+    dims = list(range(rank - _norm_len_of(a["normalized_shape"]), rank))
+    _, shift, offset, rstd = outs
+    xhat = d.where(d.op("aten::eq", rstd, 0.0), 0.0, d.mul(d.sub(d.sub(x, shift), offset), rstd))
+    w = _tensor(d, a, "weight")
+    gw = g if w is None else d.mul(g, w)
+    m1 = d.op("aten::mean", gw, dims, True)
+    m2 = d.op("aten::mean", d.mul(gw, xhat), dims, True)
+    return {"input": _normalized_dx(d, rstd, gw, xhat, m1, m2), "weight": d.mul(g, xhat), "bias": g}
+
+
+def _layer_norm_train(d, a, gs, outs):
+    """(y, shift, offset, rstd): only y is differentiable; the statistics are the forward's."""
+    return _layer_norm_train_grads(d, a, gs[0], outs)
+
+
+_layer_norm_train.multi_output = True
+_layer_norm_train.differentiable_outputs = (0,)
+DERIVATIVES["layer_norm_train"] = _layer_norm_train
+REBUILDS["layer_norm_train"] = _rebuild_layer_norm_train
+
+
 def _norm_len_of(ns: Any) -> int:
     from .reduction import list_items
 

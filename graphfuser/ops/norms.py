@@ -22,6 +22,7 @@ from ..ir.kir import Expr
 from ..ir.graph import Node, Value
 from ..ir.types import TensorType
 from .axes import DimPlan
+from .norm_programs import batch_norm_train_eager, layer_norm_train_eager, split_mean_tensors
 from .reduction import arg_expr, list_items, mean_of, need_const, rank_of, reduction, same_float, shifted_moments
 from .table import OpCall
 
@@ -174,13 +175,6 @@ def split_mean(b, k: Expr, c: Expr) -> tuple[Expr, Expr]:
     return hi, b.add(b.sub(k, b.sub(hi, kb)), b.sub(c, kb))
 
 
-def split_mean_tensors(k: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``split_mean`` on tensors (the host programs of fallbacks and unfused groups)."""
-    hi = k + c
-    kb = hi - k
-    return hi, (k - (hi - kb)) + (c - kb)
-
-
 def _normalize_parts(call: OpCall, acc: Optional[torch.dtype] = None,
                      stats: Optional[torch.dtype] = None) -> tuple[Expr, Expr, Expr, Expr, Expr]:
     """(y, hi, lo, mean, rstd) of a normalization by the statistics of its segments: sums
@@ -236,6 +230,16 @@ def _layer_norm(call: OpCall) -> Expr:
 def _native_layer_norm(call: OpCall) -> tuple[Expr, Expr, Expr]:
     """(layer_norm(x), mean, rstd)"""
     return _normalize(call, _row_sums_acc(call), call.compute)
+
+
+def _layer_norm_train(call: OpCall) -> tuple[Expr, Expr, Expr, Expr]:
+    """(layer_norm(x), shift, offset, rstd): the layer norm of ``_layer_norm`` and the per-row
+    statistics its output is made of, ``y = ((x - shift) - offset) * rstd * w + b`` with
+    ``shift + offset`` the row's mean (``split_mean``). A differentiable group saves them for
+    its backward (``autodiff/saved.py``), which then reduces each row once (the gradient's two
+    means) instead of rebuilding its statistics first."""
+    y, hi, lo, _, rstd = _normalize_parts(call, _row_sums_acc(call), call.compute)
+    return y, hi, lo, rstd
 
 
 def _rms_norm(call: OpCall) -> Expr:
@@ -507,6 +511,13 @@ reduction("native_layer_norm", ("aten::native_layer_norm",), "normalization",
           out_dtype=same_float, consts=("eps",), shape_args=("normalized_shape",), profiled_lists=("normalized_shape",), size_checks=_trailing_checks,
           n_outputs=3,
           eager=torch.native_layer_norm, doc="(layer_norm, mean, rstd)")
+reduction("layer_norm_train", ("graphfuser::layer_norm_train",), "normalization",
+          ("input", "normalized_shape", "weight", "bias", "eps"), _layer_norm_train, planner=_layer_norm_plan,
+          out_dtype=same_float, consts=("eps",), shape_args=("normalized_shape",),
+          profiled_lists=("normalized_shape",), size_checks=_trailing_checks, n_outputs=4,
+          eager=layer_norm_train_eager,
+          doc="layer norm and its per-row statistics (shift, offset, rstd), which a differentiable group "
+              "saves for its backward")
 reduction("rms_norm", ("aten::rms_norm",), "normalization", ("input", "normalized_shape", "weight=None", "eps=None"),
           _rms_norm, planner=_layer_norm_plan, out_dtype=same_float, consts=("eps",),
           shape_args=("normalized_shape",), profiled_lists=("normalized_shape",), size_checks=_trailing_checks, eager=torch.rms_norm,
@@ -525,29 +536,6 @@ def _batch_norm_train_plan(node: Node, args: dict, consts: dict) -> Union[DimPla
         return plan
     stats = tuple(None if d in plan.reduced else d for d in range(plan.rank))
     return DimPlan(plan.rank, plan.args, [plan.outputs[0]] + [stats] * 3, plan.reduced)
-
-
-def batch_norm_train_eager(input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-                           eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The eager program of ``graphfuser::batch_norm_train`` (fallbacks, double backward)."""
-    ct = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
-    x = input.to(ct)
-    dims = [0] + list(range(2, x.dim()))
-    shift = x
-    for dim in dims:
-        shift = shift.narrow(dim, 0, 1) if x.shape[dim] else x.new_zeros(()).expand(*shift.shape[:dim], 1,
-                                                                               *shift.shape[dim + 1:])
-    d = x - shift
-    offset = d.mean(dims, keepdim=True)
-    rstd = torch.rsqrt(((d - offset) ** 2).mean(dims, keepdim=True) + eps)
-    shift, offset = split_mean_tensors(shift, offset)        # as the fused kernel (split_mean)
-    y = ((x - shift) - offset) * rstd
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    if weight is not None:
-        y = y * weight.reshape(shape)
-    if bias is not None:
-        y = y + bias.reshape(shape)
-    return y.to(input.dtype), shift.contiguous(), offset, rstd
 
 
 reduction("batch_norm_train", ("graphfuser::batch_norm_train",), "normalization",

@@ -59,29 +59,46 @@ def _column_group(part: "_BlockPartition", gid: int) -> Optional[Axes]:
 
 
 def rows_contiguous(nodes: list[Node], axes: Axes) -> bool:
-    """Whether the row reductions' input has the reduced axes innermost, in their dims' order
-    (its dims of size 1 aside): a row is then one run of memory, and the column sums walk it as
-    the row kernel does. A layer norm over [7, 5] of a [N, 5, 7, 5] input whose last two dims are
-    transposed has its innermost dim reduced, yet the [7, 5] weight gradient would walk the row
-    against its memory order (fuzz graph 5420 of seed 9595: the lowering could not store it).
-    Never for an empty row input."""
+    """Whether the row reductions' inputs have the reduced axes innermost, in their dims' order
+    (their dims of size 1 aside): a row is then one run of memory, and the column sums walk it as
+    the row kernel does; and whether every other full-size tensor the nodes read keeps the
+    reduced axes together in that order. A layer norm over [7, 5] of a [N, 5, 7, 5] input whose
+    last two dims are transposed has its innermost dim reduced, yet the [7, 5] weight gradient
+    would walk the row against its memory order (fuzz graph 5420 of seed 9595: the lowering could
+    not store it); with the forward's statistics saved (``autodiff/saved.py``) the rows reduced
+    are the gradient's, dense, and the transposed input is only read. Never for an empty row
+    input."""
+    rows = []
     for n in nodes:
         if axes.node_reduced.get(n) and axes.node_reduced[n] == axes.reduced:
             row = lookup(n.kind)
-            v = bind(row, n)[0].get(row.promote[0]) if row.promote else None
-            t = v.type if v is not None else None
-            if not isinstance(t, TensorType) or not t.stride_order or t.sizes is None:
-                return False
-            if 0 in t.sizes:
-                # an empty tensor's strides say nothing of a layout: its inputs' stride orders
-                # disagree, and the lowering finds no input to walk the rows along (fuzz graph
-                # 983 of seed 33402: a lerp's gradients over a batch of 0)
-                return False
-            dims = axes.of.get(v, ())
-            order = [d for d in t.stride_order if d < len(dims) and t.sizes[d] != 1]
-            red = sorted(d for d in order if dims[d] in axes.reduced)
-            return bool(red) and order[len(order) - len(red):] == red
-    return False
+            rows.append(bind(row, n)[0].get(row.promote[0]) if row.promote else None)
+    if not rows or not all(_reduced_order(v, axes, innermost=True) for v in rows):
+        return False
+    rank = rows[0].type.rank
+    return all(_reduced_order(v, axes, innermost=False) for v in _full_reads(nodes, rank) if v in axes.of)
+
+
+def _reduced_order(v, axes: Axes, innermost: bool) -> bool:
+    """Whether ``v``'s reduced dims (of more than one element) are adjacent in its stride order,
+    in their dims' order, and (``innermost``) last; a tensor broadcast along all of them passes
+    unless ``innermost``."""
+    t = getattr(v, "type", None)
+    if not isinstance(t, TensorType) or not t.stride_order or t.sizes is None:
+        return False
+    if 0 in t.sizes:
+        # an empty tensor's strides say nothing of a layout: its inputs' stride orders
+        # disagree, and the lowering finds no input to walk the rows along (fuzz graph
+        # 983 of seed 33402: a lerp's gradients over a batch of 0)
+        return False
+    dims = axes.of.get(v, ())
+    order = [d for d in t.stride_order if d < len(dims) and t.sizes[d] != 1]
+    at = [i for i, d in enumerate(order) if dims[d] in axes.reduced]
+    if not at:
+        return not innermost
+    red = [order[i] for i in at]
+    together = at == list(range(at[0], at[0] + len(at))) and red == sorted(red)
+    return together and (not innermost or at[-1] == len(order) - 1)
 
 
 def _outputs_misfit(nodes: list[Node], axes: Axes) -> Optional[str]:
