@@ -134,8 +134,13 @@ def _rewrite(sub, n: Node) -> int:
     stat = TensorType(dtype=torch.float32 if x.dtype in _HALF else torch.float64 if cpu32 else x.dtype,
                       sizes=sizes, strides=strides,
                       stride_order=order, contiguity=contig, device=x.device, requires_grad=False)
-    new = sub.create("graphfuser::batch_norm_train", [n.inputs[i] for i in (0, 1, 2, 7)],
-                     [n.output.type, stat, stat, stat], source=n.source)
+    return _with_statistics(sub, n, "graphfuser::batch_norm_train", [n.inputs[i] for i in (0, 1, 2, 7)], stat)
+
+
+def _with_statistics(sub, n: Node, kind: str, inputs: list, stat: TensorType) -> int:
+    """Replace ``n`` by ``kind`` (its output, then shift, offset and rstd of type ``stat``),
+    the statistics appended to the subgraph's outputs; returns how many (3)."""
+    new = sub.create(kind, inputs, [n.output.type, stat, stat, stat], source=n.source)
     sub.block.insert_before(n, new)
     y = new.outputs[0]
     for user, i in list(n.output.uses):
@@ -181,13 +186,4 @@ def _rewrite_layer_norm(sub, n: Node) -> int:
     # the statistics' dtype: the layer norm's compute dtype (ops/norms.py _layer_norm_train)
     stat = TensorType(dtype=torch.float32 if x.dtype in _HALF else x.dtype, sizes=sizes, strides=strides,
                       stride_order=order, contiguity=contig, device=x.device, requires_grad=False)
-    new = sub.create("graphfuser::layer_norm_train", [n.inputs[i] for i in (0, 1, 2, 3, 4)],
-                     [n.output.type, stat, stat, stat], source=n.source)
-    sub.block.insert_before(n, new)
-    y = new.outputs[0]
-    for user, i in list(n.output.uses):
-        user.replace_input(i, y)
-    sub.block.replace_return_everywhere(n.output, y)
-    sub.block.remove(n)
-    sub.block.returns = list(sub.block.returns) + new.outputs[1:]
-    return 3
+    return _with_statistics(sub, n, "graphfuser::layer_norm_train", [n.inputs[i] for i in (0, 1, 2, 3, 4)], stat)

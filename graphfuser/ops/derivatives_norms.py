@@ -301,9 +301,10 @@ _native_layer_norm.differentiable_outputs = (0,)
 DERIVATIVES["native_layer_norm"] = _native_layer_norm
 
 
-def _rebuild_layer_norm_train(d, a, outs, xt, yt):
-    """y of ``graphfuser::layer_norm_train`` from its saved statistics, as the forward kernel
-    computed it: ``((x - shift) - offset) * rstd * w + b`` in the statistics' dtype."""
+def _rebuild_from_statistics(d, a, outs, xt, yt, param):
+    """y of a statistics row (``graphfuser::layer_norm_train`` / ``batch_norm_train``) from its
+    saved statistics, as the forward kernel computed it: ``((x - shift) - offset) * rstd * w + b``
+    in the statistics' dtype; ``param(v)``: a weight or bias shaped to broadcast."""
     _, shift, offset, rstd = outs
     x = a["input"]
     if xt.dtype in _REDUCED:
@@ -311,8 +312,12 @@ def _rebuild_layer_norm_train(d, a, outs, xt, yt):
     y = d.mul(d.sub(d.sub(x, shift), offset), rstd)
     for name, fn in (("weight", d.mul), ("bias", d.add)):
         if _tensor(d, a, name) is not None:
-            y = fn(y, a[name])
+            y = fn(y, param(a[name]))
     return d.to(y, yt.dtype) if yt.dtype in _REDUCED else y
+
+
+def _rebuild_layer_norm_train(d, a, outs, xt, yt):
+    return _rebuild_from_statistics(d, a, outs, xt, yt, lambda v: v)
 
 
 @opmath
@@ -333,15 +338,19 @@ def _layer_norm_train_grads(d, a, g, outs):
     return {"input": _normalized_dx(d, rstd, gw, xhat, m1, m2), "weight": d.mul(g, xhat), "bias": g}
 
 
-def _layer_norm_train(d, a, gs, outs):
-    """(y, shift, offset, rstd): only y is differentiable; the statistics are the forward's."""
-    return _layer_norm_train_grads(d, a, gs[0], outs)
+def statistics_row(name: str, grads, rebuild) -> None:
+    """Register the derivative and the rebuild of a normalization row that also returns its
+    statistics, ``(y, shift, offset, rstd)``: only y is differentiable; the statistics are the
+    forward's, which ``grads(d, a, g, outs)`` reads."""
+    def derivative_of(d, a, gs, outs):
+        return grads(d, a, gs[0], outs)
+    derivative_of.multi_output = True
+    derivative_of.differentiable_outputs = (0,)
+    DERIVATIVES[name] = derivative_of
+    REBUILDS[name] = rebuild
 
 
-_layer_norm_train.multi_output = True
-_layer_norm_train.differentiable_outputs = (0,)
-DERIVATIVES["layer_norm_train"] = _layer_norm_train
-REBUILDS["layer_norm_train"] = _rebuild_layer_norm_train
+statistics_row("layer_norm_train", _layer_norm_train_grads, _rebuild_layer_norm_train)
 
 
 def _norm_len_of(ns: Any) -> int:
@@ -441,18 +450,7 @@ def _batch_norm(d, a, g, out):
 
 
 def _rebuild_batch_norm_train(d, a, outs, xt, yt):
-    """y of ``graphfuser::batch_norm_train`` from its saved statistics, as the forward kernel
-    computed it: ``((x - shift) - offset) * rstd * w + b`` in the compute dtype."""
-    _, shift, offset, rstd = outs
-    rank = xt.rank
-    x = a["input"]
-    if xt.dtype in _REDUCED:
-        x = d.to(x, torch.float32)
-    y = d.mul(d.sub(d.sub(x, shift), offset), rstd)
-    for name, fn in (("weight", d.mul), ("bias", d.add)):
-        if _tensor(d, a, name) is not None:
-            y = fn(y, _channel(d, a[name], rank))
-    return d.to(y, yt.dtype) if yt.dtype in _REDUCED else y
+    return _rebuild_from_statistics(d, a, outs, xt, yt, lambda v: _channel(d, v, xt.rank))
 
 
 @opmath
@@ -474,15 +472,7 @@ def _batch_norm_train_grads(d, a, g, outs):
             "bias": Exact(d.op("aten::sum", g, dims, False))}
 
 
-def _batch_norm_train(d, a, gs, outs):
-    """(y, shift, offset, rstd): only y is differentiable; the statistics are the forward's."""
-    return _batch_norm_train_grads(d, a, gs[0], outs)
-
-
-_batch_norm_train.multi_output = True
-_batch_norm_train.differentiable_outputs = (0,)
-DERIVATIVES["batch_norm_train"] = _batch_norm_train
-REBUILDS["batch_norm_train"] = _rebuild_batch_norm_train
+statistics_row("batch_norm_train", _batch_norm_train_grads, _rebuild_batch_norm_train)
 
 
 @derivative("instance_norm")

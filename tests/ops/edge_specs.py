@@ -134,6 +134,9 @@ EXEMPT = {
                  "(tests/passes/test_bias_gradients.py)",
     "dense_copy": "made by passes/broadcast_copy.py from a reshape of an expanded view "
                   "(tests/passes/test_broadcast_copy.py)",
+    "layer_norm_train": "made by autodiff/saved.py from layer_norm under grad, whose edge forms are "
+                        "layer_norm's; constant, huge-mean, inf and NaN rows in "
+                        "tests/autodiff/test_layer_norm_statistics.py",
     "philox_rand_like": "random: made by passes/random.py (tests/ops/test_random.py)",
     "philox_bernoulli": "random: made by passes/random.py (tests/ops/test_random.py)",
     "philox_bernoulli_p": "random: made by passes/random.py (tests/ops/test_random.py)",
