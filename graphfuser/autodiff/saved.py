@@ -35,7 +35,6 @@ and the rebuilt statistics' were 30% off (``tests/autodiff/test_layer_norm_stati
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
@@ -44,6 +43,7 @@ from ..ir.clone import clone_graph
 from ..ir.graph import Node
 from ..ir.types import TensorType, layout_of
 from ..ops import lookup
+from ..ops.norms import norm_len
 from ..ops.reduction import ReductionRow
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -157,26 +157,16 @@ def _layer_norm_node(n: Node) -> bool:
     if n.kind != "aten::layer_norm" or len(n.inputs) != 6 or config.is_disabled("layer_norm_statistics"):
         return False
     x, ns, eps = n.inputs[0].type, n.inputs[1], n.inputs[4]
-    k = _norm_len(ns)
+    k = norm_len(ns)
     return (k is not None and eps.is_constant and isinstance(x, TensorType) and x.sizes is not None
             and 0 < k <= len(x.sizes) and x.dtype is not None and x.dtype.is_floating_point)
-
-
-def _norm_len(ns) -> Optional[int]:
-    if ns.is_constant:
-        v = ns.constant()
-        return len(v) if isinstance(v, (list, tuple)) else 1 if isinstance(v, int) else None
-    node = ns.node
-    if node is not None and node.kind == "prim::ListConstruct":
-        return len(node.inputs)
-    return None
 
 
 def _rewrite_layer_norm(sub, n: Node) -> int:
     """``aten::layer_norm`` -> ``graphfuser::layer_norm_train`` (the same output, and the row
     statistics appended to the group's outputs): 3 saved values."""
     x = n.inputs[0].type
-    k = _norm_len(n.inputs[1])
+    k = norm_len(n.inputs[1])
     sizes = tuple(s if d < len(x.sizes) - k else 1 for d, s in enumerate(x.sizes))
     # contiguous; a symbolic size (-1: it changed between profiling runs) leaves the strides of
     # the dims before it symbolic too

@@ -47,8 +47,11 @@ def cuda_training_fused() -> bool:
     return not config.is_disabled("cuda_batch_norm_training")
 
 
-def _norm_len(v: Any) -> Optional[int]:
-    """Length of a ``normalized_shape`` argument: a constant list or a ``prim::ListConstruct``."""
+def norm_len(v: Any) -> Optional[int]:
+    """Length of a ``normalized_shape`` argument: a constant list (or a constant value holding
+    one) or a ``prim::ListConstruct``."""
+    if isinstance(v, Value) and v.is_constant:
+        v = v.constant()
     if isinstance(v, (list, tuple)):
         return len(v)
     if isinstance(v, int):
@@ -60,7 +63,7 @@ def _norm_len(v: Any) -> Optional[int]:
 
 def _layer_norm_plan(node: Node, args: dict, consts: dict) -> Union[DimPlan, str]:
     rank = rank_of(args["input"])
-    k = _norm_len(args["normalized_shape"])
+    k = norm_len(args["normalized_shape"])
     if k is None:
         return ("normalized_shape is neither a list literal nor an int list that every profiling run saw "
                 "with one value (its length must be known)")
