@@ -121,6 +121,45 @@ def _full_reads(nodes: list[Node], like: int) -> set:
             if v not in inside and isinstance(v.type, TensorType) and v.type.rank == like}
 
 
+def _recasts(nodes: list[Node]) -> list[Node]:
+    """The dtype casts of ``nodes`` that cast a cast of a column sum. The row kernel's launcher
+    sums the partials and casts them once, to the output's dtype; an autocast bias gradient is
+    rounded to bf16 and cast back to float32 (``sum -> to(bf16) -> to(float32)``), so the second
+    cast leaves the group and runs on the [C] result (a ViT block's projection bias, whose sum
+    otherwise stays a kernel of its own)."""
+    sums = {o for n in nodes if n.kind in COLUMN_SUM_KINDS for o in n.outputs}
+    cast = {o for n in nodes if n.kind in COLUMN_CASTS and n.inputs and n.inputs[0] in sums for o in n.outputs}
+    out: list[Node] = []
+    for n in nodes:                         # block order: a chain's later casts follow
+        if n.kind in COLUMN_CASTS and n.inputs and (n.inputs[0] in cast or any(n.inputs[0] in m.outputs for m in out)):
+            out.append(n)
+    return out
+
+
+def _reads(nodes: list[Node]) -> set:
+    """What ``nodes`` read or compute."""
+    return {v for n in nodes for v in n.inputs} | {o for n in nodes for o in n.outputs}
+
+
+def _row_groups_sharing(part: "_BlockPartition", b: int, wanted: set) -> list[int]:
+    """The groups that could take group ``b``'s column sums: on its device, reading or computing
+    some of the full-size tensors ``wanted`` that ``b`` reads; those that read all of them first
+    (the merge then reads nothing more than the row group alone did), then by how many they
+    share. A row group that lacks some still gains: the merged kernel reads the shared tensors
+    once instead of twice and each other one once, as the column kernel alone did (a transformer
+    block's residual gradient, summed for the projection's bias beside the layer norm's weight
+    gradient, is read by the column sums alone)."""
+    found = []
+    for a in sorted(part.members):
+        a_mem = part.members.get(a)
+        if a == b or not a_mem or part.device.get(a) != part.device.get(b) or not needs_axes(a_mem):
+            continue
+        shared = wanted & _reads(a_mem)
+        if shared:
+            found.append((not wanted <= shared, -len(shared), a))
+    return [a for _, _, a in sorted(found)]
+
+
 def merge_column_sums(part: "_BlockPartition") -> None:
     """Merge each column-sum group into the row group it reads alongside (module docstring);
     ``PYTORCH_NVFUSER_DISABLE=column_sums`` keeps them apart."""
@@ -134,29 +173,32 @@ def merge_column_sums(part: "_BlockPartition") -> None:
         b_mem = part.members[b]
         rank = max((len(d) for d in col.of.values()), default=0)
         wanted = _full_reads(b_mem, rank)
-        for a in sorted(part.members):
-            a_mem = part.members.get(a)
-            if a == b or not a_mem or part.device.get(a) != part.device.get(b) or not needs_axes(a_mem):
-                continue
-            a_reads = {v for n in a_mem for v in n.inputs} | {o for n in a_mem for o in n.outputs}
-            if not wanted <= a_reads:
-                continue
-            union = sorted(a_mem + b_mem, key=part.index.__getitem__)
+        tails = _recasts(b_mem)
+        core = [n for n in b_mem if n not in tails]
+        for a in _row_groups_sharing(part, b, wanted):
+            a_mem = part.members[a]
+            union = sorted(a_mem + core, key=part.index.__getitem__)
             axes = analyze(union, columns=True)
             why = axes if isinstance(axes, str) else None
             if why is None and (not axes.columns or not axes.reduced
-                                or any(axes.node_reduced.get(n) not in (None, frozenset(), axes.columns) for n in b_mem)):
+                                or any(axes.node_reduced.get(n) not in (None, frozenset(), axes.columns) for n in core)):
                 why = "the sums of the second group are not column sums of the first"
             elif why is None and not rows_contiguous(union, axes):
                 why = "the rows are not contiguous"
-            elif why is None and not part.can_join(a_mem, b_mem, limit):
+            elif why is None and not part.can_join(a_mem, core, limit):
                 why = "the merge would create a cycle"
             if why is None:
-                why = _outputs_misfit(b_mem, axes)
+                why = _outputs_misfit(core, axes)
             if why:
                 jit_log("partition", 2, f"column sums of group {b} not merged into group {a}: {why}")
                 continue
+            extra = _full_reads(b_mem, rank) - _reads(a_mem)
+            more = f"; it also reads {', '.join(sorted('%' + v.name for v in extra))}" if extra else ""
+            for n in tails:
+                part.members[b].remove(n)
+                del part.group[n]
             jit_log("partition", 1, f"group {a} computes the column sums of group {b} per block of rows "
-                                    f"({len(b_mem)} node(s))")
+                                    f"({len(core)} node(s)){more}"
+                                    + (f"; {len(tails)} cast(s) of a cast of a sum run after it" if tails else ""))
             part.merge_groups(a, b)
             break
