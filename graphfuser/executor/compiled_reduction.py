@@ -340,12 +340,18 @@ def column_outputs(cg: ReductionGroup) -> dict[int, int]:
 
 def finalized(cg: ReductionGroup, columns: dict[int, int]) -> bool:
     """Whether a CUDA group's column sums are finalized by ``runtime/column_sums.py``'s kernel:
-    partials of one dtype, outputs of one dtype, at most ``MAX_OUTPUTS`` of them."""
+    partials of one dtype, at most ``MAX_OUTPUTS`` outputs (each of its own dtype)."""
     from ..runtime.column_sums import MAX_OUTPUTS, supported
 
     accs = {cg.kernel.tensors[p].dtype for p in columns.values()}
-    outs = {cg.plan.outputs[j].dtype for j in columns}
-    return len(accs) == 1 and len(outs) == 1 and len(columns) <= MAX_OUTPUTS and supported(*accs, *outs)
+    return len(accs) == 1 and len(columns) <= MAX_OUTPUTS \
+        and all(supported(*accs, cg.plan.outputs[j].dtype) for j in columns)
+
+
+def finalized_dtypes(cg: ReductionGroup, columns: dict[int, int]) -> tuple:
+    """The finalized outputs' dtypes, in the order of their partials (the launch's rows)."""
+    by_partials = {p: j for j, p in columns.items()}
+    return tuple(cg.plan.outputs[by_partials[p]].dtype for p in sorted(columns.values()))
 
 
 def _finalized_lines(cg: ReductionGroup, columns: dict[int, int], size: dict, launch: str) -> list[str]:
@@ -466,7 +472,7 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
 
             ns["_colws"] = split_scratch(cg.device).columns
             ns["_colsum"] = column_sum_kernel(k.tensors[min(columns.values())].dtype,
-                                              plan.outputs[next(iter(columns))].dtype, idx)
+                                              finalized_dtypes(cg, columns), idx)
     src = launcher_source(cg)
     cg.launcher_source = src
     ns.update({"_broken": False, "_eager": None, "_fail": None})

@@ -4,7 +4,8 @@ A row kernel that also sums columns over its rows (``passes/column_sums.py``: a 
 backward's weight and bias gradients) leaves one slot of partials per block, ``[slots, nr]``
 for each column sum, in a workspace kept per stream (``scratch.py``). This kernel adds every
 column's slots in a fixed order (deterministic: the same values every run) and writes the
-outputs in their own dtype, for up to ``MAX_OUTPUTS`` column sums at once.
+outputs in their own dtypes (one each: a ViT block's layer norm gradients in float32 beside its
+projection's bias gradient rounded to bf16), for up to ``MAX_OUTPUTS`` column sums at once.
 
 A launch has ``ceil(nr / 32)`` blocks per output, 24-32 for a transformer's width: each lane
 keeps four slots' loads in flight (four accumulators, added in a fixed order), not one. The
@@ -19,6 +20,7 @@ every ``blockDim.y``-th slot, then lane 0 adds the lanes in order.
 from __future__ import annotations
 
 import functools
+from typing import Sequence, Union
 
 import torch
 
@@ -28,7 +30,7 @@ MAX_OUTPUTS = 4      # column sums one launch finalizes (more: the launcher's to
 
 _TEMPLATE = r"""
 extern "C" __global__ void __launch_bounds__(1024) {name}(const {acc}* __restrict__ w, long long span,
-    long long slots, long long nr, {out}* o0, {out}* o1, {out}* o2, {out}* o3) {{
+    long long slots, long long nr, {params}) {{
   __shared__ {acc} lanes[32][33];
   const long long c = (long long)blockIdx.x * 32 + threadIdx.x;
   const {acc}* p = w + blockIdx.y * span;
@@ -49,8 +51,7 @@ extern "C" __global__ void __launch_bounds__(1024) {name}(const {acc}* __restric
   if (threadIdx.y == 0 && c < nr) {{
     {acc} t = lanes[0][threadIdx.x];
     for (unsigned int y = 1; y < blockDim.y; ++y) t += lanes[y][threadIdx.x];
-    {out}* o = blockIdx.y == 0 ? o0 : blockIdx.y == 1 ? o1 : blockIdx.y == 2 ? o2 : o3;
-    o[c] = {store};
+{stores}
   }}
 }}
 """
@@ -61,23 +62,48 @@ def supported(acc: torch.dtype, out: torch.dtype) -> bool:
     return acc in (torch.float32, torch.float64, torch.int64) and out in STORAGE_TYPES and out is not torch.bool
 
 
-def kernel_name(acc: torch.dtype, out: torch.dtype) -> str:
-    return f"gf_column_sums_{str(acc).split('.')[-1]}_{str(out).split('.')[-1]}"
+def _outs(out: Union[torch.dtype, Sequence[torch.dtype]]) -> tuple[torch.dtype, ...]:
+    """The outputs' dtypes, one per launch row (a single dtype: every output's)."""
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if not 1 <= len(outs) <= MAX_OUTPUTS:
+        raise ValueError(f"column sums finalize 1 to {MAX_OUTPUTS} outputs, not {len(outs)}")
+    return outs
 
 
-def source(acc: torch.dtype, out: torch.dtype) -> str:
-    """The CUDA source of the finalizing kernel for partials ``acc`` and outputs ``out``."""
-    a = STORAGE_TYPES[acc]
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).split(".")[-1]
+
+
+def kernel_name(acc: torch.dtype, out: Union[torch.dtype, Sequence[torch.dtype]]) -> str:
+    outs = _outs(out)
+    kinds = outs[:1] if len(set(outs)) == 1 else outs
+    return f"gf_column_sums_{_short(acc)}_{'_'.join(_short(o) for o in kinds)}"
+
+
+def _store(out: torch.dtype) -> str:
     if out in STORE_CONVERT:        # fp16 / bf16 outputs: rounded from float, as the cast rounds
-        store = STORE_CONVERT[out].format("(float)t")
+        return STORE_CONVERT[out].format("(float)t")
+    return f"({STORAGE_TYPES[out]})t"
+
+
+def source(acc: torch.dtype, out: Union[torch.dtype, Sequence[torch.dtype]]) -> str:
+    """The CUDA source of the finalizing kernel for partials ``acc`` and outputs ``out`` (a
+    dtype for every output, or one per output)."""
+    outs = _outs(out)
+    types = [outs[min(i, len(outs) - 1)] for i in range(MAX_OUTPUTS)]
+    params = ", ".join(f"{STORAGE_TYPES[t]}* o{i}" for i, t in enumerate(types))
+    if len(set(outs)) == 1:
+        stores = (f"    {STORAGE_TYPES[outs[0]]}* o = blockIdx.y == 0 ? o0 : blockIdx.y == 1 ? o1 : "
+                  f"blockIdx.y == 2 ? o2 : o3;\n    o[c] = {_store(outs[0])};")
     else:
-        store = f"({STORAGE_TYPES[out]})t"
-    body = _TEMPLATE.format(name=kernel_name(acc, out), acc=a, out=STORAGE_TYPES[out], store=store)
+        stores = "\n".join(f"    {'if' if i == 0 else 'else if'} (blockIdx.y == {i}) o{i}[c] = {_store(t)};"
+                           for i, t in enumerate(outs))
+    body = _TEMPLATE.format(name=kernel_name(acc, outs), acc=STORAGE_TYPES[acc], params=params, stores=stores)
     return CUDA.prelude() + "\n" + body
 
 
 @functools.lru_cache(maxsize=None)
-def column_sum_kernel(acc: torch.dtype, out: torch.dtype, device_index: int):
+def column_sum_kernel(acc: torch.dtype, out: Union[torch.dtype, tuple[torch.dtype, ...]], device_index: int):
     """The compiled finalizing kernel on ``device_index`` (compiled once, cached on disk)."""
     from . import cuda_driver, nvrtc
 

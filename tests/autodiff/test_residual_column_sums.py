@@ -124,7 +124,20 @@ def test_one_kernel_per_layer_norm_backward_under_autocast(statistics, cuda_deci
         # the merged row kernels' CUDA renderings compile
         from grad_helpers import compile_as_cuda
 
-        compile_as_cuda([g for g in _backward_groups(fns, True) if "aten::mean" in str(g)], "residual_rows")
+        from graphfuser.executor.compiled_reduction import ReductionGroup, finalized_dtypes, launcher_source
+        from graphfuser.ir import parse_graph, print_graph
+
+        subs = [g for g in _backward_groups(fns, True) if "aten::mean" in str(g)]
+        compile_as_cuda(subs, "residual_rows")
+        # one launch finalizes the float32 weight and bias gradients and the bf16 bias gradient
+        cg = ReductionGroup(parse_graph(print_graph(subs[1]).replace("device=cpu", "device=cuda:0")), "cuda",
+                            torch.device("cuda:0"), "k")
+        src = launcher_source(cg)
+        assert src.count("_colsum.launch(") == 1 and ".sum(" not in src and "_zeros" not in src
+        from graphfuser.executor.compiled_reduction import column_outputs
+
+        assert sorted(map(str, finalized_dtypes(cg, column_outputs(cg)))) == \
+            ["torch.bfloat16", "torch.float32", "torch.float32"]
     for a, b, t in zip(got, eager, truth):
         # autocast's own rounding: no further from float64's gradients than eager's, to a margin
         assert _rel(a, t) <= 1.25 * _rel(b, t) + 1e-3

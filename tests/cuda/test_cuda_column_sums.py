@@ -98,6 +98,26 @@ def test_finalizing_kernel_against_torch_sum(dtype):
                                        atol=1e-4 if dtype in (torch.float32, torch.float64) else 1e-2)
 
 
+def test_finalizing_kernel_with_a_dtype_per_output():
+    """Outputs of different dtypes in one launch (float32 norm gradients, a bf16 bias gradient)."""
+    from graphfuser.runtime.column_sums import MAX_OUTPUTS, column_sum_kernel
+    from graphfuser.runtime.cuda_driver import raw_stream
+
+    outs_dt = (torch.float32, torch.bfloat16, torch.float32)
+    k = column_sum_kernel(torch.float32, outs_dt, 0)
+    for slots, nr in [(1, 1), (131, 77), (1056, 384)]:
+        span = (slots * nr + 63) // 64 * 64
+        w = torch.randn(len(outs_dt) * span, device="cuda")
+        outs = [torch.empty(nr, dtype=d, device="cuda") for d in outs_dt]
+        ptrs = [o.data_ptr() for o in outs] + [0] * (MAX_OUTPUTS - len(outs))
+        k.launch(((nr + 31) // 32, len(outs), 1), (32, 32 if slots >= 32 else 8, 1), raw_stream(0),
+                 w.data_ptr(), span, slots, nr, *ptrs)
+        for i, o in enumerate(outs):
+            want = w[i * span:i * span + slots * nr].view(slots, nr).sum(0)
+            tol = 1e-5 if o.dtype == torch.float32 else 1e-2
+            torch.testing.assert_close(o, want.to(o.dtype), rtol=tol, atol=tol)
+
+
 def test_narrow_rows_share_blocks_with_column_sums():
     """Layer norm backward rows of 96 channels (ConvNeXt-T's first stage): the several-rows twin
     runs them, a slot of partials per thread row, and the gradients are eager's and repeat

@@ -159,3 +159,9 @@ def test_column_sum_finalizing_kernels_compile():
         name = column_sums.kernel_name(a, o)
         cubin = nvrtc.compile_cubin(column_sums.source(a, o), name, ARCH)
         assert cubin.startswith(ELF_MAGIC) and f".text.{name}\0".encode() in cubin
+    # one dtype per output (float32 norm gradients beside a bf16 bias gradient)
+    for outs in [(torch.float32, torch.float32, torch.bfloat16), (torch.bfloat16, torch.float16, torch.float32, torch.int32)]:
+        name = column_sums.kernel_name(torch.float32, outs)
+        assert name.endswith("_".join(str(o).split(".")[-1] for o in outs))
+        cubin = nvrtc.compile_cubin(column_sums.source(torch.float32, outs), name, ARCH)
+        assert cubin.startswith(ELF_MAGIC) and f".text.{name}\0".encode() in cubin
