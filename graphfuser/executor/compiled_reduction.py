@@ -372,8 +372,8 @@ def _finalized_lines(cg: ReductionGroup, columns: dict[int, int], size: dict, la
     from ..runtime.column_sums import MAX_OUTPUTS
 
     ptrs += ["0"] * (MAX_OUTPUTS - len(ptrs))
-    lines.append(f"_colsum.launch(((nr + 31) // 32, {len(order)}, 1), (32, 32 if slots >= 32 else 8, 1), "
-                 f"_stream(_devidx), wp, span, slots, nr, {', '.join(ptrs)})")
+    lines.append(f"grid, block = _colshape(nr, {len(order)}, slots, _sms)")
+    lines.append(f"_colsum.launch(grid, block, _stream(_devidx), wp, span, slots, nr, {', '.join(ptrs)})")
     return lines
 
 
@@ -468,9 +468,10 @@ def build_reduction_launcher(cg: ReductionGroup) -> Callable:
         ns["_magic"], ns["_MG"] = _magic_divisor()
         columns = column_outputs(cg)
         if columns and finalized(cg, columns):
-            from ..runtime.column_sums import column_sum_kernel
+            from ..runtime.column_sums import column_sum_kernel, launch_shape
 
             ns["_colws"] = split_scratch(cg.device).columns
+            ns["_colshape"] = launch_shape
             ns["_colsum"] = column_sum_kernel(k.tensors[min(columns.values())].dtype,
                                               finalized_dtypes(cg, columns), idx)
     src = launcher_source(cg)

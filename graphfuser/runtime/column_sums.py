@@ -7,15 +7,19 @@ column's slots in a fixed order (deterministic: the same values every run) and w
 outputs in their own dtypes (one each: a ViT block's layer norm gradients in float32 beside its
 projection's bias gradient rounded to bf16), for up to ``MAX_OUTPUTS`` column sums at once.
 
-A launch has ``ceil(nr / 32)`` blocks per output, 24-32 for a transformer's width: each lane
-keeps four slots' loads in flight (four accumulators, added in a fixed order), not one. The
-kernel took 8.5 us per call in Llama's bf16 training step on an H200 with one load in flight
-(17 calls; logs/prof-cuda-H200-train-gpt2-llama-bf16.txt).
+A launch has ``ceil(nr / 32)`` blocks of 32 columns per output, 24-32 for a transformer's
+width; each lane keeps four slots' loads in flight (four accumulators, added in a fixed order),
+not one. The kernel took 8.5 us per call in Llama's bf16 training step on an H200 with one load
+in flight (17 calls; logs/prof-cuda-H200-train-gpt2-llama-bf16.txt). Where that leaves SMs idle
+(vit_small's three 384-wide sums: 36 blocks on 132 SMs, 6.5 us a call over 2112 slots), blocks
+take 8 columns and 128 slot lanes (``launch_shape``): a 32-byte sector a slot row, four times the
+blocks.
 
 It replaces what the launcher did with torch ops after the row kernel: ``torch.zeros`` for the
 partials, a ``sum`` over the slots, a ``view`` per output and a cast: four to six calls into
-torch against one launch. Blocks of 32 columns x ``blockDim.y`` slot lanes; each lane adds
-every ``blockDim.y``-th slot, then lane 0 adds the lanes in order.
+torch against one launch. Blocks of ``blockDim.x`` columns x ``blockDim.y`` slot lanes (a power
+of two); each lane adds every ``blockDim.y``-th slot, then the lanes are added pairwise in a
+fixed tree: the same sums every run of a shape.
 """
 from __future__ import annotations
 
@@ -31,13 +35,14 @@ MAX_OUTPUTS = 4      # column sums one launch finalizes (more: the launcher's to
 _TEMPLATE = r"""
 extern "C" __global__ void __launch_bounds__(1024) {name}(const {acc}* __restrict__ w, long long span,
     long long slots, long long nr, {params}) {{
-  __shared__ {acc} lanes[32][33];
-  const long long c = (long long)blockIdx.x * 32 + threadIdx.x;
+  __shared__ {acc} lanes[1024];
+  const unsigned int bx = blockDim.x, x = threadIdx.x, y = threadIdx.y;
+  const long long c = (long long)blockIdx.x * bx + x;
   const {acc}* p = w + blockIdx.y * span;
   {acc} v0 = ({acc})0, v1 = ({acc})0, v2 = ({acc})0, v3 = ({acc})0;
   if (c < nr) {{
     const long long step = blockDim.y;
-    long long s = threadIdx.y;
+    long long s = y;
     for (; s + 3 * step < slots; s += 4 * step) {{      // four loads in flight per thread
       v0 += p[s * nr + c];
       v1 += p[(s + step) * nr + c];
@@ -46,15 +51,25 @@ extern "C" __global__ void __launch_bounds__(1024) {name}(const {acc}* __restric
     }}
     for (; s < slots; s += step) v0 += p[s * nr + c];
   }}
-  lanes[threadIdx.y][threadIdx.x] = (v0 + v1) + (v2 + v3);
+  lanes[y * bx + x] = (v0 + v1) + (v2 + v3);
   __syncthreads();
-  if (threadIdx.y == 0 && c < nr) {{
-    {acc} t = lanes[0][threadIdx.x];
-    for (unsigned int y = 1; y < blockDim.y; ++y) t += lanes[y][threadIdx.x];
+  for (unsigned int h = blockDim.y >> 1; h > 0; h >>= 1) {{     // blockDim.y: a power of two
+    if (y < h) lanes[y * bx + x] += lanes[(y + h) * bx + x];
+    __syncthreads();
+  }}
+  if (y == 0 && c < nr) {{
+    const {acc} t = lanes[x];
 {stores}
   }}
 }}
 """
+
+
+def launch_shape(nr: int, outputs: int, slots: int, sms: int) -> tuple[tuple, tuple]:
+    """Grid and block of a finalizing launch: 32 columns a block, or 8 where blocks of 32 would
+    leave SMs idle; 8 slot lanes for fewer than 32 slots, else a block of 1024 threads."""
+    cw = 32 if (nr + 31) // 32 * outputs >= sms else 8
+    return ((nr + cw - 1) // cw, outputs, 1), (cw, 1024 // cw if slots >= 32 else 8, 1)
 
 
 def supported(acc: torch.dtype, out: torch.dtype) -> bool:

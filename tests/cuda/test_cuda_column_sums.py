@@ -79,7 +79,7 @@ def test_column_sums_workspace_reused_between_kernels():
 def test_finalizing_kernel_against_torch_sum(dtype):
     """The finalizing kernel alone: [slots, nr] partials per output, odd sizes, every output
     dtype, against the slots summed by torch and cast."""
-    from graphfuser.runtime.column_sums import MAX_OUTPUTS, column_sum_kernel
+    from graphfuser.runtime.column_sums import MAX_OUTPUTS, column_sum_kernel, launch_shape
     from graphfuser.runtime.cuda_driver import raw_stream
 
     acc = torch.float64 if dtype == torch.float64 else torch.float32
@@ -90,17 +90,21 @@ def test_finalizing_kernel_against_torch_sum(dtype):
         w = torch.randn(n * span, dtype=acc, device="cuda")
         outs = [torch.empty(nr, dtype=dtype, device="cuda") for _ in range(n)]
         ptrs = [o.data_ptr() for o in outs] + [0] * (MAX_OUTPUTS - n)
-        k.launch(((nr + 31) // 32, n, 1), (32, 32 if slots >= 32 else 8, 1), raw_stream(0),
-                 w.data_ptr(), span, slots, nr, *ptrs)
-        for i, o in enumerate(outs):
-            want = w[i * span:i * span + slots * nr].view(slots, nr).sum(0).to(dtype)
-            torch.testing.assert_close(o, want, rtol=1e-5 if dtype in (torch.float32, torch.float64) else 1e-2,
-                                       atol=1e-4 if dtype in (torch.float32, torch.float64) else 1e-2)
+        # blocks of 32 columns, and the launcher's choice (8 columns where 32 leave SMs idle)
+        for grid, block in [(((nr + 31) // 32, n, 1), (32, 32 if slots >= 32 else 8, 1)),
+                            launch_shape(nr, n, slots, 132), launch_shape(nr, n, slots, 1)]:
+            for o in outs:
+                o.fill_(float("nan"))
+            k.launch(grid, block, raw_stream(0), w.data_ptr(), span, slots, nr, *ptrs)
+            for i, o in enumerate(outs):
+                want = w[i * span:i * span + slots * nr].view(slots, nr).sum(0).to(dtype)
+                torch.testing.assert_close(o, want, rtol=1e-5 if dtype in (torch.float32, torch.float64) else 1e-2,
+                                           atol=1e-4 if dtype in (torch.float32, torch.float64) else 1e-2)
 
 
 def test_finalizing_kernel_with_a_dtype_per_output():
     """Outputs of different dtypes in one launch (float32 norm gradients, a bf16 bias gradient)."""
-    from graphfuser.runtime.column_sums import MAX_OUTPUTS, column_sum_kernel
+    from graphfuser.runtime.column_sums import MAX_OUTPUTS, column_sum_kernel, launch_shape
     from graphfuser.runtime.cuda_driver import raw_stream
 
     outs_dt = (torch.float32, torch.bfloat16, torch.float32)
@@ -110,8 +114,8 @@ def test_finalizing_kernel_with_a_dtype_per_output():
         w = torch.randn(len(outs_dt) * span, device="cuda")
         outs = [torch.empty(nr, dtype=d, device="cuda") for d in outs_dt]
         ptrs = [o.data_ptr() for o in outs] + [0] * (MAX_OUTPUTS - len(outs))
-        k.launch(((nr + 31) // 32, len(outs), 1), (32, 32 if slots >= 32 else 8, 1), raw_stream(0),
-                 w.data_ptr(), span, slots, nr, *ptrs)
+        grid, block = launch_shape(nr, len(outs), slots, 132)
+        k.launch(grid, block, raw_stream(0), w.data_ptr(), span, slots, nr, *ptrs)
         for i, o in enumerate(outs):
             want = w[i * span:i * span + slots * nr].view(slots, nr).sum(0)
             tol = 1e-5 if o.dtype == torch.float32 else 1e-2

@@ -159,6 +159,12 @@ def test_column_sum_finalizing_kernels_compile():
         name = column_sums.kernel_name(a, o)
         cubin = nvrtc.compile_cubin(column_sums.source(a, o), name, ARCH)
         assert cubin.startswith(ELF_MAGIC) and f".text.{name}\0".encode() in cubin
+    # launch shapes: every column covered, a power-of-two count of slot lanes, at most 1024 threads
+    for nr, n, slots, sms in [(384, 3, 2112, 132), (4096, 2, 1056, 132), (1, 1, 1, 132), (77, 4, 20, 8)]:
+        (gx, gy, _), (bx, by, _) = column_sums.launch_shape(nr, n, slots, sms)
+        assert gx * bx >= nr > (gx - 1) * bx and gy == n and bx * by <= 1024 and by & (by - 1) == 0
+    assert column_sums.launch_shape(384, 3, 2112, 132)[1][0] == 8        # 36 blocks of 32 on 132 SMs
+    assert column_sums.launch_shape(4096, 2, 1056, 132)[1][0] == 32
     # one dtype per output (float32 norm gradients beside a bf16 bias gradient)
     for outs in [(torch.float32, torch.float32, torch.bfloat16), (torch.bfloat16, torch.float16, torch.float32, torch.int32)]:
         name = column_sums.kernel_name(torch.float32, outs)
