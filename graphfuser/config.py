@@ -74,6 +74,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "cuda": {"block_size": 256, "unroll": 2, "blocks_per_sm": 64,
              "reduction_register_elements": 32, "reduction_min_threads": None, "reduction_blocks_per_sm": None,
+             "column_blocks_per_sm": None,
              "reduction_row_block_threads": None, "reduction_outer_split_rows": None,
              "reduction_outer_split_block_y": None,
              "reduction_prefetch_stages": None, "reduction_cache_computed": True, "launch_api": "shim",

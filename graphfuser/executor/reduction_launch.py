@@ -239,7 +239,7 @@ def _row_grid(cg: ReductionGroup) -> list[str]:
     """The grid of a kernel whose rows are not split: one block per row (``uncapped``, rows
     beyond gridDim.x's limit grid-stride) or as many as ``_grid_cap`` allows; blocks of several
     rows take the resident grid."""
-    capped = [f"cap = {_grid_cap('block[0] * block[1]', 'sh')}",
+    capped = [f"cap = {_grid_cap('block[0] * block[1]', 'sh', cg.kernel.has_columns())}",
               "nb = (rows + block[1] - 1) // block[1]",
               "grid = (nb if nb < cap else cap, 1, 1)"]
     if any(cg.even):
@@ -401,8 +401,10 @@ OUTER_SPLIT_MIN_ROWS = 256  # ... and a column has at least this many elements
 OUTER_SPLIT_BLOCK_ROWS = 32  # the fewest reduced indices a block of the split grid takes (knob's null)
 
 
-def _grid_cap(threads, shared="0") -> str:
+def _grid_cap(threads, shared="0", columns: bool = False) -> str:
     """Python for the most blocks a reduction grid gets: the blocks that fit at once
-    (``reduction_blocks_per_sm``: 0 or null) or that many per SM. Rows beyond it grid-stride."""
-    per_sm = int(config.cuda["reduction_blocks_per_sm"] or 0)
+    (``reduction_blocks_per_sm``: 0 or null) or that many per SM; for a kernel with column sums
+    (a slot of partials per block) ``column_blocks_per_sm`` first. Rows beyond it grid-stride."""
+    per_sm = config.cuda.get("column_blocks_per_sm") if columns else None
+    per_sm = int((config.cuda["reduction_blocks_per_sm"] if per_sm is None else per_sm) or 0)
     return f"_sms * {per_sm}" if per_sm else f"f.resident_blocks({threads}, {shared})"

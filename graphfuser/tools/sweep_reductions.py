@@ -23,7 +23,7 @@ from graphfuser.config import config
 from . import bench, bench_reductions
 
 KNOBS = {"reg": "reduction_register_elements", "min_threads": "reduction_min_threads",
-         "bps": "reduction_blocks_per_sm", "stages": "reduction_prefetch_stages",
+         "bps": "reduction_blocks_per_sm", "cbps": "column_blocks_per_sm", "stages": "reduction_prefetch_stages",
          "cache": "reduction_cache_computed", "rows": "reduction_row_block_threads",
          "split_rows": "reduction_outer_split_rows",
          "split_by": "reduction_outer_split_block_y"}

@@ -183,6 +183,26 @@ def test_the_knob_caps_every_grid(fn):
         assert f"cap = {text}" in src
 
 
+def _ln_and_column_sum(x, w, b):
+    y = F.layer_norm(x, [x.shape[-1]], w, b, 1e-5)
+    return y, y.sum(0)
+
+
+def test_column_kernels_take_their_own_cap():
+    """``column_blocks_per_sm`` caps the grid of row kernels with column sums (each block leaves
+    a slot of partials to finalize), ahead of ``reduction_blocks_per_sm``; other kernels ignore it."""
+    for knobs, text in (({}, "f.resident_blocks(block[0] * block[1], sh)"),
+                        ({"column_blocks_per_sm": 8}, "_sms * 8"),
+                        ({"reduction_blocks_per_sm": 4}, "_sms * 4"),
+                        ({"reduction_blocks_per_sm": 4, "column_blocks_per_sm": 0},
+                         "f.resident_blocks(block[0] * block[1], sh)")):
+        cg, src = _group(_ln_and_column_sum, torch.float32, **knobs)
+        assert cg.kernel.has_columns()
+        assert f"cap = {text}" in src, knobs
+    _, src = _group(_ln, torch.bfloat16, column_blocks_per_sm=8)
+    assert "_sms * 8" not in src
+
+
 def test_inner_kernels_declare_small_static_shared_memory():
     cg, _ = _group(_ln)
     assert "__shared__ double gf_smem[128];" in cg.source
