@@ -15,7 +15,7 @@ for step in $STEPS; do
              | tee "$OUT/gpu-tests.log" | tail -15 ;;
     # the whole suite takes longer than one 600 s device command on an H100 (-n 16): two halves
     tests1) timeout ${T_TESTS:-560} python3 -m pytest -q -p no:cacheprovider -n ${WORKERS:-16} -rfxX \
-             tests/autodiff tests/cuda tests/models tests/ops tests/ir tests/*.py 2>&1 \
+             tests/autodiff tests/cuda tests/models tests/ops tests/ir tests/test_*.py 2>&1 \
              | tee "$OUT/gpu-tests-1.log" | tail -25 ;;
     tests2) timeout ${T_TESTS:-560} python3 -m pytest -q -p no:cacheprovider -n ${WORKERS:-16} -rfxX \
              tests/executor tests/passes tests/codegen tests/frontend tests/fuzz tests/runtime 2>&1 \
