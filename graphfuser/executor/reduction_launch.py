@@ -405,6 +405,6 @@ def _grid_cap(threads, shared="0", columns: bool = False) -> str:
     """Python for the most blocks a reduction grid gets: the blocks that fit at once
     (``reduction_blocks_per_sm``: 0 or null) or that many per SM; for a kernel with column sums
     (a slot of partials per block) ``column_blocks_per_sm`` first. Rows beyond it grid-stride."""
-    per_sm = config.cuda.get("column_blocks_per_sm") if columns else None
+    per_sm = config.cuda["column_blocks_per_sm"] if columns else None
     per_sm = int((config.cuda["reduction_blocks_per_sm"] if per_sm is None else per_sm) or 0)
     return f"_sms * {per_sm}" if per_sm else f"f.resident_blocks({threads}, {shared})"

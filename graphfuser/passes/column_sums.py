@@ -143,11 +143,13 @@ def _recasts(nodes: list[Node]) -> list[Node]:
     cast leaves the group and runs on the [C] result (a ViT block's projection bias, whose sum
     otherwise stays a kernel of its own)."""
     sums = {o for n in nodes if n.kind in COLUMN_SUM_KINDS for o in n.outputs}
-    cast = {o for n in nodes if n.kind in COLUMN_CASTS and n.inputs and n.inputs[0] in sums for o in n.outputs}
+    casts = [n for n in nodes if n.kind in COLUMN_CASTS and n.inputs]
+    cast = {o for n in casts if n.inputs[0] in sums for o in n.outputs}
     out: list[Node] = []
-    for n in nodes:                         # block order: a chain's later casts follow
-        if n.kind in COLUMN_CASTS and n.inputs and (n.inputs[0] in cast or any(n.inputs[0] in m.outputs for m in out)):
+    for n in casts:                         # block order: a chain's later casts follow
+        if n.inputs[0] in cast:
             out.append(n)
+            cast.update(n.outputs)
     return out
 
 
@@ -207,7 +209,7 @@ def merge_column_sums(part: "_BlockPartition") -> None:
             if why:
                 jit_log("partition", 2, f"column sums of group {b} not merged into group {a}: {why}")
                 continue
-            extra = _full_reads(b_mem, rank) - _reads(a_mem)
+            extra = wanted - _reads(a_mem)
             more = f"; it also reads {', '.join(sorted('%' + v.name for v in extra))}" if extra else ""
             for n in tails:
                 part.members[b].remove(n)
