@@ -8,7 +8,9 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import contextlib
+import threading
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -120,6 +122,23 @@ def profiled_args(node: Node) -> list[Value]:
     return out
 
 
+_MEMO = threading.local()      # bind's results while ``bind_memo`` is open on this thread
+
+
+@contextlib.contextmanager
+def bind_memo() -> Iterator[None]:
+    """Within the block, ``bind`` answers a node it already bound (same row, same input values)
+    from a table: the partition asks for the same nodes' bindings once per candidate merge
+    (resnet50's training step: 54K calls, 3.5 s of its time to steady state). For passes that
+    rewire no node's inputs and change no type while it is open; callers only read the results."""
+    outer = getattr(_MEMO, "table", None)
+    _MEMO.table = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO.table = outer
+
+
 def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[str, Participant]]:
     """Map a node's inputs to the row's argument names.
 
@@ -127,6 +146,17 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
     values for constants; ``consts`` only the constants; ``participants`` the promotion inputs.
     A row's constant-only argument that profiling saw with one value binds as that constant.
     """
+    table = getattr(_MEMO, "table", None)
+    if table is None:
+        return _bind(row, node)
+    key = (id(row), node, tuple(node.inputs))
+    hit = table.get(key)
+    if hit is None:
+        hit = table[key] = _bind(row, node)
+    return hit
+
+
+def _bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[str, Participant]]:
     reducing = isinstance(row, ReductionRow)
     names = row.names_for(node) if reducing else row.arg_names
     defaults = row.defaults()

@@ -573,7 +573,10 @@ def partition(graph: Graph) -> list[Node]:
     read_shapes_from_sources(graph)
     read_counts_from_sources(graph)
     dce(graph)
-    made = _partition_block(graph.block, AliasSets(graph), implicit_tensors(graph))
+    from ..ops import bind_memo
+
+    with bind_memo():       # (no node's inputs change until the groups are made)
+        made = _partition_block(graph.block, AliasSets(graph), implicit_tensors(graph))
     restore_unfused(graph)
     restore_unfused_bias(graph)
     return made

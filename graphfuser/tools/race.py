@@ -7,9 +7,14 @@ Each row (a model and a mode: ``infer-fp32``, ``infer-bf16`` under ``torch.autoc
 ``train-bf16``: one SGD step with a bf16-autocast forward) runs in a process of its own, with
 empty Inductor, Triton and graphfuser caches, so every cold start is a real one. In that process:
 
-- cold seconds per backend: wrapping the model plus its first three calls, synchronized (three
-  calls bring every backend to its steady state: graphfuser profiles twice, then optimizes;
-  ``reduce-overhead`` records its CUDA graph within them);
+- cold seconds per backend: wrapping the model and calling it, synchronized, up to the end of
+  its first steady call (``cold_seconds``): the first of ``COLD_WINDOW`` calls from which on no
+  call takes more than ``STEADY_FACTOR`` times the median of the window's last three. Three calls
+  are not enough: through ``torch.compile``, graphfuser's training step profiles its backward
+  groups on the fourth call, optimizes them on the fifth and captures its CUDA graphs after
+  that (H200, resnet50 train-bf16: 2.2 s to the end of the third call, 9.6 s to the first
+  steady one); ``reduce-overhead`` records its CUDA graphs on the second. ``<backend>_cold_calls``
+  is that call's number;
 - steady ms per call: the median of rounds that interleave the backends (``zoo.time_interleaved``);
 - graphfuser through both entry points: ``graphfuser.script`` (where TorchScript can take the
   model) and ``torch.compile(backend="graphfuser")``; ``graphfuser_ms`` is the faster of the two;
@@ -52,7 +57,21 @@ HF = ("gpt2", "llama", "bert")
 # inference rows of the Hugging Face zoo's other models (``hf_zoo``: its configs and keyword inputs)
 ZOO_HF = ("t5", "whisper", "mistral", "qwen2", "hf_vit")
 _ZOO_INPUTS: dict[str, Callable[[int, int, str], dict]] = {}
-COLD_CALLS = 3
+COLD_WINDOW = 10       # calls timed one by one from a cold start (cold_seconds)
+STEADY_FACTOR = 1.5    # a call is steady within this factor of the window's last calls
+
+
+def cold_seconds(wrap_s: float, calls: list[float]) -> tuple[float, int]:
+    """(seconds from the wrap to the end of the first steady call, its 1-based number): the
+    first call from which on every call of the window takes at most ``STEADY_FACTOR`` times the
+    median of its last three. A window that never settles counts whole."""
+    tail = sorted(calls[-3:])
+    steady = tail[len(tail) // 2] * STEADY_FACTOR
+    k = len(calls)          # calls[k:] are all steady
+    while k > 0 and calls[k - 1] <= steady:
+        k -= 1
+    n = min(k + 1, len(calls))
+    return wrap_s + sum(calls[:n]), n
 
 
 # -- models ------------------------------------------------------------------------------------
@@ -196,16 +215,20 @@ def run_row(name: str, mode: str, device: str, batch: Optional[int], backends: l
             _sync(device)
             t0 = time.perf_counter()
             fn = step_fn(name, mode, model, _wrap(backend, model), x, y, device)
-            out = None
-            for _ in range(COLD_CALLS):
+            wrap_s = time.perf_counter() - t0
+            out, calls = None, []
+            for _ in range(COLD_WINDOW):
+                t1 = time.perf_counter()
                 out = fn()
-            _sync(device)
-            cold = time.perf_counter() - t0
+                _sync(device)
+                calls.append(time.perf_counter() - t1)
+            cold, n_cold = cold_seconds(wrap_s, calls)
         except Exception as e:  # noqa: BLE001 - a backend that fails is recorded, the race goes on
             row["errors"][backend] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             traceback.print_exc()
             continue
         row[f"{backend}_cold_s"] = round(cold, 3)
+        row[f"{backend}_cold_calls"] = n_cold
         if backend == "eager":
             ref = out
         elif backend.startswith("graphfuser") and ref is not None and mode.startswith("infer"):
@@ -276,7 +299,8 @@ def markdown(record: dict[str, Any]) -> str:
         cols.insert(cols.index("graphfuser_over_best"), "graphfuser_compile_kept_ms")
     lines = [f"# race: {record['gpu']} (torch {record['torch']})", "",
              "ms per call (inference) or per SGD step (training), median of interleaved rounds; cold: seconds "
-             f"to the end of the first {COLD_CALLS} calls with empty caches. graphfuser_over_best: the faster "
+             "from the wrap to the end of the first steady call (of " f"{COLD_WINDOW} timed one by one: the first from which on "
+             f"none takes over {STEADY_FACTOR}x the last ones), empty caches. graphfuser_over_best: the faster "
              "graphfuser entry point over Inductor's better mode."
              + (f" Rows ran {record['gpus']} at a time, each in its own process on its own GPU of one host."
                 if record.get("gpus") else "")

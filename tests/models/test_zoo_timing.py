@@ -210,3 +210,22 @@ def test_cold_phase_clock_counts_phases_and_restores():
     assert clock.calls["profiling calls"] >= 2 and clock.calls["optimize"] == 1, clock.line()
     assert clock.seconds["profiling calls"] >= clock.seconds["optimize"] > 0
     assert len(ends) == 3 and ends == sorted(ends) and cold == ends[-1]
+
+
+def test_race_cold_seconds_run_to_the_first_steady_call():
+    """The race's cold seconds end with the first steady call, not after a fixed number of calls:
+    calls measured on an H200 (graphfuser's resnet50 training step through torch.compile, and
+    reduce-overhead's) count up to the call from which on none is slow."""
+    from graphfuser.tools import race
+
+    gf = [2.10, 0.044, 0.045, 2.10, 1.67, 1.38, 2.22, 0.0096, 0.0094, 0.0093]
+    s, n = race.cold_seconds(0.03, gf)
+    assert n == 8 and abs(s - (0.03 + sum(gf[:8]))) < 1e-9
+    ro = [35.8, 0.114, 0.0106, 0.0087, 0.0082, 0.0082, 0.0079, 0.0078, 0.0079, 0.0078]
+    s, n = race.cold_seconds(0.0, ro)
+    assert n == 3 and abs(s - sum(ro[:3])) < 1e-9      # its third call (10.6 ms) is within 1.5x of 7.9 ms
+    # a window that never settles counts whole; one steady throughout counts one call
+    s, n = race.cold_seconds(0.0, [1.0, 5.0, 0.5, 9.0])
+    assert n == 4 and s == 15.5
+    s, n = race.cold_seconds(0.5, [0.01] * 10)
+    assert n == 1 and abs(s - 0.51) < 1e-9

@@ -4,8 +4,9 @@
 
 Each row runs in a process of its own with an empty kernel cache. Eager runs the row twice first
 (CUDA, cuBLAS and cuDNN initialized, as in the race, where eager goes first); then
-``torch.compile(model, backend="graphfuser")`` wraps the model and three calls run, synchronized.
-Printed per row: the cold seconds, when each call ended, and the seconds of each phase on the
+``torch.compile(model, backend="graphfuser")`` wraps the model and the race's window of calls
+runs, synchronized. Printed per row: the cold seconds (to the end of the first steady call, as
+the race counts them: ``race.cold_seconds``), when each call ended, and the seconds of each phase on the
 calling thread (the build threads' own time is not counted; ``profiling calls`` holds
 ``optimize``, which holds ``prebuild``), the calling thread's NVRTC runs, Python's cyclic
 collections (any thread), and last Dynamo alone (``backend="eager"``, compiled afterwards in the
@@ -99,17 +100,22 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def cold_calls(make_step: Callable[[], Callable[[], Any]], device: str, calls: int = 3) -> tuple[float, list[float]]:
-    """(seconds to the end of ``calls`` calls of the step ``make_step()`` returns, each call's end)."""
+def cold_calls(make_step: Callable[[], Callable[[], Any]], device: str, calls: Optional[int] = None) -> tuple[float, list[float]]:
+    """(seconds to the end of the first steady call of the step ``make_step()`` returns, as the
+    race counts them, and each call's end; ``calls``: the window, the race's by default)."""
+    from ..race import COLD_WINDOW, cold_seconds
+
     _sync(device)
     t0 = time.perf_counter()
     step = make_step()
+    wrap = time.perf_counter() - t0
     ends = []
-    for _ in range(calls):
+    for _ in range(calls or COLD_WINDOW):
         step()
         _sync(device)
         ends.append(time.perf_counter() - t0)
-    return ends[-1], ends
+    each = [b - a for a, b in zip([wrap] + ends[:-1], ends)]
+    return cold_seconds(wrap, each)[0], ends
 
 
 def profile_row(name: str, mode: str, device: str) -> None:
