@@ -209,7 +209,11 @@ def test_cold_phase_clock_counts_phases_and_restores():
     assert ScriptedFunction._profile_call is original
     assert clock.calls["profiling calls"] >= 2 and clock.calls["optimize"] == 1, clock.line()
     assert clock.seconds["profiling calls"] >= clock.seconds["optimize"] > 0
-    assert len(ends) == 3 and ends == sorted(ends) and cold == ends[-1]
+    from graphfuser.tools.race import COLD_WINDOW
+
+    # the race's window of calls; the cold seconds end with one of them (the first steady call)
+    assert len(ends) == COLD_WINDOW and ends == sorted(ends)
+    assert min(abs(cold - e) for e in ends) < 1e-9 and cold > ends[0]     # (the first call traces)
 
 
 def test_race_cold_seconds_run_to_the_first_steady_call():
