@@ -1,0 +1,111 @@
+"""The horizontal merges' search bound (``_BlockPartition._reach_bound``): random graphs of
+pointwise ops, matrix products (which no group takes, so cycles through them are possible) and
+siblings sharing inputs partition exactly as with the search run to the block's last grouped
+node."""
+import importlib
+
+from hypothesis import given, settings, strategies as st
+
+import graphfuser
+from graphfuser.config import config
+from graphfuser.ir import parse_graph, print_graph, verify
+from graphfuser.passes import partition
+from helpers import FT
+
+F = FT(4, 4)
+P = importlib.import_module("graphfuser.passes.partition")
+UNARY = ["aten::sin", "aten::cos", "aten::exp", "aten::tanh", "aten::relu", "aten::sigmoid"]
+
+
+@st.composite
+def graphs(draw):
+    n_in = draw(st.integers(1, 3))
+    values = [f"%x{i}" for i in range(n_in)]
+    lines = []
+    for k in range(draw(st.integers(2, 24))):
+        kind = draw(st.sampled_from(["unary", "unary", "mul", "add", "mm"]))
+        a = draw(st.sampled_from(values))
+        b = draw(st.sampled_from(values))
+        name = f"%v{k}"
+        if kind == "unary":
+            lines.append(f"  {name} : {F} = {draw(st.sampled_from(UNARY))}({a})")
+        elif kind == "add":
+            lines.append(f"  {name} : {F} = aten::add({a}, {b}, %one)")
+        elif kind == "mul":
+            lines.append(f"  {name} : {F} = aten::mul({a}, {b})")
+        else:
+            lines.append(f"  {name} : {F} = aten::mm({a}, {b})")
+        values.append(name)
+    outs = draw(st.lists(st.sampled_from(values[n_in:]), min_size=1, max_size=3, unique=True))
+    params = ", ".join(f"%x{i} : {F}" for i in range(n_in))
+    return (f"graph({params}):\n  %one : int = prim::Constant[value=1]()\n" + "\n".join(lines)
+            + f"\n  return ({', '.join(outs)})\n")
+
+
+def _partitioned(text: str) -> str:
+    g = verify(parse_graph(text))
+    partition(g)
+    verify(g)
+    return print_graph(g)
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(), st.booleans())
+def test_bounded_search_partitions_as_the_full_one(text, single):
+    with config.override(horizontal_mode=True, single_node_mode=single):
+        bounded = _partitioned(text)
+        original = P._BlockPartition._reach_bound
+        try:
+            P._BlockPartition._reach_bound = lambda self, nodes, limit: limit
+            full = _partitioned(text)
+        finally:
+            P._BlockPartition._reach_bound = original
+    assert bounded == full, text
+
+
+def test_bound_moves_past_a_group_that_spans_it():
+    """Siblings of %x: the search for a path between them may end at the last of them, but not
+    inside a group that straddles that position (here the group of %a and %d, around %m)."""
+    text = f"""
+graph(%x : {F}, %w : {F}):
+  %one : int = prim::Constant[value=1]()
+  %a : {F} = aten::sin(%x)
+  %m : {F} = aten::mm(%w, %w)
+  %c : {F} = aten::cos(%x)
+  %d : {F} = aten::add(%a, %m, %one)
+  return (%c, %d)
+"""
+    with config.override(horizontal_mode=True, single_node_mode=True):
+        g = verify(parse_graph(text))
+        part = P._BlockPartition(g.block, P.AliasSets(g), frozenset())
+        nodes = {n.outputs[0].name: n for n in g.block.nodes if n.outputs and n.kind != "prim::Constant"}
+        part.group = {nodes["a"]: 0, nodes["d"]: 0, nodes["c"]: 1}
+        part.members = {0: [nodes["a"], nodes["d"]], 1: [nodes["c"]]}
+        assert part._reach_bound([nodes["c"]], 99) == part.index[nodes["d"]]
+        assert part._reach_bound([nodes["c"]], 2) == 2
+
+
+STRADDLE = f"""
+graph(%x : {F}, %w : {F}):
+  %one : int = prim::Constant[value=1]()
+  %a : {F} = aten::sin(%x)
+  %g1 : {F} = aten::cos(%w)
+  %k : {F} = aten::mm(%g1, %w)
+  %c : {F} = aten::mul(%x, %k)
+  %m : {F} = aten::mm(%a, %w)
+  %g2 : {F} = aten::add(%g1, %m, %one)
+  return (%c, %g2)
+"""
+
+
+def test_siblings_joined_through_a_straddling_group_would_make_a_cycle():
+    """%a and %c share %x; %a -> mm -> %g2, whose group also holds %g1 (before %c), and %g1 ->
+    mm -> %c. A search that stopped at %c's position would miss that path and merge %a with %c
+    into a cycle; the bound moves past the group of %g1 and %g2."""
+    with config.override(horizontal_mode=True, single_node_mode=True):
+        g = verify(parse_graph(STRADDLE))
+        groups = partition(g)
+        verify(g)
+    members = sorted(sorted(n.outputs[0].name for n in grp.subgraph.nodes() if n.kind != "prim::Constant")
+                     for grp in groups)
+    assert members == [["a"], ["c"], ["g1", "g2"]], members
