@@ -91,7 +91,8 @@ def _candidate(n: Node) -> Optional[bool]:
 def _carries_tensors(v: Value) -> bool:
     """Whether ``v`` may hold a tensor (sizes, numbers, strings and bools read off a tensor are the
     same in any layout; strides never get here: reading them is layout-sensitive)."""
-    return v.type.is_tensor or "Tensor" in str(v.type)
+    # (a container typed ``Any`` may hold them too: the torch.compile frontend's returned tuple)
+    return v.type.is_tensor or "Tensor" in str(v.type) or str(v.type) == "Any"
 
 
 def _tainted(g: Graph, starts: list[Value], resets: frozenset = frozenset()) -> \

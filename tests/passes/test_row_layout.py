@@ -149,3 +149,28 @@ def test_the_backends_graph_gets_the_plan_too():
     torch.manual_seed(0)
     sf = backend_graph_with(Encoder(), torch.randn(3, 4, 12), "aten::conv1d")
     assert sf is not None and _planned(sf) == 1
+
+
+def _linear_permute_softmax(x, w, b):
+    v = F.linear(x, w, b).permute(0, 3, 1, 2)
+    return torch._softmax(v, 3, False), v
+
+
+def test_through_torch_compile_a_returned_permuted_value_keeps_eagers_strides():
+    """The torch.compile frontend returns a tuple typed ``Any``: the plan made the permuted value
+    dense and, not seeing it among the returned tensors, handed out the dense copy ((6, 2, 2, 1)
+    where eager's view has (6, 1, 6, 3)); now the plan gives it back its profiled layout.
+    (Fuzz graph 55 of seed 36554, shrunk.)"""
+    from graphfuser.frontend.dynamo import registered_backend
+
+    torch._dynamo.reset()
+    f = torch.compile(_linear_permute_softmax, backend=registered_backend())
+    for n in (1, 1, 1, 1, 2):
+        x = torch.randn(n, 1, 2, 1, dtype=torch.float64)
+        w, b = torch.randn(3, 1, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+        with config.override(disable=["fallback"]):
+            got = f(x, w, b)
+        want = _linear_permute_softmax(x, w, b)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+            assert g.stride() == e.stride(), (g.stride(), e.stride())
