@@ -153,17 +153,16 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
             raw[v] = tuple(dims)
         return raw[v]
 
-    from . import lookup as _lookup
+    from . import bind, lookup
 
     for node in nodes:
-        if not node.kind.startswith("aten::") and _lookup(node.kind) is None:
+        row = lookup(node.kind)
+        if row is None and not node.kind.startswith("aten::"):
             continue            # constants and other prim:: nodes; graphfuser:: rows take part
         plan = dim_plan(node)
         if isinstance(plan, str):
             return plan
-        from . import bind, lookup
-
-        args, _, _ = bind(lookup(node.kind), node)
+        args, _, _ = bind(row, node)
         pos = [uf.new() for _ in range(plan.rank)]
         real = [False] * plan.rank
         for name, dims in plan.args.items():
@@ -184,7 +183,7 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
                 return f"{node.where()}: output %{o.name} does not match the row's dim plan"
             raw[o] = tuple(None if (p is None or t.sizes[d] == 1) else pos[p] for d, p in enumerate(omap))
         node_red[node] = [pos[p] for p in plan.reduced if real[p]]
-        if is_reduction_node(node):
+        if row.kind in ("reduction", "normalization"):      # (is_reduction_node)
             walked += [pos[p] for p in range(plan.rank) if real[p]]
 
     of = {v: tuple(None if a is None else uf.find(a) for a in dims) for v, dims in raw.items()}
