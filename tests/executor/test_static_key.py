@@ -1,10 +1,10 @@
-"""The replay key's part for static arguments (``executor/cuda_graphs.StaticKey``): confirmed
+"""The replay key's part for static arguments (``executor/replay_key.StaticKey``): confirmed
 per call by a C++ check, rebuilt whenever a static tensor's layout, dtype, requires_grad or
 address changed. Runs on the CPU (the key's checks do not need a GPU: ``accept`` takes any dense
 tensor here)."""
 import torch
 
-from graphfuser.executor.cuda_graphs import StaticKey
+from graphfuser.executor.replay_key import StaticKey
 from graphfuser.executor.lent import _dense
 
 
