@@ -204,8 +204,9 @@ def test_cold_phase_clock_counts_phases_and_restores():
         return lambda: f(x)
 
     torch._dynamo.reset()
+    did = []
     with PhaseClock() as clock:
-        cold, ends = cold_calls(make_step, "cpu")
+        cold, ends = cold_calls(make_step, "cpu", did=did)
     assert ScriptedFunction._profile_call is original
     assert clock.calls["profiling calls"] >= 2 and clock.calls["optimize"] == 1, clock.line()
     assert clock.seconds["profiling calls"] >= clock.seconds["optimize"] > 0
@@ -214,6 +215,9 @@ def test_cold_phase_clock_counts_phases_and_restores():
     # the race's window of calls; the cold seconds end with one of them (the first steady call)
     assert len(ends) == COLD_WINDOW and ends == sorted(ends)
     assert min(abs(cold - e) for e in ends) < 1e-9 and cold > ends[0]     # (the first call traces)
+    # what each call did: it profiles first, optimizes once, then runs what was built
+    assert len(did) == COLD_WINDOW and did[0].get("executor.profiling_calls") == 1
+    assert sum(d.get("executor.optimizations", 0) for d in did) == 1 and not did[-1].get("executor.optimizations")
 
 
 def test_race_cold_seconds_run_to_the_first_steady_call():

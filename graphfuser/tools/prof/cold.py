@@ -6,7 +6,9 @@ Each row runs in a process of its own with an empty kernel cache. Eager runs the
 (CUDA, cuBLAS and cuDNN initialized, as in the race, where eager goes first); then
 ``torch.compile(model, backend="graphfuser")`` wraps the model and the race's window of calls
 runs, synchronized. Printed per row: the cold seconds (to the end of the first steady call, as
-the race counts them: ``race.cold_seconds``), when each call ended, and the seconds of each phase on the
+the race counts them: ``race.cold_seconds``), when each call ended, what each call did (the
+changes of graphfuser's counters: profiling calls, optimizations, kernel builds, NVRTC compiles,
+CUDA graph captures), and the seconds of each phase on the
 calling thread (the build threads' own time is not counted; ``profiling calls`` holds
 ``optimize``, which holds ``prebuild``), the calling thread's NVRTC runs, Python's cyclic
 collections (any thread), and last Dynamo alone (``backend="eager"``, compiled afterwards in the
@@ -100,9 +102,24 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def cold_calls(make_step: Callable[[], Callable[[], Any]], device: str, calls: Optional[int] = None) -> tuple[float, list[float]]:
+def counters() -> dict[str, float]:
+    """graphfuser's counters (executor, kernel builds, NVRTC and its disk cache, CUDA graphs) by
+    name: what a call did is the difference of two snapshots."""
+    from ...executor import compiled, cuda_graphs, fusion
+    from ...runtime import cache
+
+    out = {}
+    for prefix, stats in (("executor", fusion.STATS), ("builds", compiled.STATS), ("nvrtc", cache.STATS),
+                          ("graphs", cuda_graphs.STATS)):
+        out.update({f"{prefix}.{k}": v for k, v in stats.items() if isinstance(v, (int, float))})
+    return out
+
+
+def cold_calls(make_step: Callable[[], Callable[[], Any]], device: str, calls: Optional[int] = None,
+               did: Optional[list] = None) -> tuple[float, list[float]]:
     """(seconds to the end of the first steady call of the step ``make_step()`` returns, as the
-    race counts them, and each call's end; ``calls``: the window, the race's by default)."""
+    race counts them, and each call's end; ``calls``: the window, the race's by default).
+    ``did`` receives each call's changes of ``counters()``."""
     from ..race import COLD_WINDOW, cold_seconds
 
     _sync(device)
@@ -110,10 +127,15 @@ def cold_calls(make_step: Callable[[], Callable[[], Any]], device: str, calls: O
     step = make_step()
     wrap = time.perf_counter() - t0
     ends = []
+    before = counters()
     for _ in range(calls or COLD_WINDOW):
         step()
         _sync(device)
         ends.append(time.perf_counter() - t0)
+        if did is not None:
+            now = counters()
+            did.append({k: round(v - before.get(k, 0), 3) for k, v in now.items() if v != before.get(k, 0)})
+            before = now
     each = [b - a for a, b in zip([wrap] + ends[:-1], ends)]
     return cold_seconds(wrap, each)[0], ends
 
@@ -130,13 +152,16 @@ def profile_row(name: str, mode: str, device: str) -> None:
     x, y = inputs(name, mode, device, None)
     for _ in range(2):
         step_fn(name, mode, model, model, x, y, device)()
+    did: list = []
     with PhaseClock() as clock:
         cold, ends = cold_calls(lambda: step_fn(name, mode, model, torch.compile(model, backend=registered_backend()),
-                                                x, y, device), device)
+                                                x, y, device), device, did=did)
     torch._dynamo.reset()
     dynamo, _ = cold_calls(lambda: step_fn(name, mode, model, torch.compile(model, backend="eager"), x, y, device),
                            device)
     print(f"== {name} {mode}: cold {cold:.2f} s, calls end at {', '.join(f'{e:.2f}' for e in ends)}")
+    for i, (start, end, changes) in enumerate(zip([0.0] + ends[:-1], ends, did)):
+        print(f"   call {i + 1}: {end - start:.3f} s " + ", ".join(f"{k} +{v:g}" for k, v in changes.items()))
     print(f"   {clock.line()}")
     print(f"   Dynamo alone (backend='eager', compiled second): {dynamo:.2f} s")
 
