@@ -4,7 +4,7 @@ siblings sharing inputs partition exactly as with the search run to the block's 
 node."""
 import importlib
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import graphfuser
 from graphfuser.config import config
@@ -49,8 +49,22 @@ def _partitioned(text: str) -> str:
     return print_graph(g)
 
 
+STRADDLE = f"""
+graph(%x : {F}, %w : {F}):
+  %one : int = prim::Constant[value=1]()
+  %a : {F} = aten::sin(%x)
+  %g1 : {F} = aten::cos(%w)
+  %k : {F} = aten::mm(%g1, %w)
+  %c : {F} = aten::mul(%x, %k)
+  %m : {F} = aten::mm(%a, %w)
+  %g2 : {F} = aten::add(%g1, %m, %one)
+  return (%c, %g2)
+"""
+
+
 @settings(max_examples=150, deadline=None)
 @given(graphs(), st.booleans())
+@example(STRADDLE, True)
 def test_bounded_search_partitions_as_the_full_one(text, single):
     with config.override(horizontal_mode=True, single_node_mode=single):
         bounded = _partitioned(text)
@@ -83,19 +97,6 @@ graph(%x : {F}, %w : {F}):
         part.members = {0: [nodes["a"], nodes["d"]], 1: [nodes["c"]]}
         assert part._reach_bound([nodes["c"]], 99) == part.index[nodes["d"]]
         assert part._reach_bound([nodes["c"]], 2) == 2
-
-
-STRADDLE = f"""
-graph(%x : {F}, %w : {F}):
-  %one : int = prim::Constant[value=1]()
-  %a : {F} = aten::sin(%x)
-  %g1 : {F} = aten::cos(%w)
-  %k : {F} = aten::mm(%g1, %w)
-  %c : {F} = aten::mul(%x, %k)
-  %m : {F} = aten::mm(%a, %w)
-  %g2 : {F} = aten::add(%g1, %m, %one)
-  return (%c, %g2)
-"""
 
 
 def test_siblings_joined_through_a_straddling_group_would_make_a_cycle():
