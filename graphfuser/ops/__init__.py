@@ -146,13 +146,19 @@ def bind(row: OpRow, node: Node) -> tuple[dict[str, Any], dict[str, Any], dict[s
     values for constants; ``consts`` only the constants; ``participants`` the promotion inputs.
     A row's constant-only argument that profiling saw with one value binds as that constant.
     """
+    return memoized(("bind", id(row)), node, lambda: _bind(row, node))
+
+
+def memoized(tag: tuple, node: Node, compute) -> Any:
+    """``compute()``, from ``bind_memo``'s table while one is open on this thread (keyed by
+    ``tag``, the node and its input values), else computed afresh."""
     table = getattr(_MEMO, "table", None)
     if table is None:
-        return _bind(row, node)
-    key = (id(row), node, tuple(node.inputs))
+        return compute()
+    key = (tag, node, tuple(node.inputs))
     hit = table.get(key)
     if hit is None:
-        hit = table[key] = _bind(row, node)
+        hit = table[key] = compute()
     return hit
 
 

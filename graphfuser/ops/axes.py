@@ -93,16 +93,9 @@ def pointwise_plan(node: Node, args: dict) -> DimPlan:
 def dim_plan(node: Node) -> Union[DimPlan, str]:
     """The node's ``DimPlan`` from its op-table row, or why it has none (from ``bind_memo``'s
     table while one is open: the partition plans each node once per candidate merge)."""
-    from . import _MEMO
+    from . import memoized
 
-    table = getattr(_MEMO, "table", None)
-    if table is None:
-        return _dim_plan(node)
-    key = ("dim_plan", node, tuple(node.inputs))
-    hit = table.get(key)
-    if hit is None:
-        hit = table[key] = _dim_plan(node)
-    return hit
+    return memoized(("dim_plan",), node, lambda: _dim_plan(node))
 
 
 def _dim_plan(node: Node) -> Union[DimPlan, str]:

@@ -11,8 +11,8 @@ empty Inductor, Triton and graphfuser caches, so every cold start is a real one.
   its first steady call (``cold_seconds``): the first of ``COLD_WINDOW`` calls from which on no
   call takes more than ``STEADY_FACTOR`` times the median of the window's last three. Three calls
   are not enough: through ``torch.compile``, graphfuser's training step profiles its backward
-  groups on the fourth call, optimizes them on the fifth and captures its CUDA graphs after
-  that (H200, resnet50 train-bf16: 2.2 s to the end of the third call, 9.6 s to the first
+  groups on the fifth call, optimizes them on the sixth and captures its CUDA graphs on the
+  seventh (H200, resnet50 train-bf16: 2.2 s to the end of the third call, 9.6 s to the first
   steady one); ``reduce-overhead`` records its CUDA graphs on the second. ``<backend>_cold_calls``
   is that call's number;
 - steady ms per call: the median of rounds that interleave the backends (``zoo.time_interleaved``);
