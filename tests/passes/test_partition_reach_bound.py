@@ -1,7 +1,9 @@
 """The horizontal merges' search bound (``_BlockPartition._reach_bound``): random graphs of
 pointwise ops, matrix products (which no group takes, so cycles through them are possible) and
 siblings sharing inputs partition exactly as with the search run to the block's last grouped
-node."""
+node. And the barriers' edges (``_BlockPartition._edges``: a node that writes state is tied to the
+barriers beside it only): random graphs with in-place ops partition as with edges from each
+barrier to every node."""
 import importlib
 
 from hypothesis import example, given, settings, strategies as st
@@ -110,3 +112,53 @@ def test_siblings_joined_through_a_straddling_group_would_make_a_cycle():
     members = sorted(sorted(n.outputs[0].name for n in grp.subgraph.nodes() if n.kind != "prim::Constant")
                      for grp in groups)
     assert members == [["a"], ["c"], ["g1", "g2"]], members
+
+
+def _edges_to_every_node(self):
+    """The reference: data edges as ``_edges`` makes them, and an edge between each barrier and
+    every node before and after it."""
+    original_mutates = P._mutates
+    try:
+        P._mutates = lambda n: False
+        P._BlockPartition._chain_edges(self)
+    finally:
+        P._mutates = original_mutates
+    for b in [n for n in self.nodes if P._mutates(n)]:
+        i = self.index[b]
+        for n in self.nodes:
+            if self.index[n] < i:
+                self.succ[n].add(b)
+                self.pred[b].add(n)
+            elif self.index[n] > i:
+                self.succ[b].add(n)
+                self.pred[n].add(b)
+
+
+@st.composite
+def graphs_with_writes(draw):
+    """``graphs`` with in-place ops (barriers) between the others."""
+    text = draw(graphs())
+    lines = text.splitlines()
+    body = [i for i, ln in enumerate(lines) if "= aten::" in ln]
+    for k, i in enumerate(sorted(draw(st.sets(st.sampled_from(body), max_size=4)), reverse=True)):
+        target = lines[i].split(":")[0].strip()
+        lines.insert(i + 1, f"  %w{k} : {F} = aten::mul_({target}, %x0)")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs_with_writes(), st.booleans(), st.booleans())
+def test_barrier_edges_to_neighbours_partition_as_edges_to_every_node(text, single, horizontal):
+    """``_edges`` ties each barrier to its neighbouring barriers only; the partition is the one
+    that edges from each barrier to every node give."""
+    with config.override(horizontal_mode=horizontal, single_node_mode=single):
+        chained = _partitioned(text)
+        original = P._BlockPartition._edges
+        try:
+            P._BlockPartition._chain_edges = original
+            P._BlockPartition._edges = _edges_to_every_node
+            full = _partitioned(text)
+        finally:
+            P._BlockPartition._edges = original
+            del P._BlockPartition._chain_edges
+    assert chained == full, text
