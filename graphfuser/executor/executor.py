@@ -514,7 +514,7 @@ class ScriptedFunction(Recovering, SelfChecking):
             prog.fn(*[_same_layout_copy(i) for i in inputs])
             rec.apply()
             from ..ops import fusible
-            from ..passes.partition import group_misfit
+            from ..passes.group_fit import group_misfit
 
             functionalize(sub)   # the fallback runs some functionalized ops in place again
             members = [n for n in sub.block.nodes if n.kind not in ("prim::Constant", "prim::ListConstruct")]
