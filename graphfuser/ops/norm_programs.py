@@ -51,6 +51,14 @@ def batch_norm_train_eager(input: torch.Tensor, weight: Optional[torch.Tensor], 
 def layer_norm_train_eager(input: torch.Tensor, normalized_shape, weight: Optional[torch.Tensor],
                            bias: Optional[torch.Tensor], eps: float
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``graphfuser::layer_norm_train``: statistics over the last ``len(normalized_shape)`` dims."""
-    k = len(normalized_shape) if isinstance(normalized_shape, (list, tuple, torch.Size)) else 1
+    """``graphfuser::layer_norm_train``: statistics over the last ``len(normalized_shape)`` dims.
+    Shapes eager's layer norm rejects (trailing dims other than ``normalized_shape``, a weight or
+    bias of another shape) raise eager's own error: this is the group's fallback, which runs
+    exactly when a kernel's size checks fail."""
+    shape = list(normalized_shape) if isinstance(normalized_shape, (list, tuple, torch.Size)) else [normalized_shape]
+    k = len(shape)
+    if list(input.shape[input.dim() - k:]) != shape or input.dim() < k \
+            or any(t is not None and list(t.shape) != shape for t in (weight, bias)):
+        torch.layer_norm(input, shape, weight, bias, eps)       # raises eager's error
+        raise RuntimeError(f"layer_norm: input of size {list(input.shape)} does not end in normalized_shape {shape}")
     return shifted_statistics(input, list(range(input.dim() - k, input.dim())), eps, weight, bias)

@@ -243,6 +243,34 @@ def test_size_preconditions_raise_eager_error(fn, prof, bad, msg, device):
         torch.testing.assert_close(sf(*prof), fn(*prof))
 
 
+def ln_whole(x):
+    return F.layer_norm(x - 7.0, [5, 3])
+
+
+NORM_PRECONDITIONS = PRECONDITIONS[:4] + [
+    (ln_whole, (R(5, 3),), (R(2, 3),), "expected input with shape"),
+    (ln_whole, (R(5, 3),), (R(0, 3),), "expected input with shape"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fn,prof,bad,msg", NORM_PRECONDITIONS,
+                         ids=[f"{p[0].__name__}-{i}" for i, p in enumerate(NORM_PRECONDITIONS)])
+def test_size_preconditions_raise_eager_error_under_grad(fn, prof, bad, msg, device):
+    """The same with inputs that require grad: the group is differentiable and its layer norm
+    the statistics row (``graphfuser::layer_norm_train``), whose fallback must reject the sizes as
+    eager does (fuzz seed 36435, graph 82: normalized_shape [5, 3] profiled on a [5, 3] input,
+    then a [0, 3] and a [2, 3] one, returned a tensor)."""
+    _skip_no_gpu(device)
+    prof, bad = [t.to(device).requires_grad_() for t in prof], [t.to(device).requires_grad_() for t in bad]
+    sf = _profile(fn, *prof)
+    with pytest.raises(RuntimeError, match=msg):
+        fn(*bad)
+    with pytest.raises(RuntimeError, match=msg):
+        sf(*bad)
+    torch.testing.assert_close(sf(*prof), fn(*prof))
+
+
 # -- 0-dim / all-size-1 groups, lone strided / expanded rows -------------------------------------
 def sum_back(x):
     return (x * 2.0).sum() + x
