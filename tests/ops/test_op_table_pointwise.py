@@ -31,7 +31,8 @@ import torch
 import graphfuser
 from graphfuser.executor import compiled
 from graphfuser.ops import ROWS, fusible
-from helpers import TOLERANCES, fallback_counter, fusion_groups
+from helpers import fallback_counter, fusion_groups
+from pointwise_compare import compare
 
 F = "torch.nn.functional"
 
@@ -40,14 +41,6 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 INTS = (torch.int32, torch.int64)
 LAYOUTS = ["dense", "transposed", "sliced", "expanded", "broadcast", "channels_last"]
 
-# Ops whose half-precision result may differ from eager by an ulp or two of fp16/bf16 (both
-# compute in fp32 and round once; libm and torch's vectorized math differ in the last fp32 bit).
-TRANSCENDENTAL = {
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin",
-    "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "lgamma", "atan2", "pow", "gelu",
-    "silu", "softplus", "div", "reciprocal", "addcdiv", "lerp", "remainder", "fmod", "floor_divide",
-}
-HALF_TOL = dict(atol=1e-2, rtol=2e-2)
 
 
 @dataclass(frozen=True)
@@ -478,43 +471,6 @@ def family_function(family: str, dtype: torch.dtype) -> tuple[Callable, list[Ent
         fn = _compile_source(name, _source(name, family, ok))
         _GENERATED[key] = (fn, ok, errors)
     return _GENERATED[key]
-
-
-# -- comparison -------------------------------------------------------------------------------------
-def _tolerance(entry: Entry, out: torch.Tensor) -> dict:
-    if out.dtype in (torch.float16, torch.bfloat16) and entry.row in TRANSCENDENTAL:
-        return HALF_TOL
-    return TOLERANCES.get(out.dtype, {})
-
-
-def _same(g: torch.Tensor, w: torch.Tensor) -> bool:
-    """Cheap exact check (assert_close costs ~3 ms a call; most outputs match bit for bit)."""
-    if g.dtype != w.dtype or g.shape != w.shape:
-        return False
-    if w.is_floating_point():
-        return bool(((g == w) | (torch.isnan(g) & torch.isnan(w))).all())
-    return torch.equal(g, w)
-
-
-def compare(entries: list[Entry], got: tuple, want: tuple, where: str, opmath: Optional[tuple] = None) -> list[str]:
-    """Per-output comparison. ``opmath``: for fp16 / bf16 inputs, eager's results on the inputs
-    upcast to fp32; a fused result equal to that, rounded once, is right too (eager's vectorized
-    half kernels sometimes round an intermediate, e.g. the quotient of div(rounding_mode='trunc'))."""
-    problems = []
-    assert len(got) == len(want) == len(entries)
-    for k, (e, g, w) in enumerate(zip(entries, got, want)):
-        try:
-            if not _same(g, w):
-                try:
-                    torch.testing.assert_close(g, w, equal_nan=True, **_tolerance(e, w))
-                except AssertionError:
-                    if opmath is None or not _same(g, opmath[k].to(w.dtype)):
-                        raise
-            if g.stride() != w.stride() and g.numel() > 1:
-                raise AssertionError(f"strides {g.stride()} != eager {w.stride()} (sizes {tuple(w.shape)})")
-        except AssertionError as exc:
-            problems.append(f"{where}: o{k} = {e.expr}  [{e.row}]: {str(exc).strip()}")
-    return problems
 
 
 def _line(n) -> Optional[int]:
