@@ -43,7 +43,8 @@ from ..passes.unbind_grad import dense_unbinds
 from ..passes.in_place import inherit_writes, write_running_stats_in_place
 from ..passes.module_flags import flag_reader, specialize_training, training_modules
 from .cuda_graphs import GraphReplayer, make_replayer
-from .fusion import STATS, FusionFailure, FusionSite, compile_threads, make_group_runner
+from .families import adopt, profiled_enough
+from .fusion import STATS, FusionFailure, FusionSite, build_runners, make_group_runner
 from .recovery import Recovering
 from .selfcheck import SelfChecking
 from ..ops import profiled_args
@@ -102,6 +103,7 @@ class ScriptedFunction(Recovering, SelfChecking):
                                  # conditions (passes/module_flags.py)
     _flags: tuple = ()           # their values, as this specialization has them as constants
     _read_flags = staticmethod(tuple)   # their current values (``module_flags.flag_reader``)
+    _family = None               # the backward graphs it optimizes with (``families.py``)
 
     def __init__(self, obj: Any, capture: Callable[[Any], Captured]) -> None:
         """``capture``: the frontend's, turning ``obj`` into a ``Captured`` (or raising
@@ -325,6 +327,10 @@ class ScriptedFunction(Recovering, SelfChecking):
     def _profile_call(self, args: tuple) -> Any:
         if self._program is not None:
             return self._program.fn(*args)
+        if self._family is not None and profiled_enough(self):
+            self._family.optimize(self)
+            if self._program is not None:
+                return self._program.fn(*args)
         if self._profiling is None:
             self._record = ProfileRecord([])
             self._profiling = build_program(self._work, name="profiling", profiler=self._record_slot,
@@ -336,7 +342,7 @@ class ScriptedFunction(Recovering, SelfChecking):
         out = self._profiling.fn(*args)
         STATS["profiling_calls"] += 1
         self._calls += 1
-        if self._calls >= config.profiling_runs:
+        if self._calls >= config.profiling_runs and self._family is None:
             try:
                 with _gc_paused():
                     self._optimize()
@@ -360,7 +366,10 @@ class ScriptedFunction(Recovering, SelfChecking):
                 raise TypeError(f"{self._captured.name}(): argument {name!r} must be a Tensor, got {type(a).__name__}")
 
     # -- optimization --------------------------------------------------------------------
-    def _optimize(self) -> None:
+    def _optimize(self, build: bool = True) -> Optional[tuple[Graph, list[Node]]]:
+        """Optimize the profiled graph and build its host program; ``build=False``: stop before
+        the builds and return the graph and its groups (``families.py`` builds those of several
+        graphs at once). None where profiling starts again (a layout plan)."""
         STATS["optimizations"] += 1
         self._record.apply()
         g = self._work
@@ -387,7 +396,7 @@ class ScriptedFunction(Recovering, SelfChecking):
                     # profiling call records the rewritten graph's types (a convolution plan
                     # changes layouts everywhere after it and profiles a full round again)
                     self._calls = max(0, config.profiling_runs - 1)
-                return
+                return None
         fold_constant_ifs(g)
         fill_numbers(g)
         batch_norm_training(g)
@@ -412,36 +421,20 @@ class ScriptedFunction(Recovering, SelfChecking):
             site = FusionSite(group, self)
             self._sites[group] = site
             self._register_fallbacks(group, site)
+        if not build:
+            return g, groups
         self._prebuild(groups)
         self._optimized = g
         self._rebuild()
+        adopt(self)
         jit_log_graph("profiling_graph_executor_impl", "Optimized Graph:", g)
+        return None
 
     def _prebuild(self, groups: list[Node]) -> None:
-        """Build the runners of ``groups`` on ``compile_threads`` threads before the host program
-        is made (which would build them one after another): NVRTC and the C++ compiler release
-        the GIL, so a graph's forty kernels cost about the slowest few instead of their sum. A
-        compile failure raises as it would from the host program's build (fallback disabled)."""
+        """Build the runners of ``groups`` on threads before the host program is made (which
+        would build them one after another): ``fusion.build_runners``."""
         todo = [gr for gr in groups if gr not in self._runners and gr.kind.endswith("FusionGroup")]
-        n = compile_threads(len(todo))
-        if n < 2:
-            return
-        import concurrent.futures as cf
-
-        from ..autodiff.function import COMPILE_THREAD_PREFIX, settle_calling_thread
-
-        # the calling thread's current CUDA device, which a new thread does not inherit
-        device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-
-        def build(group: Node) -> Callable:
-            if device is not None:
-                torch.cuda.set_device(device)
-            return make_group_runner(group)
-
-        with cf.ThreadPoolExecutor(n, thread_name_prefix=COMPILE_THREAD_PREFIX) as pool:
-            runners = list(pool.map(build, todo))
-        settle_calling_thread()         # per-thread autograd settings a compile thread could not make here
-        for gr, runner in zip(todo, runners):
+        for gr, runner in zip(todo, build_runners(todo) or ()):
             self._runners.setdefault(gr, runner)
 
     def _register_fallbacks(self, group: Node, site: FusionSite) -> None:

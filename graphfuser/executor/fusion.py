@@ -416,6 +416,32 @@ def compile_threads(groups: int) -> int:
     return max(1, min(n, groups))
 
 
+def build_runners(groups: list[Node]) -> Optional[list[Callable]]:
+    """The runners of ``groups``, built on ``compile_threads`` threads (None where that is fewer
+    than two: the host program then builds each as it comes to it). NVRTC and the C++ compiler
+    release the GIL, so forty kernels cost about the slowest few instead of their sum. A compile
+    failure raises here as it would from the host program's build (fallback disabled)."""
+    n = compile_threads(len(groups))
+    if n < 2:
+        return None
+    import concurrent.futures as cf
+
+    from ..autodiff.function import COMPILE_THREAD_PREFIX, settle_calling_thread
+
+    # the calling thread's current CUDA device, which a new thread does not inherit
+    device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+    def build(group: Node) -> Callable:
+        if device is not None:
+            torch.cuda.set_device(device)
+        return make_group_runner(group)
+
+    with cf.ThreadPoolExecutor(n, thread_name_prefix=COMPILE_THREAD_PREFIX) as pool:
+        runners = list(pool.map(build, groups))
+    settle_calling_thread()         # per-thread autograd settings a compile thread could not make here
+    return runners
+
+
 def make_group_runner(group: Node) -> Callable[..., tuple]:
     """The compiled kernel for ``group`` (the codegen backend), or the eager program when the
     backend cannot take it; compile failures follow the fallback policy."""

@@ -1,0 +1,79 @@
+"""The backward graphs of one forward graph optimize together (``executor/families.py``): after
+one profiling backward, the next backward optimizes every member at once and builds all their
+groups in one call of ``build_runners``; gradients match eager's throughout; a member no gradient
+reached yet stays behind and optimizes on its own later."""
+import torch
+import torch.nn.functional as F
+
+import graphfuser
+from graphfuser.autodiff.function import DifferentiableGroup
+from graphfuser.executor import families, fusion
+
+
+def three_groups(x, w, W1, W2):
+    y = F.layer_norm(x * 2.0, [x.shape[-1]], w).relu()
+    z = torch.softmax((y @ W1) * 3.0, -1).tanh()
+    return ((z @ W2).sigmoid() * 2.0 + 1.0).sum(-1)
+
+
+def _members(sf):
+    return [r.backward for r in sf._specialized()._runners.values() if isinstance(r, DifferentiableGroup)]
+
+
+def _args(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(8, 64), (64,), (64, 32), (32, 16)]
+    return [torch.randn(s, generator=g).requires_grad_() for s in shapes]
+
+
+def _grads(fn, args):
+    return torch.autograd.grad(fn(*args).sum(), args)
+
+
+def test_members_optimize_together_and_match_eager(monkeypatch):
+    built = []
+    real = families.build_runners
+    monkeypatch.setattr(families, "build_runners", lambda groups: built.append(len(groups)) or real(groups))
+    sf = graphfuser.script(three_groups)
+    optimized = []
+    for step in range(6):
+        args = _args(step)
+        before = fusion.STATS["optimizations"]
+        got = _grads(sf, args)
+        optimized.append(fusion.STATS["optimizations"] - before)
+        for g, e in zip(got, _grads(three_groups, args)):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    members = _members(sf)
+    assert len(members) == 3
+    # forward: optimized after its profiling calls; the three backward graphs in one later call
+    assert optimized.count(3) == 1 and sum(optimized) == 4, optimized
+    assert built == [3]
+    assert all(m._optimized is not None and m._family is None and m._calls == 1 for m in members)
+
+
+def test_a_member_no_gradient_reached_optimizes_alone_later():
+    """``out[1]`` carries a gradient only from the fourth call on: its group's backward is not
+    called before, and its family has optimized the others by then; it optimizes in the fifth."""
+    def two_outputs(x, w, W1):
+        y = F.layer_norm(x * 2.0, [x.shape[-1]], w).relu()
+        z = torch.softmax((y @ W1) * 3.0, -1).tanh()
+        m = (y @ W1).sigmoid()
+        return z.sum(-1), (m * 0.5).cos()
+
+    sf = graphfuser.script(two_outputs)
+    for step in range(8):
+        args = _args(step)[:3]
+        outs = sf(*args)
+        loss = outs[0].sum() + (outs[1].sum() if step >= 3 else 0.0)
+        got = torch.autograd.grad(loss, args)
+        e = two_outputs(*args)
+        want = torch.autograd.grad(e[0].sum() + (e[1].sum() if step >= 3 else 0.0), args)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        members = _members(sf)
+        if step == 2:       # the forward optimized in the second call; the first backward through its groups
+            assert [m._calls for m in members] == [1, 1, 0], [m._calls for m in members]
+        if step == 3:       # the two profiled members optimized together; the third profiled only now
+            assert [m._optimized is not None for m in members] == [True, True, False]
+            assert members[2]._family is not None and members[2]._calls == 1
+    assert all(m._optimized is not None and m._family is None for m in _members(sf))
