@@ -424,11 +424,16 @@ class ScriptedFunction(Recovering, SelfChecking):
         if not build:
             return g, groups
         self._prebuild(groups)
+        self._finish(g)
+        return None
+
+    def _finish(self, g: Graph) -> None:
+        """Run ``g`` from now on: its host program (building the runners not built yet), and the
+        backward graphs of its differentiable groups made a family (``families.py``)."""
         self._optimized = g
         self._rebuild()
         adopt(self)
         jit_log_graph("profiling_graph_executor_impl", "Optimized Graph:", g)
-        return None
 
     def _prebuild(self, groups: list[Node]) -> None:
         """Build the runners of ``groups`` on threads before the host program is made (which

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import config
-from ..log import jit_log, jit_log_graph
+from ..log import jit_log
 from .fusion import build_runners
 
 
@@ -74,10 +74,7 @@ class Family:
             for (m, gr), runner in zip(todo, build_runners([gr for _, gr in todo]) or ()):
                 m._runners.setdefault(gr, runner)
             for m, g, _ in built:
-                m._optimized = g
-                m._rebuild()
-                adopt(m)                        # (its own differentiable groups: double backward)
-                jit_log_graph("profiling_graph_executor_impl", "Optimized Graph:", g)
+                m._finish(g)
             jit_log("graph_fuser", 1, f"{caller._captured.name}: {len(built)} backward graph(s) optimized together, "
                                       f"{len(todo)} group(s) built on the compile threads")
         finally:
