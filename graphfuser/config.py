@@ -34,7 +34,7 @@ DISABLE_OPTIONS = (
     "attention_rewrite", "gemm_padding", "weight_cast_batching", "rotary_rewrite", "padded_outputs",
     "bias_gradients", "conv_layout_training", "fast_math", "flip_fusion", "precompiled_prelude",
     "row_layout", "sdpa_math", "vector_gather", "even_rows", "broadcast_copies",
-    "sdpa_bias", "dense_unbind", "layer_norm_statistics",
+    "sdpa_bias", "dense_unbind", "layer_norm_statistics", "masked_loads",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
                   "cuda_batch_norm_training", "lineinfo", "fused_rng", "conv_layout_training", "weight_cache")   # on by default, accepted:
@@ -83,7 +83,7 @@ DEFAULTS: dict[str, Any] = {
 
 # Knobs that change generated code: part of every kernel cache key.
 CODEGEN_KNOBS = ("fma", "index_hoist", "predicate_elimination", "prefetch", "unroll_with_rng", "fast_math",
-                 "vector_gather", "even_rows")
+                 "vector_gather", "even_rows", "masked_loads")
 
 # Deliberate deviations from eager, each named once with the knob setting that removes it. A
 # result that differs from eager only by one of these is not a defect (the fuzzer reports such

@@ -57,9 +57,15 @@ template <typename T> GF_FN T gf_minimum(T a, T b) { return b < a ? b : a; }
 // hardware's, for which -0.0 < 0.0: max(-0.0, 0.0) is 0.0 and min(0.0, -0.0) is -0.0 in either
 // order (a CUDA clamp_(min=0.0) of -0.0 gave -0.0 and its reciprocal -inf where eager gives inf:
 // fuzz graph 1805 of CUDA seed 34001)
+#if __CUDA_ARCH__ >= 800
+// one instruction that propagates NaN (the select below is a branch per call in the PTX)
+GF_FN float gf_maximum(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+GF_FN float gf_minimum(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+#else
 GF_FN float gf_maximum(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
-GF_FN double gf_maximum(double a, double b) { return (a != a || b != b) ? a + b : fmax(a, b); }
 GF_FN float gf_minimum(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+#endif
+GF_FN double gf_maximum(double a, double b) { return (a != a || b != b) ? a + b : fmax(a, b); }
 GF_FN double gf_minimum(double a, double b) { return (a != a || b != b) ? a + b : fmin(a, b); }
 #else
 GF_FN float gf_maximum(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? b : a); }
@@ -281,6 +287,68 @@ template <int N, typename T> GF_FN void gf_load(T* dst, const T* src) {
   #pragma unroll
   for (int i = 0; i < N; ++i) dst[i] = r.v[i];
 }
+/* gf_load under a predicate: the load is one predicated PTX instruction (zeros where ``ok`` is
+   false, and no access), so a loop body guarded by it stays one basic block and the compiler can
+   issue the loads of several unrolled iterations before the arithmetic of the first */
+template <int B> struct gf_pld;
+template <> struct gf_pld<1> { GF_FN static void f(void* d, const void* s, bool ok) {
+  unsigned short a = 0;
+  asm("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p ld.global.nc.u8 %0, [%1]; }" : "+h"(a) : "l"(s), "r"((int)ok));
+  *reinterpret_cast<unsigned char*>(d) = (unsigned char)a; } };
+template <> struct gf_pld<2> { GF_FN static void f(void* d, const void* s, bool ok) {
+  unsigned short a = 0;
+  asm("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p ld.global.nc.u16 %0, [%1]; }" : "+h"(a) : "l"(s), "r"((int)ok));
+  *reinterpret_cast<unsigned short*>(d) = a; } };
+template <> struct gf_pld<4> { GF_FN static void f(void* d, const void* s, bool ok) {
+  unsigned int a = 0;
+  asm("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p ld.global.nc.u32 %0, [%1]; }" : "+r"(a) : "l"(s), "r"((int)ok));
+  *reinterpret_cast<unsigned int*>(d) = a; } };
+template <> struct gf_pld<8> { GF_FN static void f(void* d, const void* s, bool ok) {
+  unsigned int a = 0, b = 0;
+  asm("{ .reg .pred p; setp.ne.b32 p, %3, 0; @p ld.global.nc.v2.u32 {%0, %1}, [%2]; }"
+      : "+r"(a), "+r"(b) : "l"(s), "r"((int)ok));
+  *reinterpret_cast<uint2*>(d) = make_uint2(a, b); } };
+template <> struct gf_pld<16> { GF_FN static void f(void* d, const void* s, bool ok) {
+  unsigned int a = 0, b = 0, c = 0, e = 0;
+  asm("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4]; }"
+      : "+r"(a), "+r"(b), "+r"(c), "+r"(e) : "l"(s), "r"((int)ok));
+  *reinterpret_cast<uint4*>(d) = make_uint4(a, b, c, e); } };
+template <int N, typename T> GF_FN void gf_load_if(T* dst, const T* src, bool ok) {
+  gf_vec<T, N> r;
+  gf_pld<sizeof(T) * N>::f(&r, src, ok);
+  #pragma unroll
+  for (int i = 0; i < N; ++i) dst[i] = r.v[i];
+}
+template <typename T> GF_FN T gf_ld_if(const T* src, bool ok) {
+  T r;
+  gf_pld<sizeof(T)>::f(&r, src, ok);
+  return r;
+}
+/* ... and a store under a predicate, one predicated instruction */
+template <int B> struct gf_pst;
+template <> struct gf_pst<1> { GF_FN static void f(void* d, const void* s, bool ok) {
+  unsigned short a = *reinterpret_cast<const unsigned char*>(s);
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.u8 [%0], %1; }" :: "l"(d), "h"(a), "r"((int)ok) : "memory"); } };
+template <> struct gf_pst<2> { GF_FN static void f(void* d, const void* s, bool ok) {
+  unsigned short a = *reinterpret_cast<const unsigned short*>(s);
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.u16 [%0], %1; }" :: "l"(d), "h"(a), "r"((int)ok) : "memory"); } };
+template <> struct gf_pst<4> { GF_FN static void f(void* d, const void* s, bool ok) {
+  unsigned int a = *reinterpret_cast<const unsigned int*>(s);
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.u32 [%0], %1; }" :: "l"(d), "r"(a), "r"((int)ok) : "memory"); } };
+template <> struct gf_pst<8> { GF_FN static void f(void* d, const void* s, bool ok) {
+  uint2 a = *reinterpret_cast<const uint2*>(s);
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %3, 0; @p st.global.v2.u32 [%0], {%1, %2}; }"
+               :: "l"(d), "r"(a.x), "r"(a.y), "r"((int)ok) : "memory"); } };
+template <> struct gf_pst<16> { GF_FN static void f(void* d, const void* s, bool ok) {
+  uint4 a = *reinterpret_cast<const uint4*>(s);
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p st.global.v4.u32 [%0], {%1, %2, %3, %4}; }"
+               :: "l"(d), "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"((int)ok) : "memory"); } };
+template <int N, typename T> GF_FN void gf_store_if(T* dst, const T* src, bool ok) {
+  gf_vec<T, N> r;
+  #pragma unroll
+  for (int i = 0; i < N; ++i) r.v[i] = src[i];
+  gf_pst<sizeof(T) * N>::f(dst, &r, ok);
+}
 template <int N, typename T> GF_FN void gf_store(T* dst, const T* src) {
   gf_vec<T, N> r;
   #pragma unroll
@@ -378,6 +446,10 @@ class Dialect:
     # or per blockIdx.x for the barrier).
     grid_reduce: dict = field(default_factory=dict)
     runtime_unroll: str = ""                            # before reduction loops of run-time extent
+    masked_loads: bool = False                          # gf_load_if / gf_ld_if: predicated loads
+    # a masked body's loop, U iterations a trip (render.open_masked_unroll): per loop type, the
+    # (trip loop, the iteration's index, its bound) forward and backward
+    masked_unroll: dict = field(default_factory=dict)
     # (op, dtype) -> accumulate statement ({a} {v}) that propagates NaN by itself: no NaN flag.
     nan_combine: dict = field(default_factory=dict)
     # Float sums over a run-time extent go through chunk accumulators of this many iterations
@@ -470,6 +542,15 @@ CUDA = Dialect(
     block_threads="(int)(blockDim.x * blockDim.y)",
     async_copy="extern __shared__ __align__(16) unsigned char gf_stage[];",
     runtime_unroll="#pragma unroll 4",
+    masked_loads=True,
+    masked_unroll={
+        "U": 4,
+        P.Serial: {"forward": ("for ({T} {i}_o = 0; {i}_o < {ext}; {i}_o += {U})", "{i}_o + gf_u", "{i} < {ext}")},
+        P.BIDy: {"forward": ("for ({T} {i}_o = blockIdx.y; {i}_o < {ext}; {i}_o += {U} * ({T})gridDim.y)",
+                             "{i}_o + gf_u * ({T})gridDim.y", "{i} < {ext}"),
+                 "reverse": ("for ({T} {i}_o = ({ext} - 1 - ({T})blockIdx.y) / ({T})gridDim.y * ({T})gridDim.y "
+                             "+ ({T})blockIdx.y; {i}_o >= ({T})blockIdx.y && {i}_o < {ext}; {i}_o -= {U} * ({T})gridDim.y)",
+                             "{i}_o - gf_u * ({T})gridDim.y", "{i} >= ({T})blockIdx.y")}},
     sum_block=16,           # a thread's serial loop: 16 iterations (of up to 8 vector elements) per chunk
     last_iteration={P.Serial: ("{T} {i} = {ext} - 1", ""),
                     P.BIDy: ("{T} {i} = {ext} - 1", "{i} % ({T})gridDim.y == ({T})blockIdx.y")},

@@ -27,7 +27,9 @@ def test_bias_gelu_backward_column_sum_has_vector_variants(dtype, V):
     assert tags[:4] == ["outer_v1", "outer_split_v1", f"outer_v{V}", f"outer_split_v{V}"], tags
     names = [v[0] for v in cg.variants]
     src = cg.variant_sources[tags.index(f"outer_split_v{V}")]
-    assert f"float acc0[{V}];" in src and f"gf_load<{V}>(" in src and f"gf_store<{V}>(" in src
+    # vector loads and stores, under the row predicate (one basic block per unrolled iteration)
+    assert f"float acc0[{V}];" in src and f"gf_load_if<{V}>(" in src and f"gf_store_if<{V}>(" in src
+    assert "const bool gf_ok = " in src and "for (int gf_u = 0; gf_u < 4; ++gf_u)" in src
     # the V lanes combine across threadIdx.y at once, and from the blocks' partials read in one loop
     assert f"gf_block_reduce_y_k<gf_op_sum, float, {V}, " in src and "gf_block_reduce_y<gf_op_sum>(" not in src
     assert "gf_k1[0 * {V} + v] = gf_op_sum::f(gf_k1[0 * {V} + v], *reinterpret_cast<const volatile float*>(" \
@@ -49,7 +51,7 @@ def test_rmsnorm_weight_gradient_is_an_outer_reduction():
     tags = [v[2].tag for v in cg.variants]
     assert "outer_split_v4" in tags                     # fp32 upstream gradient: 16-byte float4
     src = cg.variant_sources[tags.index("outer_split_v4")]
-    assert "const float s_t1 = t1[" in src              # rstd: one scalar per reduced index
+    assert "const float s_t1 = gf_ld_if(t1 + (" in src   # rstd: one scalar per reduced index
     _compile(cg, [v[0] for v in cg.variants])
 
 

@@ -46,6 +46,7 @@ from ..cstyle import RenderOptions, _Emitter, c_literal, cast_text, signature
 from ..dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
 from ...ir.kir import (Call, Cast, Const, EdgeIndex, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
                   ScalarArg, prim_text)
+from ...config import config
 from .lower import ReductionKernel
 from .blocks import SumBlocks
 from .columns import ColumnSums
@@ -153,6 +154,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         self.grid_red = [k for k in inner if self.red[k] and leaves[k].ptype in dialect.grid_reduce]
         self.grid_sync = False
         self.backwards = False
+        self.guard: Optional[str] = None     # the body's row predicate where it is masked (maskable)
         # several rows per block (the launcher's choice, blockDim.y > 1, for rows of few
         # threads): persistent schedules whose one prefix leaf is the row loop and whose threads
         # meet only in warp shuffles there, no grid split (column sums: a slot per thread row)
@@ -325,17 +327,28 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         blk, inner = self.block_leaf(reds), outer
         if blk is not None:
             self.block_decls(em, reds)
+        masked = bool(self.preds) and self.maskable(p, reds)
+        unrolled = self.masked_unroll_leaf() if masked and blk is None else None
+        bounds: list[str] = []
         for i in self.loops:
             chunk = None
             if i == blk:
                 chunk = self.open_block(em, i, self.leaf_extent(i), reds)
                 inner = em.depth
+            if i == unrolled:
+                bounds.append(self.open_masked_unroll(em, i))
+                continue
             simd = self.nest.leaves[i].ptype is ParallelType.Vectorize and L == 1 and (reds or self.first == 0)
             self.open_leaf(em, i, self.simd_pragma(reds, blk is None) if simd else None, chunk)
-        if self.preds:
+        if masked:
+            # one basic block: predicated loads, the arithmetic for every row, masked updates
+            em("const bool gf_ok = " + " && ".join(bounds + self.pred_texts()) + ";")
+            self.guard = "gf_ok"
+        elif self.preds:
             em("if (" + " && ".join(self.pred_texts()) + ") {")
             em.depth += 1
         self.emit_body(em, p, reds, lane)
+        self.guard = None
         while em.depth > inner:
             em.depth -= 1
             em("}")
@@ -386,6 +399,56 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         if self.grid_red and reds:
             self.emit_grid_combine(em, reds)
 
+    def maskable(self, p: int, reds: list[Reduce]) -> bool:
+        """Whether pass ``p``'s body can run for rows outside the bounds, loads predicated and
+        updates masked (``dialect.masked_loads``): whole register vectors of an outer
+        reduction's row loop, every load of the body a vector one and no per-vector pair. A
+        guarded body is a branch per iteration, so the loads of the unrolled iterations wait
+        for one another: a batch norm's statistics over channels-last [32, 128, 28, 28] took
+        the grid loop's memory latency once per 32 rows."""
+        if config.is_disabled("masked_loads"):
+            return False
+        if not (self.d.masked_loads and self.kvec and self.k.kind == "outer" and not self.lanewise
+                and not self.prefetch and not self.stages and not self.vector_pairs(reds)):
+            return False
+        names = self.base_names(self.lane())
+        for e in self.pass_order(p):
+            if isinstance(e, (FirstLoad, LastLoad)):
+                return False
+            if isinstance(e, Load) and not self.full[id(e)] and id(e) not in names:
+                return False
+        return True
+
+    def masked_unroll_leaf(self) -> Optional[int]:
+        """The loop a masked body unrolls (``dialect.masked_unroll``): the one reduced loop
+        of run-time extent, where it is the pass's only loop."""
+        loops = [i for i in self.loops if self.nest.leaves[i].ptype is not ParallelType.Vectorize]
+        if len(loops) != 1 or not self.d.masked_unroll:
+            return None
+        i = loops[0]
+        d = self.nest.leaves[i]
+        if not self.red[i] or d.extent.const is not None or self.fold is not None or self.columns:
+            return None
+        if d.ptype not in self.d.masked_unroll:
+            return None
+        return i
+
+    def open_masked_unroll(self, em: _Emitter, i: int) -> str:
+        """Open leaf ``i``'s loop U iterations a trip, the U unrolled without exits between
+        them (the masked body runs past the end harmlessly); return the iteration's bound,
+        which joins the body's predicate."""
+        d, T, var = self.nest.leaves[i], self.T, f"i{i}"
+        forms = self.d.masked_unroll[d.ptype]
+        loop, index, bound = forms["reverse" if self.backwards and i in self.grid_red else "forward"]
+        fmt = dict(T=T, i=var, ext=self.leaf_extent(i), U=self.d.masked_unroll["U"])
+        em(loop.format(**fmt) + " {")
+        em.depth += 1
+        em("#pragma unroll")
+        em(f"for (int gf_u = 0; gf_u < {fmt['U']}; ++gf_u) {{")
+        em.depth += 1
+        em(f"const {T} {var} = {index.format(**fmt)};")
+        return bound.format(**fmt)
+
     def open_lanes(self, em: _Emitter) -> str:
         """Open the lane loop of a kept vector (variable ``v``) and return the lane suffix of
         the accumulators; nothing without lanes."""
@@ -419,6 +482,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
         per_vector = {id(r) for pair in vpairs for r in (pair.first, pair.second)}
         for pair in vpairs:
             em(f"gf_x{pair.tag}[v] = {names[id(pair.x)]};")
+        g = self.guard
         for r in reds:
             if id(r) in per_vector:
                 continue
@@ -428,10 +492,14 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             if pair is not None:
                 stage = "both" if pair.fused else ("first" if r is pair.first else "second")
                 if not (pair.fused and r is pair.second):
-                    for line in pair.lines(stage, self.acc[id(pair.first)], self.acc[id(pair.second)], v,
-                                           COMPUTE_TYPES[r.dtype]):
+                    lines = pair.lines(stage, self.acc[id(pair.first)], self.acc[id(pair.second)], v,
+                                       COMPUTE_TYPES[r.dtype])
+                    for line in ([f"if ({g}) {{", *lines, "}"] if g else lines):
                         em(line)
             else:
+                if g:        # a masked row adds the identity
+                    em(f"const {COMPUTE_TYPES[r.dtype]} m{j[3:].split('[')[0]} = {g} ? {v} : {identity(r.op, r.dtype)};")
+                    v = f"m{j[3:].split('[')[0]}"
                 em(self.combine(r).format(a=j, v=v))
             if self.nan_flag(r):
                 em(f"nan{self.acc[id(r)][3:]}{lane} |= {v} != {v};")
@@ -439,7 +507,7 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             t = self.k.tensors[q]
             val = STORE_CONVERT.get(t.dtype, "{0}").format(names[id(e)])
             if t.partials:
-                em(f"{self.column_slot(q)} += {val};")
+                em(f"{'if (' + g + ') ' if g else ''}{self.column_slot(q)} += {val};")
                 continue
             em(self.store_text(q, val) if self.vec else f"{t.name}[{self.ix(self.offsets[q])}] = {val};")
         if self.vec:

@@ -120,12 +120,18 @@ class RowVectors:
                 em(f"{st} b_{t.name}[{V}];")
                 em(f"gf_load<{V}>(b_{t.name}, reinterpret_cast<const {st}*>({self.stage_addr(e.tensor, 'gf_cur')}));")
             elif t.dim_kinds[self.vroot] == "bcast":
-                em(f"const {st} s_{t.name} = {t.name}[{off}];")
+                g = self.guard
+                em(f"const {st} s_{t.name} = " + (f"gf_ld_if({t.name} + ({off}), {g});" if g else f"{t.name}[{off}];"))
             elif not self.lanewise:
                 em(f"{st} b_{t.name}[{V}];")
+                g = self.guard
                 if t.dim_kinds[self.vroot] == "strided":
+                    lane = self.lane_offset(e.tensor)
                     em("#pragma unroll")
-                    em(f"for (int v = 0; v < {V}; ++v) b_{t.name}[v] = {t.name}[{self.lane_offset(e.tensor)}];")
+                    em(f"for (int v = 0; v < {V}; ++v) b_{t.name}[v] = "
+                       + (f"gf_ld_if({t.name} + ({lane}), {g});" if g else f"{t.name}[{lane}];"))
+                elif g:
+                    em(f"gf_load_if<{V}>(b_{t.name}, {t.name} + {off}, {g});")
                 else:
                     em(f"gf_load<{V}>(b_{t.name}, {t.name} + {off});")
         for q, _ in stores:
@@ -156,11 +162,18 @@ class RowVectors:
         for pair in pairs:
             a, b = self.acc[id(pair.first)], self.acc[id(pair.second)]
             em(f"gf_online_vec<{self.V}>({a}, {b}, nan{a[3:]}, gf_x{pair.tag});")
+        g = self.guard                        # (a masked body, see maskable): rows inside only
         for q, _ in stores:
             t = self.k.tensors[q]
             if t.partials:
                 continue
             off = self.ix(self.offsets[q])
+            if g and not self.lanewise and t.dim_kinds[self.vroot] not in ("bcast", "strided"):
+                em(f"gf_store_if<{self.V}>({t.name} + {off}, b_{t.name}, {g});")
+                continue
+            if g:
+                em(f"if ({g}) {{")
+                em.depth += 1
             # broadcast along the vectorized dim: the lanes hold one element (see cstyle._body)
             if t.dim_kinds and t.dim_kinds[self.vroot] == "bcast":
                 em(f"{t.name}[{off}] = b_{t.name}[0];")
@@ -169,3 +182,6 @@ class RowVectors:
                 em(f"for (int v = 0; v < {self.V}; ++v) {t.name}[{self.lane_offset(q)}] = b_{t.name}[v];")
             elif not self.lanewise:
                 em(f"gf_store<{self.V}>({t.name} + {off}, b_{t.name});")
+            if g:
+                em.depth -= 1
+                em("}")
