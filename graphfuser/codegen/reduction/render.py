@@ -498,8 +498,9 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
                         em(line)
             else:
                 if g:        # a masked row adds the identity
-                    em(f"const {COMPUTE_TYPES[r.dtype]} m{j[3:].split('[')[0]} = {g} ? {v} : {identity(r.op, r.dtype)};")
-                    v = f"m{j[3:].split('[')[0]}"
+                    masked = f"gf_m{self.acc[id(r)][3:]}"
+                    em(f"const {COMPUTE_TYPES[r.dtype]} {masked} = {g} ? {v} : {identity(r.op, r.dtype)};")
+                    v = masked
                 em(self.combine(r).format(a=j, v=v))
             if self.nan_flag(r):
                 em(f"nan{self.acc[id(r)][3:]}{lane} |= {v} != {v};")
