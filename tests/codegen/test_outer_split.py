@@ -148,3 +148,52 @@ def test_rows_with_few_columns_inside_run_as_rows(heads, kind):
         got = sf(x)
     torch.testing.assert_close(got, _scaled_softmax(x))
     assert got.stride() == _scaled_softmax(x).stride()
+
+
+def _masked_case():
+    x = torch.randn(4, 256, 5, 3, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last).requires_grad_()
+    w, b = (torch.rand(256) + 0.5).requires_grad_(), torch.randn(256).requires_grad_()
+    return x, w, b, torch.zeros(256), torch.ones(256)
+
+
+def _split_v4(groups: list[ReductionGroup]) -> list[tuple[ReductionGroup, str, str]]:
+    out = []
+    for cg in groups:
+        for (name, *_rest), src in zip(cg.variants, cg.variant_sources):
+            if re.search(r"_outer_split_v[248]_i32$", name):
+                out.append((cg, name, src))
+    return out
+
+
+def test_masked_row_loop_is_one_block_of_predicated_accesses(monkeypatch):
+    """The row loop of a vector outer reduction (batch norm in training over channels-last, its
+    forward and backward): four iterations a trip, each one predicated vector loads, the
+    arithmetic, a masked update and predicated stores, with no branch between the loads of the
+    four (so they are in flight together: a branch per iteration, the old guard, left one
+    memory latency per 32 rows). ``PYTORCH_NVFUSER_DISABLE=masked_loads`` keeps the guard."""
+    from graphfuser.passes import batch_norm
+
+    monkeypatch.setattr(batch_norm, "DOUBLE_MEAN_DEVICES", ())
+    ok, why = nvrtc.available()
+    groups = _groups(bn_relu, *_masked_case(), backward=True)
+    variants = _split_v4(groups)
+    assert len(variants) == 2                                   # forward, backward
+    for cg, name, src in variants:
+        body = src[src.index("__global__"):]
+        # both passes (statistics, then the normalized values) unroll the masked loop
+        assert body.count("for (int gf_u = 0; gf_u < 4; ++gf_u) {") == cg.kernel.reduction_phases() + 1, name
+        assert "const bool gf_ok = i2 < x0 && " in body and "const bool gf_ok = i2 >= (int)blockIdx.y && " in body
+        assert "gf_load_if<" in body and "gf_store_if<" in body and "gf_load<" not in body, name
+        assert re.search(r"const float gf_m\d+ = gf_ok \? e\d+ : 0\.0f;", body), name
+        if not ok:
+            continue
+        ptx = nvrtc.compile_ptx(src, name, 90).decode().splitlines()        # optimized, no -G
+        loads = [i for i, ln in enumerate(ptx) if "@p ld.global.nc" in ln]
+        first = loads[:len(loads) // 2]          # the first pass's trip: 4 x its tensors
+        assert len(first) >= 4 and not [ln for ln in ptx[first[0]:first[-1]] if "bra" in ln.split()], name
+    with config.override(disable=["masked_loads"]):
+        plain = [ReductionGroup(cg.sub, "cuda", torch.device("cuda", 0), f"p{i}") for i, cg in enumerate(groups)]
+    for cg, name, src in _split_v4(plain):
+        body = src[src.index("__global__"):]
+        assert "gf_ok" not in body and "gf_u" not in body and "gf_load<" in body, name
+        _compile(cg, [name])
