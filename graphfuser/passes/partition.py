@@ -81,6 +81,10 @@ def _mutates(node: Node) -> bool:
     return any(_mutates(n) for b in node.blocks for n in b.nodes)
 
 
+# blocks up to this many nodes are first tried as one group (_BlockPartition.whole_block)
+WHOLE_BLOCK_NODES = 200
+
+
 def group_kind(device_type: str) -> str:
     return "prim::CudaFusionGroup" if device_type == "cuda" else "prim::CpuFusionGroup"
 
@@ -259,9 +263,61 @@ class _BlockPartition:
         self.members[keep].sort(key=self.index.__getitem__)
         self.device.pop(drop, None)
 
+    def whole_block(self) -> Optional[list[Node]]:
+        """Every fusible node of a small block as one group, where they are one piece through
+        their data edges, that group fits one kernel and nothing outside it stands between its
+        nodes (no mutation, no nested block, no path from a member through an outside node back
+        to a member), else None. The greedy merges
+        below ask ``misfit`` once per node and producer group, each a fresh ``analyze`` of the
+        union: a backward graph of one forward group (the common case, all one group) asked
+        it about 13 times; an HF ResNet-50 training step's 53 of them spent 0.66 s of their
+        0.87 s of partitioning there (CPU). A block whose whole does not fit goes the greedy
+        way: the groups found here are the ones the greedy merges would reach, or (where a
+        part misfits that the whole does not) one group that passes the same checks."""
+        if len(self.nodes) > WHOLE_BLOCK_NODES:
+            return None
+        members, outside = [], set()
+        for n in self.nodes:
+            if n.blocks or _mutates(n):
+                return None
+            if self.reason(n) is None:
+                members.append(n)
+            else:
+                outside.add(n)
+        devices = {n.outputs[0].type.device for n in members}
+        if len(members) < 2 or len(devices) != 1:
+            return None
+        inside = set(members)
+        reached = set()         # outside nodes a member's values lead to
+        for n in self.nodes:
+            if n in outside and any(p in inside or p in reached for p in self.pred[n]):
+                reached.add(n)
+            elif n in inside and any(p in reached for p in self.pred[n]):
+                return None
+        # one piece through their data edges, as merges of producers and consumers would join
+        # them (unrelated nodes join only in horizontal mode, its own way)
+        seen, stack = {members[0]}, [members[0]]
+        while stack:
+            n = stack.pop()
+            for m in self.succ[n] | self.pred[n]:
+                if m in inside and m not in seen:
+                    seen.add(m)
+                    stack.append(m)
+        if len(seen) != len(members) or self.misfit(inside, set()):
+            return None
+        return members
+
     def run(self) -> list[list[Node]]:
         next_id = 0
-        for node in self.nodes:
+        whole = self.whole_block()
+        if whole is not None:
+            self.members[0] = whole
+            self.group.update(dict.fromkeys(whole, 0))
+            self.device[0] = whole[0].outputs[0].type.device
+            next_id = 1
+            for node in whole:
+                jit_log("partition", 2, f"{node.where()} -> group 0 (the block's fusible nodes fit one kernel)")
+        for node in self.nodes if whole is None else ():
             why = self.reason(node)
             if why is not None:
                 if why:
