@@ -12,11 +12,9 @@ import graphfuser
 from graphfuser.config import config
 from graphfuser.ir import parse_graph, print_graph, verify
 from graphfuser.passes import partition
-from helpers import FT
+from random_blocks import F, op_line
 
-F = FT(4, 4)
 P = importlib.import_module("graphfuser.passes.partition")
-UNARY = ["aten::sin", "aten::cos", "aten::exp", "aten::tanh", "aten::relu", "aten::sigmoid"]
 
 
 @st.composite
@@ -29,14 +27,7 @@ def graphs(draw):
         a = draw(st.sampled_from(values))
         b = draw(st.sampled_from(values))
         name = f"%v{k}"
-        if kind == "unary":
-            lines.append(f"  {name} : {F} = {draw(st.sampled_from(UNARY))}({a})")
-        elif kind == "add":
-            lines.append(f"  {name} : {F} = aten::add({a}, {b}, %one)")
-        elif kind == "mul":
-            lines.append(f"  {name} : {F} = aten::mul({a}, {b})")
-        else:
-            lines.append(f"  {name} : {F} = aten::mm({a}, {b})")
+        lines.append(op_line(draw, st, kind, name, a, b))
         values.append(name)
     outs = draw(st.lists(st.sampled_from(values[n_in:]), min_size=1, max_size=3, unique=True))
     params = ", ".join(f"%x{i} : {F}" for i in range(n_in))

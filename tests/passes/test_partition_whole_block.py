@@ -11,10 +11,10 @@ from graphfuser.config import config
 from graphfuser.ir import parse_graph, print_graph, verify
 from graphfuser.passes import partition
 from helpers import FT
+from random_blocks import F, op_line
 
-F, ROW, COL = FT(4, 4), FT(4, 1), FT(1, 4)
+ROW, COL = FT(4, 1), FT(1, 4)
 P = importlib.import_module("graphfuser.passes.partition")
-UNARY = ["aten::sin", "aten::exp", "aten::tanh", "aten::relu", "aten::sigmoid"]
 
 
 @st.composite
@@ -27,14 +27,8 @@ def blocks(draw):
         kind = draw(st.sampled_from(["unary", "unary", "mul", "add", "mm", "rowsum", "colsum", "bcast"]))
         a, b = draw(st.sampled_from(full)), draw(st.sampled_from(full))
         name = f"%v{k}"
-        if kind == "unary":
-            lines.append(f"  {name} : {F} = {draw(st.sampled_from(UNARY))}({a})")
-        elif kind == "add":
-            lines.append(f"  {name} : {F} = aten::add({a}, {b}, %one)")
-        elif kind == "mul":
-            lines.append(f"  {name} : {F} = aten::mul({a}, {b})")
-        elif kind == "mm":
-            lines.append(f"  {name} : {F} = aten::mm({a}, {b})")
+        if kind in ("unary", "add", "mul", "mm"):
+            lines.append(op_line(draw, st, kind, name, a, b))
         elif kind in ("rowsum", "colsum"):
             dims, t = ("%d1", ROW) if kind == "rowsum" else ("%d0", COL)
             lines.append(f"  {name} : {t} = aten::sum({a}, {dims}, %true, %none)")
