@@ -12,7 +12,7 @@ import graphfuser
 from graphfuser.config import config
 from graphfuser.ir import parse_graph, print_graph, verify
 from graphfuser.passes import partition
-from random_blocks import F, op_line
+from random_blocks import F, op_line, partitioned
 
 P = importlib.import_module("graphfuser.passes.partition")
 
@@ -35,13 +35,6 @@ def graphs(draw):
             + f"\n  return ({', '.join(outs)})\n")
 
 
-def _partitioned(text: str) -> str:
-    g = verify(parse_graph(text))
-    partition(g)
-    verify(g)
-    return print_graph(g)
-
-
 STRADDLE = f"""
 graph(%x : {F}, %w : {F}):
   %one : int = prim::Constant[value=1]()
@@ -60,11 +53,11 @@ graph(%x : {F}, %w : {F}):
 @example(STRADDLE, True)
 def test_bounded_search_partitions_as_the_full_one(text, single):
     with config.override(horizontal_mode=True, single_node_mode=single):
-        bounded = _partitioned(text)
+        bounded = partitioned(text)
         original = P._BlockPartition._reach_bound
         try:
             P._BlockPartition._reach_bound = lambda self, nodes, limit: limit
-            full = _partitioned(text)
+            full = partitioned(text)
         finally:
             P._BlockPartition._reach_bound = original
     assert bounded == full, text
@@ -143,12 +136,12 @@ def test_barrier_edges_to_neighbours_partition_as_edges_to_every_node(text, sing
     """``_edges`` ties each barrier to its neighbouring barriers only; the partition is the one
     that edges from each barrier to every node give."""
     with config.override(horizontal_mode=horizontal, single_node_mode=single):
-        chained = _partitioned(text)
+        chained = partitioned(text)
         original = P._BlockPartition._edges
         try:
             P._BlockPartition._chain_edges = original
             P._BlockPartition._edges = _edges_to_every_node
-            full = _partitioned(text)
+            full = partitioned(text)
         finally:
             P._BlockPartition._edges = original
             del P._BlockPartition._chain_edges

@@ -8,10 +8,8 @@ import importlib
 from hypothesis import example, given, settings, strategies as st
 
 from graphfuser.config import config
-from graphfuser.ir import parse_graph, print_graph, verify
-from graphfuser.passes import partition
 from helpers import FT
-from random_blocks import F, op_line
+from random_blocks import F, op_line, partitioned
 
 ROW, COL = FT(4, 1), FT(1, 4)
 P = importlib.import_module("graphfuser.passes.partition")
@@ -55,13 +53,6 @@ def blocks(draw):
             + "\n".join(lines) + f"\n  return ({', '.join(outs)})\n")
 
 
-def _partitioned(text: str) -> str:
-    g = verify(parse_graph(text))
-    partition(g)
-    verify(g)
-    return print_graph(g)
-
-
 CHAIN = f"""
 graph(%x : {F}):
   %one : int = prim::Constant[value=1]()
@@ -95,13 +86,13 @@ def test_whole_block_partitions_as_the_greedy_merges(text, single):
     with config.override(single_node_mode=single):
         try:
             P._BlockPartition.whole_block = counted
-            whole = _partitioned(text)
+            whole = partitioned(text)
         finally:
             P._BlockPartition.whole_block = original
         limit = P.WHOLE_BLOCK_NODES
         try:
             P.WHOLE_BLOCK_NODES = 0
-            greedy = _partitioned(text)
+            greedy = partitioned(text)
         finally:
             P.WHOLE_BLOCK_NODES = limit
     assert whole == greedy, text
