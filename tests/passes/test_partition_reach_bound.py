@@ -10,7 +10,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import graphfuser
 from graphfuser.config import config
-from graphfuser.ir import parse_graph, print_graph, verify
+from graphfuser.ir import parse_graph, verify
 from graphfuser.passes import partition
 from random_blocks import F, op_line, partitioned
 
