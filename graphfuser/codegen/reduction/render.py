@@ -29,6 +29,8 @@ rows, rendered once) and the *inner* leaves, rendered once per pass:
 - register vectors along the row (``vectors.py``): loads, stores and softmax's online pair
   once per vector; where the dialect names a loop's last iteration, a pass over a row that is
   no multiple of V long runs its whole vectors in the loop and the partial one after it;
+- an outer reduction's vector pass runs its row loop masked where the dialect predicates
+  accesses (``masked.py``): four iterations a trip, one block of code, no branch per row;
 - values that do not vary along the reduced axes (means, rstd ...) are computed once per row
   after the pass that finishes them, and row-sized outputs are stored by the first thread.
 
@@ -46,8 +48,8 @@ from ..cstyle import RenderOptions, _Emitter, c_literal, cast_text, signature
 from ..dialects import COMPUTE_TYPES, LOAD_CONVERT, STORAGE_TYPES, STORE_CONVERT, Dialect
 from ...ir.kir import (Call, Cast, Const, EdgeIndex, Expr, FirstLoad, LastLoad, LinearIndex, Load, Reduce, ReductionSize,
                   ScalarArg, prim_text)
-from ...config import config
 from .lower import ReductionKernel
+from .masked import MaskedRows
 from .blocks import SumBlocks
 from .columns import ColumnSums
 from .combines import ThreadCombines
@@ -84,7 +86,8 @@ def _roots_under(d: IterDomain) -> set[int]:
     return _roots_under(o[1])
 
 
-class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, ThreadCombines, RowVectors):
+class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, ThreadCombines, RowVectors,
+            MaskedRows):
     def __init__(self, kernel: ReductionKernel, nest: LoopNest, dialect: Dialect, opts: RenderOptions,
                  online: bool = False, scratch: bool = False) -> None:
         self.k, self.nest, self.d, self.o = kernel, nest, dialect, opts
@@ -398,56 +401,6 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
             self.emit_thread_combines(em, self.nest.leaves[i].ptype, plain)
         if self.grid_red and reds:
             self.emit_grid_combine(em, reds)
-
-    def maskable(self, p: int, reds: list[Reduce]) -> bool:
-        """Whether pass ``p``'s body can run for rows outside the bounds, loads predicated and
-        updates masked (``dialect.masked_loads``): whole register vectors of an outer
-        reduction's row loop, every load of the body a vector one and no per-vector pair. A
-        guarded body is a branch per iteration, so the loads of the unrolled iterations wait
-        for one another: a batch norm's statistics over channels-last [32, 128, 28, 28] took
-        the grid loop's memory latency once per 32 rows."""
-        if config.is_disabled("masked_loads"):
-            return False
-        if not (self.d.masked_loads and self.kvec and self.k.kind == "outer" and not self.lanewise
-                and not self.prefetch and not self.stages and not self.vector_pairs(reds)):
-            return False
-        names = self.base_names(self.lane())
-        for e in self.pass_order(p):
-            if isinstance(e, (FirstLoad, LastLoad)):
-                return False
-            if isinstance(e, Load) and not self.full[id(e)] and id(e) not in names:
-                return False
-        return True
-
-    def masked_unroll_leaf(self) -> Optional[int]:
-        """The loop a masked body unrolls (``dialect.masked_unroll``): the one reduced loop
-        of run-time extent, where it is the pass's only loop."""
-        loops = [i for i in self.loops if self.nest.leaves[i].ptype is not ParallelType.Vectorize]
-        if len(loops) != 1 or not self.d.masked_unroll:
-            return None
-        i = loops[0]
-        d = self.nest.leaves[i]
-        if not self.red[i] or d.extent.const is not None or self.fold is not None or self.columns:
-            return None
-        if d.ptype not in self.d.masked_unroll:
-            return None
-        return i
-
-    def open_masked_unroll(self, em: _Emitter, i: int) -> str:
-        """Open leaf ``i``'s loop U iterations a trip, the U unrolled without exits between
-        them (the masked body runs past the end harmlessly); return the iteration's bound,
-        which joins the body's predicate."""
-        d, T, var = self.nest.leaves[i], self.T, f"i{i}"
-        forms = self.d.masked_unroll[d.ptype]
-        loop, index, bound = forms["reverse" if self.backwards and i in self.grid_red else "forward"]
-        fmt = dict(T=T, i=var, ext=self.leaf_extent(i), U=self.d.masked_unroll["U"])
-        em(loop.format(**fmt) + " {")
-        em.depth += 1
-        em("#pragma unroll")
-        em(f"for (int gf_u = 0; gf_u < {fmt['U']}; ++gf_u) {{")
-        em.depth += 1
-        em(f"const {T} {var} = {index.format(**fmt)};")
-        return bound.format(**fmt)
 
     def open_lanes(self, em: _Emitter) -> str:
         """Open the lane loop of a kept vector (variable ``v``) and return the lane suffix of
