@@ -427,11 +427,15 @@ def _running_stats_grads(d, a, g) -> dict:
     w = _tensor(d, a, "weight")
     gw = g if w is None else d.mul(g, _channel(d, w, rank))
     xc = d.sub(x, rm)
+    # an input with no elements has a zero weight gradient, as eager's kernels return it, whatever
+    # the statistics (a running var below -eps makes invstd NaN, and the empty sum times it NaN:
+    # fuzz graph 618 of CPU seed 36577): the count of the sum, a sum of ones that joins it
+    count = d.op("aten::sum", d.expand_like(1.0, x), param_dims, False)
+    invstd = d.where(d.op("aten::gt", count, 0.0), d.op("aten::rsqrt", d.add(a["running_var"], a["eps"])), 0.0)
     return {"input": d.mul(gw, rstd),
             # sum(g * (x - rm)) * invstd, as eager's kernels (the sum first: near float's max,
             # per-element products past it would meet as inf - inf)
-            "weight": Exact(d.mul(d.op("aten::sum", d.mul(g, xc), param_dims, False),
-                                  d.op("aten::rsqrt", d.add(a["running_var"], a["eps"])))),
+            "weight": Exact(d.mul(d.op("aten::sum", d.mul(g, xc), param_dims, False), invstd)),
             "bias": Exact(d.op("aten::sum", g, param_dims, False)),
             "running_mean": Exact(d.neg(d.op("aten::sum", d.mul(gw, rstd), param_dims, False))),
             "running_var": Exact(d.op("aten::sum", d.mul(d.mul(gw, xc), d.mul(d.op("aten::pow", rstd, 3), -0.5)),

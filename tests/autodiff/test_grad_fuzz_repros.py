@@ -144,6 +144,34 @@ def test_group_norm_weight_gradient_of_empty_groups_is_eagers(shape):
                      _leaf(torch.randn(3, generator=g))], F32)
 
 
+def _eval_batch_norm_clamped(x, rm, rv, w):
+    v0 = torch.nn.functional.batch_norm(x, rm, rv, w, None, False, 0.1, 0.1)
+    v0.clamp_(min=0.0)
+    return v0
+
+
+@pytest.mark.parametrize("batch", [7, 0])
+@pytest.mark.parametrize("rv", [-0.56, -1e-30, 2.0])
+def test_eval_batch_norm_weight_gradient_of_an_empty_input_is_zero(batch, rv):
+    # fuzz graph 618 (CPU seed 36577): a running var below -eps makes invstd NaN; over an empty
+    # input eager's kernels return a zero weight gradient, graphfuser's empty sum times invstd
+    # was NaN. Profiled at batch 7 (the group forms), then called with batches 7 and 0.
+    import graphfuser
+
+    sf = graphfuser.script(_eval_batch_norm_clamped)
+    g = torch.Generator().manual_seed(3)
+    for n in (7, 7, 7, batch, batch):
+        x = torch.randn(n, 1, 33, generator=g)
+        rm, rvt = torch.randn(1, generator=g), torch.tensor([rv])
+        w = torch.randn(1, generator=g)
+        got_x, got_w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        ref_x, ref_w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        sf(got_x, rm.clone(), rvt.clone(), got_w).sum().backward()
+        _eval_batch_norm_clamped(ref_x, rm.clone(), rvt.clone(), ref_w).sum().backward()
+        torch.testing.assert_close(got_w.grad, ref_w.grad, equal_nan=True)
+        torch.testing.assert_close(got_x.grad, ref_x.grad, equal_nan=True)
+
+
 def _written_after(x, w):
     v0 = x * 2.0
     v1 = v0.unsqueeze(0)
