@@ -70,7 +70,10 @@ class ExactMoments(torch.overrides.TorchFunctionMode):
                 _ROUND_TO[0] = _MEAN_TO[0] = None
             if exact is NotImplemented or exact.shape != out.shape:
                 return out
-            return exact.to(out.dtype)
+            # in eager's layout: a view the graph takes of it next must work as on eager's (a
+            # group norm of a transposed input, then .view(-1): fuzz graph 994 of CPU seed 36582
+            # had no reference and was judged against eager's cancellation noise alone)
+            return torch.empty_like(out).copy_(exact.to(out.dtype))
         return func(*args, **kwargs)
 
 

@@ -123,3 +123,25 @@ def test_input_behind_only_undefined_gradients_gets_none_not_zeros():
         got = torch.autograd.grad(sf(x, w, b).float().sum(), x)[0]
         want = torch.autograd.grad(_dead_group_norm(x, w, b).float().sum(), x)[0]
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_exact_normalization_reference_keeps_eagers_layout():
+    """The float64 reference's exact normalizations (fuzz/reference.ExactMoments) return eager's
+    layout: a group norm of a transposed input, then ``.view(-1)`` of it, raised in the
+    reference (its exact value kept the input's transposed strides), and graphfuser's exact
+    answer (a group of one element normalizes to 0) was judged against eager's cancellation
+    noise alone (fuzz graph 994 of CPU seed 36582)."""
+    from graphfuser.fuzz.reference import ExactMoments
+
+    x = torch.rand(6, 300).t().contiguous().t() + 0.1          # transposed [6, 300]
+    b = torch.randn(300)
+
+    def fn(x, b):
+        v0 = F.group_norm(x, 300, None, b, 1e-12)
+        return v0.view(-1)
+
+    with ExactMoments():
+        ref = fn(x.double(), b.double())
+    # one element a group: the normalized value is 0, the output the bias
+    torch.testing.assert_close(ref, b.double().expand(6, 300).reshape(-1))
+    torch.testing.assert_close(graphfuser.script(fn)(x, b), b.expand(6, 300).reshape(-1))
