@@ -197,3 +197,19 @@ def test_masked_row_loop_is_one_block_of_predicated_accesses(monkeypatch):
         body = src[src.index("__global__"):]
         assert "gf_ok" not in body and "gf_u" not in body and "gf_load<" in body, name
         _compile(cg, [name])
+
+
+def _nan_max(x):
+    return torch.amax(x / x, 0)
+
+
+def test_masked_row_loop_flags_nan_in_rows_inside_only():
+    """Rows past the end compute on the zeros their predicated loads return, where 0 / 0 is NaN:
+    a max without a NaN-propagating instruction (float64) sets its NaN flag for rows inside
+    only, or a column of finite values would come out NaN."""
+    (cg,) = _groups(_nan_max, torch.randn(64, 256, dtype=torch.float64))
+    masked = [src for (name, *_), src in zip(cg.variants, cg.variant_sources) if "gf_ok" in src]
+    assert masked
+    for src in masked:
+        flags = [ln.strip() for ln in src.splitlines() if re.match(r"\s*nan\d+(\[v\])? \|= ", ln)]
+        assert flags and all(" |= gf_ok && " in ln for ln in flags), flags

@@ -456,7 +456,8 @@ class _Walk(IndexPlan, PassPlan, RowPipeline, RowValues, SumBlocks, ColumnSums, 
                     v = masked
                 em(self.combine(r).format(a=j, v=v))
             if self.nan_flag(r):
-                em(f"nan{self.acc[id(r)][3:]}{lane} |= {v} != {v};")
+                # (masked: a row outside computes on zeros, where 0 / 0 is NaN; flag rows inside only)
+                em(f"nan{self.acc[id(r)][3:]}{lane} |= " + (f"{g} && {v} != {v};" if g else f"{v} != {v};"))
         for q, e in stores:
             t = self.k.tensors[q]
             val = STORE_CONVERT.get(t.dtype, "{0}").format(names[id(e)])
