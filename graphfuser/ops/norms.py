@@ -410,7 +410,9 @@ def _instance_norm_check(node: Node, args: dict, consts: dict) -> Optional[str]:
         return "instance_norm with a run-time use_input_stats is not fused"
     given = [isinstance(args.get(n), Value) for n in ("running_mean", "running_var")]
     if use and any(given):
-        return "instance_norm with input stats updates the running stats in place; not fused"
+        return ("instance_norm with input stats updates the running stats in place; not fused (the "
+                "batch_norm_training pass splits the update off where use_input_stats is known True and "
+                "the running stats are Tensor-typed)")
     if not use and not all(given):
         return "instance_norm without input stats needs running_mean and running_var tensors"
     return need_const("eps")(node, args, consts)

@@ -27,6 +27,13 @@ as in eager). ``num_batches_tracked`` and the momentum of ``momentum=None`` (a c
 ``1 / num_batches_tracked``) are computed by the module's own graph and reach here as a run-time
 float: the update takes it as a kernel argument.
 
+An instance norm with running stats (``aten::instance_norm(x, w, b, rm, rv, use_input_stats=True,
+...)``, ``nn.InstanceNorm*d(track_running_stats=True)`` in training) is split the same way: its
+statistics are per (sample, channel), over the spatial dims, and the running stats take their
+mean over the batch, as eager's batch norm over the ``[1, N * C, ...]`` view does with the running
+stats repeated N times; eager writes them for an empty batch too (NaN), so the copies are not
+guarded. The flag must be a (profiled) constant.
+
 A ``training`` flag that is a run-time value (``nn.BatchNorm*d.forward`` reads ``self.training``)
 keeps both behaviours: ``prim::If(training)`` holds the rewritten nodes and, in its other block, the
 original node. The consumers of ``%y`` then sit after the ``If`` and do not join its group; once
@@ -55,6 +62,9 @@ from .partition import _mutates, in_place_kind
 _SCHEMAS = {
     "aten::batch_norm": "aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
                         "Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor",
+    "aten::instance_norm": "aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
+                           "Tensor? running_var, bool use_input_stats, float momentum, float eps, "
+                           "bool cudnn_enabled) -> Tensor",
     "aten::mean": "aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
     "aten::var": "aten::var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor",
     "aten::detach": "aten::detach(Tensor(a) self) -> Tensor(a)",
@@ -78,9 +88,11 @@ def _flag(v: Value) -> Optional[bool]:
     return None
 
 
-def _vector_type(like: TensorType, dtype: torch.dtype, requires_grad: bool) -> TensorType:
-    """The type of a per-channel [C] tensor computed from ``like`` ([N, C, ...])."""
-    sizes, strides = (like.sizes[1],), (1,)
+def _vector_type(like: TensorType, dtype: torch.dtype, requires_grad: bool, per_sample: bool = False) -> TensorType:
+    """The type of a per-channel [C] tensor computed from ``like`` ([N, C, ...]); ``per_sample``:
+    a contiguous [N, C] one (an instance norm's statistics)."""
+    sizes = tuple(like.sizes[:2]) if per_sample else (like.sizes[1],)
+    strides = (sizes[1], 1) if per_sample else (1,)
     order, contig = layout_of(sizes, strides)
     return TensorType(dtype=dtype, sizes=sizes, strides=strides, stride_order=order, contiguity=contig,
                       device=like.device, requires_grad=requires_grad)
@@ -177,9 +189,12 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
     x, w, b, rm, rv, _, momentum, eps, cudnn = node.inputs
     xt: TensorType = x.type
     none = e.const(None, "NoneType")
-    y = e.op("aten::batch_norm", [x, w, b, none, none, e.const(True, "bool"), momentum, eps, cudnn],
-             node.output.type)
-    dims = e.ints([0] + list(range(2, xt.rank)))
+    instance = node.kind == "aten::instance_norm"
+    y = e.op(node.kind, [x, w, b, none, none, e.const(True, "bool"), momentum, eps, cudnn], node.output.type)
+    # an instance norm's statistics are per (sample, channel): eager runs a batch norm over the
+    # [1, N * C, ...] view of a contiguous copy, its running stats repeated N times, and writes
+    # the mean over N of the N updated copies (aten/native/Normalization.cpp)
+    dims = e.ints(([] if instance else [0]) + list(range(2, xt.rank)))
     false = e.const(False, "bool")
     # eager's statistics of fp16 / bf16 input are float (its accumulate type), not rounded
     acc = torch.float32 if xt.dtype in (torch.float16, torch.bfloat16) else xt.dtype
@@ -189,7 +204,7 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
     # beside a running variance of -inf gives -inf there, where a float32 inf gave NaN (fuzz
     # graph 730 of CPU seed 34313, a transposed input). The guards keep the profiled layout.
     var_acc = acc
-    if xt.dtype == torch.float32 and xt.device is not None and xt.device.type == "cpu" \
+    if not instance and xt.dtype == torch.float32 and xt.device is not None and xt.device.type == "cpu" \
             and not _contiguous(xt) and not (xt.rank in (4, 5) and _contiguous(xt, channels_last=True)):
         var_acc = torch.float64
     # On the CPU the mean of a float32 (or bf16 / fp16) input is summed in double: eager's float
@@ -206,22 +221,30 @@ def _training_nodes(e: _Builder, node: Node) -> tuple[Value, list[tuple[Value, V
         xs[dt] = x if dt == xt.dtype else e.op(
             "aten::to", [x, e.const(scalar_type_code(dt), "int"), false, false, e.const(None, "NoneType")],
             replace(xt, dtype=dt))
-    mean = e.op("aten::mean", [xs[mean_acc], dims, false], _vector_type(xt, mean_acc, bool(xt.requires_grad)))
+    grad = bool(xt.requires_grad)
+    mean = e.op("aten::mean", [xs[mean_acc], dims, false], _vector_type(xt, mean_acc, grad, instance))
     var = e.op("aten::var", [xs[var_acc], dims, e.const(True, "bool"), false],
-               _vector_type(xt, var_acc, bool(xt.requires_grad)))
+               _vector_type(xt, var_acc, grad, instance))
+    if instance:
+        over_n = e.ints([0])
+        mean = e.op("aten::mean", [mean, over_n, false], _vector_type(xt, mean_acc, grad))
+        var = e.op("aten::mean", [var, over_n, false], _vector_type(xt, var_acc, grad))
     one = e.const(1.0, "float")
     return y, [(rm, _update(e, x, mean, rm, momentum, one)), (rv, _update(e, x, var, rv, momentum, one))]
 
 
-def _write_back(e: _Builder, x: Value, updates: list[tuple[Value, Value]]) -> None:
-    """The copies of the new running stats, under ``if x.numel() != 0``: eager leaves the
-    running stats alone for an empty input (its batch statistics would be NaN)."""
+def _write_back(e: _Builder, x: Value, updates: list[tuple[Value, Value]], guard_empty: bool = True) -> None:
+    """The copies of the new running stats, under ``if x.numel() != 0`` (``guard_empty``): eager's
+    batch norm leaves the running stats alone for an empty input (its batch statistics would be
+    NaN); its instance norm writes them, NaN, whatever the input."""
     # every detach before the first copy_ (a barrier): the detaches join the update's group
     detached = [(running, e.op("aten::detach", [new], new.type)) for running, new in updates]
-    nonempty = e.op("aten::ne", [e.op("aten::numel", [x], Type("int")), e.const(0, "int")], Type("bool"))
-    ifn = e._put(e.graph.create("prim::If", [nonempty], [], source=e.source))
-    taken, _ = ifn.add_block(), ifn.add_block()
-    inner = _Builder(taken, e.source)
+    inner = e
+    if guard_empty:
+        nonempty = e.op("aten::ne", [e.op("aten::numel", [x], Type("int")), e.const(0, "int")], Type("bool"))
+        ifn = e._put(e.graph.create("prim::If", [nonempty], [], source=e.source))
+        taken, _ = ifn.add_block(), ifn.add_block()
+        inner = _Builder(taken, e.source)
     for running, d in detached:
         copied = inner.op("aten::copy_", [running, d, inner.const(False, "bool")], running.type)
         copied.node.attrs["running_stats"] = True       # (passes/in_place.py)
@@ -273,7 +296,7 @@ def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
         block.replace_return_everywhere(y_old, y)
         block.remove(node)
         site = _update_site(block, updates[-1][1].node, [rm, rv])
-        _write_back(_Builder(block, node.source, anchor=site), x, updates)
+        _write_back(_Builder(block, node.source, anchor=site), x, updates, node.kind == "aten::batch_norm")
         return
     # a run-time flag: If(training) { rewritten } else { the original node }
     g = block.graph
@@ -291,7 +314,7 @@ def _rewrite(block: Block, node: Node, training: Optional[bool]) -> None:
     other.returns = [node.output]
     while _sink_consumer(block, ifn, [rm, rv]):
         pass
-    _write_back(e, x, updates)
+    _write_back(e, x, updates, node.kind == "aten::batch_norm")
 
 
 # ops a run-time-flag batch norm's consumer may be to move into both blocks of its If (pure,
@@ -355,20 +378,20 @@ def _block(block: Block) -> int:
     for node in list(block.nodes):
         for b in node.blocks:
             done += _block(b)
-        if node.kind != "aten::batch_norm" or len(node.inputs) != 9:
+        if node.kind not in ("aten::batch_norm", "aten::instance_norm") or len(node.inputs) != 9:
             continue
-        training = _flag(node.inputs[5])
-        if training is False:
+        training = _flag(node.inputs[5])          # (instance norm: use_input_stats)
+        if training is False or (training is None and node.kind == "aten::instance_norm"):
             continue
         why = _eligible(node)
         if why is not None:
             if not (node.inputs[3].type.name == "NoneType" and node.inputs[4].type.name == "NoneType"):
-                jit_log("partition", 1, f"batch_norm {node.where()} in training is not rewritten: {why}")
+                jit_log("partition", 1, f"{node.kind[6:]} {node.where()} in training is not rewritten: {why}")
             continue
         constant = node.inputs[5].is_constant
         _rewrite(block, node, training if constant else None)
         done += 1
-        jit_log("graph_fuser", 1, f"batch_norm {node.where()}: running-stats update split off "
+        jit_log("graph_fuser", 1, f"{node.kind[6:]} {node.where()}: running-stats update split off "
                                   f"({'constant' if constant else 'run-time'} training flag)")
     return done
 

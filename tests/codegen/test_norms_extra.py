@@ -225,11 +225,18 @@ def _unfused(fn, *inputs) -> graphfuser.ScriptedFunction:
     return sf
 
 
-def test_stat_updates_stay_eager(caplog):
+def test_stat_updates_stay_eager_without_the_split(caplog):
+    """The running-stats update of an instance norm in training is split off by the
+    batch_norm_training pass (tests/autodiff/test_instance_norm_training.py); with that pass
+    disabled the node updates them in place and stays eager."""
     caplog.set_level(logging.INFO, logger="graphfuser")
     x = make(2, 6, 7, 5)
-    with config.override(log_level=">partition"):
-        _unfused(inorm_updates_stats, x, make(6), make(6, low=0.5))
+    rm, rv = make(6), make(6, low=0.5)
+    sf = graphfuser.script(inorm_updates_stats)
+    with config.override(log_level=">partition", disable=["fallback", "batch_norm_training"]):
+        for _ in range(4):
+            torch.testing.assert_close(sf(x, rm, rv), inorm_updates_stats(x, rm, rv), **TOL[x.dtype])
+    assert _norm_kinds(sf) == [], str(sf._optimized)
     assert "instance_norm with input stats updates the running stats in place; not fused" in caplog.text
 
 
