@@ -88,7 +88,7 @@ from ..log import jit_log
 from ..ops.philox import philox_capture, philox_fixed, signed_seed
 from ..runtime.row_copy import copy_rows
 from .cuda_graphs import HELD_LIMIT, STATS, GraphReplayer, _attr, autocast_cache_off
-from .lent import Lent
+from .lent import Lent, clone_broadcast
 from .train_entry import _backward_roots, _graphs_seconds, _replay_seconds, _set_base, _TrainEntry
 
 
@@ -198,14 +198,14 @@ def _give_back_grads(entry: _TrainEntry, leaves_of: Callable[[], tuple]) -> bool
 
 class _Probe(torch.autograd.Function):
     """The identity on a warm call's outputs that require grad (copies: the caller may write
-    them in place); its backward adds to ``seen`` the positions (``at``) of those that got a
-    gradient."""
+    them in place; an expanded one stays expanded, with eager's strides); its backward adds to
+    ``seen`` the positions (``at``) of those that got a gradient."""
 
     @staticmethod
     def forward(ctx: Any, seen: set, at: list, *outs: torch.Tensor) -> tuple:
         ctx.seen, ctx.at = seen, at
         ctx.set_materialize_grads(False)
-        return tuple(o.clone() for o in outs)
+        return tuple(clone_broadcast(o) for o in outs)
 
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple:

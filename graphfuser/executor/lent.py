@@ -105,6 +105,16 @@ def _dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
 
 
+def clone_broadcast(t: torch.Tensor) -> torch.Tensor:
+    """``t.clone()``, except that an expanded tensor's broadcast dims (stride 0, size > 1) stay
+    expanded: the clone copies one element along each and expands back, so the result has
+    eager's strides (``clone`` would make it contiguous) and the copy moves no repeated bytes."""
+    if t.numel() <= 1 or all(st != 0 or sz <= 1 for sz, st in zip(t.shape, t.stride())):
+        return t.clone()
+    one = t[tuple(slice(0, 1) if st == 0 and sz > 1 else slice(None) for sz, st in zip(t.shape, t.stride()))]
+    return one.clone().expand(t.shape)
+
+
 def _copy_out(t: torch.Tensor) -> torch.Tensor:
     """A copy of a replayed output with its strides (a padded GEMM's result keeps its padding:
     ``clone`` would make a non-dense tensor contiguous). A non-dense one is copied as the one run

@@ -78,3 +78,22 @@ def test_a_padded_output_is_differentiated_from_its_base():
     # a slice that does not keep the base's strides, or of a base that needs no grad: as is
     for o in (base[1:], base.detach()[..., :7]):
         assert _backward_roots([o])[0][0] is o
+
+
+def test_an_expanded_output_keeps_its_broadcast_strides():
+    """An output that is an expanded view (``v.expand(2, ...)`` of an intermediate) keeps eager's
+    stride 0 through the probe's copy, and its gradient sums over the broadcast dim as eager's."""
+    x = torch.randn(5, 4, requires_grad=True)
+    seen: set = set()
+    (out,) = _Probe.apply(seen, [0], x.tanh().expand(3, 5, 4))
+    want = x.tanh().expand(3, 5, 4)
+    assert out.stride() == want.stride() == (0, 4, 1)
+    torch.testing.assert_close(out, want)
+    g = torch.randn(3, 5, 4)
+    (got,) = torch.autograd.grad(out, x, g)
+    (ref,) = torch.autograd.grad(want, x, g)
+    torch.testing.assert_close(got, ref)
+    assert seen == {-1, 0}
+    # a size-1 dim of stride 0 and a dense output are plain clones
+    (one,) = _Probe.apply(seen, [0], x.tanh()[None].expand(1, 5, 4))
+    assert one.is_contiguous() and one.shape == (1, 5, 4)
