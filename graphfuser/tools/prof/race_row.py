@@ -60,6 +60,47 @@ def group_report(names: list[str]) -> None:
         print(f"        inputs {'; '.join(ins)[:160]}")
 
 
+def pipeline_report(label: str, fn, device: str, calls: int = 20) -> None:
+    """Whether the host keeps ahead of the GPU: host ms per call enqueued without a sync against
+    ms per call of ``calls`` calls and one sync at the end, the host's CUDA runtime calls that wait
+    (synchronizations, blocking copies) per call, and the GPU's idle time inside a call's span."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(device)
+    t0 = time.perf_counter()
+    hosts = []
+    for _ in range(calls):
+        t1 = time.perf_counter()
+        fn()
+        hosts.append(1e3 * (time.perf_counter() - t1))
+    sync(device)
+    piped = 1e3 * (time.perf_counter() - t0) / calls
+    print(f"  [{label}] host {statistics.median(hosts):.3f} ms per call enqueued, {piped:.3f} ms per call "
+          f"pipelined ({calls} calls, one sync)")
+    if device != "cuda":
+        return
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(3):
+            fn()
+        sync(device)
+    waits: dict[str, list[float]] = {}
+    busy, first, last = 0.0, None, None
+    for e in p.events():
+        if e.device_type.name == "CPU" and e.name.startswith("cuda") and any(
+                w in e.name for w in ("Synchronize", "Memcpy", "Malloc", "Free", "Query")):
+            w = waits.setdefault(e.name, [0, 0.0])
+            w[0] += 1
+            w[1] += e.cpu_time_total
+        elif e.device_type.name == "CUDA":
+            busy += e.device_time_total
+            s0, s1 = e.time_range.start, e.time_range.end
+            first = s0 if first is None else min(first, s0)
+            last = s1 if last is None else max(last, s1)
+    span = (last - first) / 3 if first is not None else 0.0
+    print(f"  [{label}] GPU span {span / 1e3:.3f} ms per call, kernels busy {busy / 3e3:.3f} ms, host CUDA calls: " +
+          (", ".join(f"{k} {n / 3:.1f}x {us / 3:.0f} us" for k, (n, us) in sorted(waits.items())) or "none that wait"))
+
+
 def profile_row(name: str, mode: str, backends: list[str], device: str, top: int, warm: int) -> None:
     print(f"== {name} {mode}")
     for backend in backends:
@@ -78,6 +119,7 @@ def profile_row(name: str, mode: str, backends: list[str], device: str, top: int
             sync(device)
             walls.append(1e3 * (time.perf_counter() - t0))
         print(f"  [{backend}] wall {statistics.median(walls):.3f} ms per call")
+        pipeline_report(backend, fn, device)
         kernels, ops = kernel_profile(fn, device, calls=3)
         report = report_kernels(backend, kernels, ops, 3, top)
         if backend.startswith("graphfuser"):
