@@ -196,6 +196,7 @@ class GraphReplayer:
         # module attributes, read in place by the graph, never copied into static inputs
         self.static = frozenset(static)
         self._static_key = StaticKey(self.static)
+        self._moving: dict[int, list] = {}
         self._pinned: list = []         # those of the last capture that are parameters (checked unwritten)
         self._held_buffers: list = []   # and its other module tensors (written in place, put back after a warm-up)
         self.name = name
@@ -234,9 +235,13 @@ class GraphReplayer:
         parts: list = []
         cuda = False
         static = self.static
-        for i, a in enumerate(args):
-            if i in static and isinstance(a, torch.Tensor):
-                continue                # (the static part below)
+        # the positions outside the static part (one or two of a Dynamo graph's hundreds of
+        # arguments), per argument count; a tensor in a static position joins the static part
+        moving = self._moving.get(len(args))
+        if moving is None:
+            moving = self._moving[len(args)] = [i for i in range(len(args)) if i not in static]
+        for i in moving:
+            a = args[i]
             if isinstance(a, torch.Tensor):
                 if not a.is_cuda or not _dense(a):
                     return None
@@ -251,7 +256,7 @@ class GraphReplayer:
             if held is None:
                 return None
             parts.append(held)
-            cuda = cuda or held != ()
+            cuda = cuda or held[0] != ()       # (tensors, values in static positions)
         if not cuda:
             return None
         vals: list = []

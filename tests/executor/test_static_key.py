@@ -8,8 +8,8 @@ from graphfuser.executor.replay_key import StaticKey
 from graphfuser.executor.lent import _dense
 
 
-def _slow(tensors):
-    return tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.requires_grad, id(t), t.data_ptr()) for t in tensors)
+def _slow(tensors, values=()):
+    return tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.requires_grad, id(t), t.data_ptr()) for t in tensors), values
 
 
 def _params(n=6):
@@ -74,5 +74,27 @@ def test_count_change_and_non_tensors():
     key = StaticKey(frozenset({0, 1, 2}), accept=_dense)
     a = key((ps[0], ps[1], ps[2]))
     b = key((ps[0], ps[1], None))         # a static position without a tensor
-    assert b == _slow(ps[:2]) and b != a
+    assert b == _slow(ps[:2], ((type(None), None),)) and b != a
     assert key((ps[0], ps[1], ps[2])) == a
+
+
+def test_non_tensor_values_in_static_positions_are_keyed():
+    ps = _params(2)
+    key = StaticKey(frozenset({1, 2}), accept=_dense)
+    a = key((ps[0], ps[1], 3))
+    assert a == key((ps[0], ps[1], 3)) and key.built == 1
+    b = key((ps[0], ps[1], 4))              # another value: another key
+    assert b != a and key.built == 2
+    assert key((ps[0], ps[1], torch.zeros(2))) not in (a, b)     # a tensor there now
+    assert key((ps[0], ps[1], object())) is None                  # a value with no key
+    assert key((ps[0], ps[1], 3)) == a
+
+
+def test_one_static_tensor_and_none():
+    ps = _params(1)
+    key = StaticKey(frozenset({1}), accept=_dense)
+    a = key((torch.randn(2), ps[0]))
+    assert key((torch.randn(3), ps[0])) is a and key.built == 1
+    assert key((torch.randn(3), ps[0].detach().clone())) != a
+    empty = StaticKey(frozenset(), accept=_dense)
+    assert empty((torch.randn(2),)) == ((), ()) and empty((torch.randn(2),)) == ((), ())
