@@ -34,7 +34,7 @@ DISABLE_OPTIONS = (
     "attention_rewrite", "gemm_padding", "weight_cast_batching", "rotary_rewrite", "padded_outputs",
     "bias_gradients", "conv_layout_training", "fast_math", "flip_fusion", "precompiled_prelude",
     "row_layout", "sdpa_math", "vector_gather", "even_rows", "broadcast_copies",
-    "sdpa_bias", "dense_unbind", "layer_norm_statistics", "masked_loads",
+    "sdpa_bias", "dense_unbind", "layer_norm_statistics", "masked_loads", "max_pool_kernel",
 )
 ENABLE_OPTIONS = ("complex", "linear_decomposition", "conv_decomposition", "emulate_precision_casts",
                   "cuda_batch_norm_training", "lineinfo", "fused_rng", "conv_layout_training", "weight_cache")   # on by default, accepted:

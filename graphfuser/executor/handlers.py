@@ -21,6 +21,7 @@ import torch
 from ..ir.graph import Node, Value
 from ..ir.implicit import reads_implicit_tensor
 from ..ops.aten import DTYPE_CODES, PRIM_TEMPLATES, AtenCall, implicit_number, op_packet, resolve_aten
+from ..runtime.max_pool import max_pool2d
 
 if TYPE_CHECKING:
     from .hostgen import _Gen
@@ -311,6 +312,11 @@ def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
         a = a[:3] + [f"{stats}({a[3]}, {a[5]})", f"{stats}({a[4]}, {a[5]})"] + a[5:]
     if call.template is not None:
         expr = gen.fill(call.template, a)
+    elif node.kind == "aten::max_pool2d" and _maybe_cuda(node.inputs[0]) and len(a) == len(node.inputs) \
+            and not any(call.kwarg_names):
+        # a max pool not profiled on the CPU (its input's type may carry no profile, after an
+        # If): the channel-vector kernel where it applies at run time (runtime/max_pool.py)
+        expr = f"{gen.bind(max_pool2d, 'max_pool2d')}({', '.join(a)})"
     else:
         # an OpOverload's __call__ is one Python frame around its C++ ``_op``: call that directly
         op = gen.bind(call.op._op if isinstance(call.op, torch._ops.OpOverload) else call.op, "op")
@@ -323,6 +329,12 @@ def _aten(gen: "_Gen", node: Node, a: list[str], indent: int) -> None:
         gen.emit(indent, f"{gen.outs(node)}, = {expr}")
     else:
         gen.assign(node, indent, expr)
+
+
+def _maybe_cuda(v: Value) -> bool:
+    """Whether ``v`` may live on a CUDA device: not profiled on another device."""
+    device = getattr(v.type, "device", None)
+    return device is None or device.type == "cuda"
 
 
 def _maybe_cpu(v: Value) -> bool:
