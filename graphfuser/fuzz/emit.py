@@ -309,6 +309,8 @@ def _emit_composite(s: _State, op: str) -> bool:
     (passes/sdpa_bias.py converts a boolean mask once)."""
     st = _st()
     d = s.d
+    if op == "max_pool":
+        return _emit_max_pool(s)
     a = _pick(s, "f", known_shape=True, min_rank=2)
     if a is None:
         return False
@@ -356,6 +358,39 @@ def _emit_composite(s: _State, op: str) -> bool:
         v = _new_var(s, None, "f")
     s.lines.append(f"{v.name} = {line}")
     s.ops.append(op)
+    return True
+
+
+def _pool_size(size: int, k: int, pad: int, stride: int, dilation: int, ceil: bool) -> int:
+    """Eager's pooled size of one dim (``pooling_output_shape``)."""
+    out = (size + 2 * pad - dilation * (k - 1) - 1 + (stride - 1 if ceil else 0)) // stride + 1
+    return out - 1 if ceil and (out - 1) * stride >= size + pad else out
+
+
+def _emit_max_pool(s: _State) -> bool:
+    """``F.max_pool2d`` of a 4-d float operand, a new input (``[B, C, H, W]``, dense or
+    channels-last: the layout graphfuser's CUDA kernel takes, runtime/max_pool.py) where the
+    graph has none: kernel 1-3 a dim, stride 1-3 or the kernel's, padding up to half the kernel,
+    dilation 1-2, ``ceil_mode`` either way; windows that leave no output are not drawn."""
+    st, d = _st(), s.d
+    a = next((v for v in s.pool if v.kind == "f" and v.shape is not None and len(v.shape) == 4
+              and all(isinstance(x, int) and x >= 1 for x in v.shape[2:])), None)
+    if a is None:
+        shape = ("B", d(st.sampled_from((3, 8, 16, 33, 64))), d(st.sampled_from((1, 5, 7, 16))),
+                 d(st.sampled_from((1, 4, 9, 16))))
+        a = _add_input(s, shape, d(st.sampled_from(FLOAT_DTYPES)), layout=d(st.sampled_from(("channels_last", "dense"))))
+    shape = a.shape
+    k = [d(st.integers(1, 3)) for _ in range(2)]
+    stride = [] if d(st.booleans()) else [d(st.integers(1, 3)) for _ in range(2)]
+    pad = [d(st.integers(0, ki // 2)) for ki in k]
+    dil = [d(st.integers(1, 2)) for _ in range(2)]
+    ceil = d(st.booleans())
+    out = [_pool_size(shape[2 + i], k[i], pad[i], (stride or k)[i], dil[i], ceil) for i in range(2)]
+    if min(out) < 1:
+        return False
+    v = _new_var(s, (shape[0], shape[1], out[0], out[1]), "f")
+    s.lines.append(f"{v.name} = F.max_pool2d({a.name}, {k}, {stride}, {pad}, {dil}, {ceil})")
+    s.ops.append("max_pool")
     return True
 
 
