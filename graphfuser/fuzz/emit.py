@@ -361,12 +361,6 @@ def _emit_composite(s: _State, op: str) -> bool:
     return True
 
 
-def _pool_size(size: int, k: int, pad: int, stride: int, dilation: int, ceil: bool) -> int:
-    """Eager's pooled size of one dim (``pooling_output_shape``)."""
-    out = (size + 2 * pad - dilation * (k - 1) - 1 + (stride - 1 if ceil else 0)) // stride + 1
-    return out - 1 if ceil and (out - 1) * stride >= size + pad else out
-
-
 def _emit_max_pool(s: _State) -> bool:
     """``F.max_pool2d`` of a 4-d float operand, a new input (``[B, C, H, W]``, dense or
     channels-last: the layout graphfuser's CUDA kernel takes, runtime/max_pool.py) where the
@@ -385,7 +379,9 @@ def _emit_max_pool(s: _State) -> bool:
     pad = [d(st.integers(0, ki // 2)) for ki in k]
     dil = [d(st.integers(1, 2)) for _ in range(2)]
     ceil = d(st.booleans())
-    out = [_pool_size(shape[2 + i], k[i], pad[i], (stride or k)[i], dil[i], ceil) for i in range(2)]
+    from ..runtime.max_pool import output_size      # eager's pooling_output_shape
+
+    out = [output_size(shape[2 + i], k[i], pad[i], (stride or k)[i], dil[i], ceil) for i in range(2)]
     if min(out) < 1:
         return False
     v = _new_var(s, (shape[0], shape[1], out[0], out[1]), "f")
