@@ -192,6 +192,23 @@ static inline unsigned short gf_f2h(float f) {
 }
 """
 
+# gcc folds sin(atan(x)) and cos(atan(x)) once errno is off (-fno-math-errno): into
+# x / sqrt(x * x + 1) and 1 / sqrt(x * x + 1) for small |x|, and copysign(1, x) and 0 past a
+# bound, where NaN lands, so sin(atan(NaN)) came out 1 and cos(atan(NaN)) 0 (eager: NaN; fuzz
+# graph 371 of CPU seed 36666). atan's result passes through an empty asm that the folds cannot
+# see through (libm's atanf is a scalar call either way: simd loops do not vectorize it).
+_CPU_OPAQUE = r"""
+#if defined(__x86_64__) || defined(__i386__)
+#define GF_OPAQUE(v) __asm__("" : "+x"(v))
+#elif defined(__aarch64__)
+#define GF_OPAQUE(v) __asm__("" : "+w"(v))
+#else
+#define GF_OPAQUE(v) __asm__("" : "+m"(v))
+#endif
+static inline float gf_atanf_opaque(float x) { float r = atanf(x); GF_OPAQUE(r); return r; }
+static inline double gf_atan_opaque(double x) { double r = atan(x); GF_OPAQUE(r); return r; }
+"""
+
 # Branch-free float exp/tanh/erf for the CPU dialect: simd loops vectorize them (libm's scalar
 # calls do not). Cephes-style range reduction and polynomials, within ~2 ulp of libm (erf: within
 # 2e-7 absolute); NaN, infinities and signed zeros propagate as in libm (tanh(-0.0) had been +0.0,
@@ -480,11 +497,12 @@ CPP = Dialect(
     qualifier="static inline",
     restrict="__restrict__",
     headers="#include <math.h>\n#include <string.h>\n#include <stdint.h>\n#include <stdlib.h>",
-    half_prelude=_CPU_HALF + _CPU_VECTOR_MATH + _CPU_LGAMMA + _CPU_ROW_SCRATCH,
+    half_prelude=_CPU_HALF + _CPU_OPAQUE + _CPU_VECTOR_MATH + _CPU_LGAMMA + _CPU_ROW_SCRATCH,
     prelude_end=PRELUDE_END,
     math_overrides={"exp": ("gf_vexpf(x)", "exp(x)"), "tanh": ("gf_vtanhf(x)", "tanh(x)"),
                     "erf": ("gf_verff(x)", "erf(x)"), "lgamma": ("gf_lgammaf_cpu(x)", "gf_lgamma_cpu(x)"),
-                    "sigmoid": ("1.0f / (1.0f + gf_vexpf(-x))", "1.0 / (1.0 + exp(-x))")},
+                    "sigmoid": ("1.0f / (1.0f + gf_vexpf(-x))", "1.0 / (1.0 + exp(-x))"),
+                    "atan": ("gf_atanf_opaque(x)", "gf_atan_opaque(x)")},
     loops={
         P.Serial: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
         P.BIDx: "for ({T} {i} = 0; {i} < {ext}; ++{i})",
