@@ -32,8 +32,10 @@ def test_bias_gelu_backward_column_sum_has_vector_variants(dtype, V):
     assert "const bool gf_ok = " in src and "for (int gf_u = 0; gf_u < 4; ++gf_u)" in src
     # the V lanes combine across threadIdx.y at once, and from the blocks' partials read in one loop
     assert f"gf_block_reduce_y_k<gf_op_sum, float, {V}, " in src and "gf_block_reduce_y<gf_op_sum>(" not in src
-    assert "gf_k1[0 * {V} + v] = gf_op_sum::f(gf_k1[0 * {V} + v], *reinterpret_cast<const volatile float*>(" \
-        "gf_work + (long long)(0 * gridDim.y + gf_k) * n0 + (x2 + v)));".format(V=V) in src
+    # (every lane's partial of a value in one load of the value's packed slot)
+    assert ("{{ const int v = 0; gf_ld_partials<{V}>(gf_k1p0, gf_slot_of<float>(gf_work, 0, n0) + "
+            "(long long)gf_k * n0 + (x2 + v)); }}").format(V=V) in src
+    assert "gf_k1[0 * {V} + v] = gf_op_sum::f(gf_k1[0 * {V} + v], gf_k1p0[v]);".format(V=V) in src
     _compile(cg, names)
     launcher = launcher_source(cg)
     compile(launcher, "<launcher>", "exec")

@@ -5,7 +5,8 @@ Accumulators combine across the threads of a bound axis when a pass ends: one at
 the dialect has ``thread_reduce_k`` for the axis (CUDA's threadIdx.y of outer kernels), every
 accumulator and kept-vector lane of one op and type together, through shared memory in rounds
 (``gf_block_reduce_y_k``). The same batched form combines the partials of a reduction split
-across blocks (``rows.py``'s ``emit_grid_combine``), read in one loop.
+across blocks (``rows.py``'s ``emit_grid_combine``), read in one loop, a kept vector's lanes of
+each value in one load.
 
 Needs the walk's ``d``, ``nest``, ``bound``, ``acc``, ``V``, ``kvec``, ``k_arrays``,
 ``open_lanes`` and ``_close``.
@@ -87,9 +88,18 @@ class ThreadCombines:
                 em(f"for (int gf_j = 0; gf_j < {k}; ++gf_j) {arr}[gf_j] = gf_op_{op}::template id<{ct}>();")
                 em(templates["loop"].format(valid=valid) + " {")
                 em.depth += 1
+                loaded = {}
+                if self.kvec and lanes > 1 and "load_lanes" in templates:
+                    # every lane's partial of a value in one load (the row at lane 0: the lane
+                    # loop's ``v`` held at 0 in a scope of its own)
+                    for j, r in enumerate(rs):
+                        loaded[j] = f"{arr}p{j}"
+                        em(f"{ct} {loaded[j]}[{lanes}];")
+                        em("{ const int v = 0; " + templates["load_lanes"].format(
+                            ct=ct, dst=loaded[j], lanes=lanes, **where[id(r)]) + " }")
                 self.open_lanes(em)
                 for j, r in enumerate(rs):
-                    load = templates["load"].format(ct=ct, **where[id(r)])
+                    load = f"{loaded[j]}[v]" if j in loaded else templates["load"].format(ct=ct, **where[id(r)])
                     em(f"{at(j)} = gf_op_{op}::f({at(j)}, {load});")
                 self._close(em, outer)
             em(self.d.thread_reduce_k[ptype].format(op=op, ct=ct, k=k, r=rounds, bx=bx, by=by, cap=cap, arr=arr))

@@ -210,7 +210,9 @@ template <typename Op, typename T> GF_FN T gf_block_reduce_y(T v, double* raw) {
    batch norm's backward combines 4 reductions x 4 lanes: 16 trees of 7 barriers each (twice,
    with the blocks' partials) were most of its time on small tensors. (Folding each column in
    registers by a thread of its own measured 4% more kernel time per resnet50 step, H200; a sum
-   in y order failed tests/autodiff/test_grad_accuracy.py's bound against float64.) */
+   in y order failed tests/autodiff/test_grad_accuracy.py's bound against float64. One warp per
+   column folding a round's values with shuffles, two barriers a round, was slower still: 3759
+   against 3392 us over resnet50's batch norm shapes, forward and backward, H200.) */
 template <typename Op, typename T, int K, int R, int BX, int BY, int CAP>
 GF_FN void gf_block_reduce_y_k(T* v, double* raw) {
   static_assert(R >= 1 && R * BX * BY + K * BX <= CAP, "scratch too small for the rounds");
@@ -269,14 +271,46 @@ template <typename Op, typename T> GF_FN T gf_grid_combine(const double* work, d
     v = Op::f(v, *reinterpret_cast<const volatile T*>(work + k));
   return gf_block_reduce_x<Op>(v, raw);
 }
+/* Slot n of an outer split's workspace (gridDim.y * rows 8-byte entries), as partials of T
+   packed [block][column]. */
+template <typename T, typename I> GF_FN T* gf_slot_of(double* work, int n, I rows) {
+  return reinterpret_cast<T*>(work + (long long)n * gridDim.y * rows);
+}
+/* A partial another block wrote before a barrier: read from L2 (ld.global.cg: never a line
+   this SM's L1 kept from an earlier pass), volatile for types __ldcg does not take. */
+template <typename T> GF_FN T gf_ld_partial(const T* p) { return *reinterpret_cast<const volatile T*>(p); }
+template <> GF_FN float gf_ld_partial(const float* p) { return __ldcg(p); }
+template <> GF_FN double gf_ld_partial(const double* p) { return __ldcg(p); }
+template <> GF_FN int gf_ld_partial(const int* p) { return __ldcg(p); }
+template <> GF_FN long long gf_ld_partial(const long long* p) { return __ldcg(p); }
+/* N adjacent partials (a kept vector's lanes): 16-byte L2 loads where the address allows. */
+template <int N, typename T> GF_FN void gf_ld_partials(T* dst, const T* p) {
+  if constexpr ((N * sizeof(T)) % 16 == 0 && (sizeof(T) == 4 || sizeof(T) == 8)) {
+    if ((reinterpret_cast<unsigned long long>(p) & 15) == 0) {
+      #pragma unroll
+      for (int i = 0; i < N; i += 16 / sizeof(T)) {
+        if constexpr (sizeof(T) == 4) {
+          const int4 q = __ldcg(reinterpret_cast<const int4*>(p + i));
+          memcpy(dst + i, &q, 16);
+        } else {
+          const longlong2 q = __ldcg(reinterpret_cast<const longlong2*>(p + i));
+          memcpy(dst + i, &q, 16);
+        }
+      }
+      return;
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < N; ++i) dst[i] = gf_ld_partial(p + i);
+}
 /* The same for a column per threadIdx.x (outer reductions): the threads along y split the
    column's partials, then combine across y. Columns past the end read nothing. */
 template <typename Op, typename T, typename I>
-GF_FN T gf_grid_combine_y(const double* work, I stride, bool valid, double* raw) {
+GF_FN T gf_grid_combine_y(const T* work, I stride, bool valid, double* raw) {
   T v = Op::template id<T>();
   if (valid)
     for (unsigned int k = threadIdx.y; k < gridDim.y; k += blockDim.y)
-      v = Op::f(v, *reinterpret_cast<const volatile T*>(work + (long long)k * stride));
+      v = Op::f(v, gf_ld_partial(work + (long long)k * stride));
   return gf_block_reduce_y<Op>(v, raw);
 }
 /* A barrier of the gridDim.y blocks that share blockIdx.x (a column tile or a row split across
