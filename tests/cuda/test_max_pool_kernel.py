@@ -1,6 +1,10 @@
 """The channel-vector max pool (graphfuser/runtime/max_pool.py) against eager's ``max_pool2d``:
 the same bits, shape and strides across dtypes, window arguments, NaN / inf / signed zeros and
-odd channel counts; the cases it leaves to eager; and a scripted ResNet stem that calls it."""
+odd channel counts, forward and (under grad: the window-position forward and the gather
+backward) gradient; the cases it leaves to eager; and a scripted ResNet stem that calls it, in
+inference and in a training step."""
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -107,9 +111,9 @@ def test_cases_left_to_eager(monkeypatch):
         got = max_pool2d(arg, 3, 2, 1)
         assert torch.equal(got, want) and got.stride() == want.stride()
     y = x.clone().requires_grad_()
-    out = max_pool2d(y, 3, 2, 1)
-    out.sum().backward()                     # eager's op: its gradient
-    assert y.grad is not None
+    out = max_pool2d(y, 3, 2, 1, 2)          # under grad with dilation: eager's op, its gradient
+    out.sum().backward()
+    assert y.grad is not None and not calls
     with config.override(disable=["max_pool_kernel"]):
         max_pool2d(x, 3, 2, 1)
     assert not calls
@@ -143,3 +147,76 @@ def test_scripted_stem_calls_it(dtype, monkeypatch):
             got = sf(x)
     torch.testing.assert_close(got, want, rtol=1e-2 if dtype == torch.bfloat16 else 1e-4, atol=1e-2)
     assert calls, "the scripted stem did not call the max pool kernel"
+
+
+TRAIN_WINDOWS = [w for w in WINDOWS if w.get("dilation", 1) in (1, [1, 1])]
+
+
+def _train(x, w, gy_layout="channels_last", pool=None):
+    """(output, input gradient) of one forward and backward, for a gradient of random bits."""
+    pool = pool or (lambda t: F.max_pool2d(t, **w))
+    xr = x.detach().clone().requires_grad_()
+    y = pool(xr)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    gy = (torch.randn(y.shape, device="cuda", generator=g) * 3).to(y.dtype)
+    if gy_layout == "channels_last":
+        gy = gy.contiguous(memory_format=torch.channels_last)
+    elif gy_layout == "expanded":
+        gy = gy[:, :1].expand(y.shape)
+    return y, torch.autograd.grad(y, xr, gy)[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("w", TRAIN_WINDOWS, ids=lambda w: "-".join(f"{k}{v}" for k, v in w.items()))
+@pytest.mark.parametrize("shape", [(2, 64, 13, 11), (3, 5, 9, 8), (2, 8, 112, 112)])
+@pytest.mark.parametrize("gy_layout", ["channels_last", "contiguous", "expanded"])
+def test_training_bits_of_eager(dtype, w, shape, gy_layout, monkeypatch):
+    x = _cl(shape, dtype)
+    try:
+        want = _train(x, w, gy_layout)
+    except RuntimeError:
+        pytest.skip("eager rejects this window for this size")
+    calls = _ran_kernel(monkeypatch)
+    got = _train(x, w, gy_layout, pool=lambda t: max_pool2d(t, *_args(w)))
+    assert {c[-1] for c in calls} >= {"fwd", "bwd"}, calls
+    _same(got[0], want[0])
+    _same(got[1], want[1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_training_nan_inf_ties(dtype, monkeypatch):
+    """NaN (the last one of a window is chosen, as eager's index), windows all -inf (their
+    first element inside the input), constant windows (the first maximum) and signed zeros."""
+    x = _cl((2, 16, 9, 9), dtype)
+    flat = x.permute(0, 2, 3, 1)
+    flat[0, 0, 0, :4] = float("nan")
+    flat[0, 1, 0, 2:6] = float("nan")
+    flat[0, 4, 4, 4:8] = float("inf")
+    flat[1, :4, :4, :8] = float("-inf")
+    flat[1, :, :, 8:] = 0.0
+    flat[1, 1::2, ::2, 8:] = -0.0
+    flat[0, 5:, 5:, 12:] = 2.5
+    calls = _ran_kernel(monkeypatch)
+    for w in TRAIN_WINDOWS[:4]:
+        want = _train(x, w)
+        got = _train(x, w, pool=lambda t: max_pool2d(t, *_args(w)))
+        _same(got[0], want[0])
+        _same(got[1], want[1])
+    assert {c[-1] for c in calls} >= {"fwd", "bwd"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scripted_stem_trains_with_it(dtype, monkeypatch):
+    calls = _ran_kernel(monkeypatch)
+    torch.manual_seed(0)
+    m = Stem().cuda().to(dtype).to(memory_format=torch.channels_last)
+    mf = copy.deepcopy(m)
+    sf = graphfuser.script(mf)
+    x = torch.randn(4, 3, 32, 32, device="cuda", dtype=dtype).contiguous(memory_format=torch.channels_last)
+    tol = dict(rtol=5e-2, atol=5e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    for _ in range(4):
+        ge = torch.autograd.grad(m(x).square().sum(), list(m.parameters()))
+        gf = torch.autograd.grad(sf(x).square().sum(), list(mf.parameters()))
+        for a, e in zip(gf, ge):
+            torch.testing.assert_close(a, e, **tol)
+    assert {c[-1] for c in calls} >= {"fwd", "bwd"}, "the training stem did not call the max pool kernels"

@@ -1,5 +1,6 @@
 """The channel-vector max pool (graphfuser/runtime/max_pool.py) without a GPU: every variant's
-source compiles with NVRTC, its output size is eager's for any window, and what it leaves to
+source compiles with NVRTC (inference, the training forward with window positions, the gather
+backward), its output size is eager's for any window, and what it leaves to
 eager (a CPU tensor here) is eager's result. tests/cuda/test_max_pool_kernel.py runs it."""
 from __future__ import annotations
 
@@ -17,9 +18,15 @@ _OK, _WHY = nvrtc.available()
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("vector", [True, False])
 @pytest.mark.parametrize("wide", [False, True])
-def test_every_variant_compiles(dtype, vector, wide):
+@pytest.mark.parametrize("kind", ["", "fwd", "bwd"])
+def test_every_variant_compiles(dtype, vector, wide, kind):
     v = 16 // torch.empty((), dtype=dtype).element_size() if vector else 1
-    cubin = nvrtc.compile_cubin(max_pool.source(dtype, v, wide), max_pool.kernel_name(dtype, v, wide), 90)
+    name = max_pool.kernel_name(dtype, v, wide, kind)
+    src = max_pool.source(dtype, v, wide, kind)
+    assert f"void __launch_bounds__(256) {name}(" in src
+    if kind == "fwd":       # the window position of the chosen element, a byte per output element
+        assert "unsigned char* __restrict__ pos" in src and "q[k] = (unsigned char)(a * kw + e);" in src
+    cubin = nvrtc.compile_cubin(src, name, 90)
     assert cubin[:4] == b"\x7fELF"
 
 
