@@ -88,14 +88,15 @@ extern "C" __global__ void __launch_bounds__({threads}) {name}(const {w}* __rest
 }}
 """
 
-# Training (``max_pool2d_train``): the forward also stores, per output element, the position of
-# the chosen element in its window (a * kw + e, one byte: windows of at most 255 elements); an
-# all -inf window keeps its first element inside the input, as eager's index does. Dilation 1
-# only: every window then holds an element of the input.
+# Training (``_MaxPool2dTrain``): the forward also stores, per output element, the position of
+# the chosen element in its window (a * kw + e, one byte: windows of at most 255 elements). A
+# window of -inf alone keeps eager's channels-last index, 0: the plane's pixel (0, 0), whose
+# position where the window holds it, else 255 (no pixel: eager's backward drops that gradient,
+# max_pool_forward_nhwc starting every index at 0). Dilation 1 only.
 _POS = dict(pos_param=", unsigned char* __restrict__ pos",
             pos_init="""
     unsigned char q[{v}];
-    const unsigned char q0 = (unsigned char)((h0 < 0 ? -h0 : 0) * kw + (w0 < 0 ? -w0 : 0));
+    const unsigned char q0 = h0 <= 0 && w0 <= 0 ? (unsigned char)(-h0 * kw - w0) : (unsigned char)255;
     #pragma unroll
     for (int k = 0; k < {v}; ++k) q[k] = q0;""",
             pos_take=" q[k] = (unsigned char)(a * kw + e);",
