@@ -27,8 +27,9 @@ is eager's bit for bit too; one store per pixel, no atomics. Dilation 1 and wind
 ``max_pool2d(...)`` takes ``torch.max_pool2d``'s arguments and runs the kernels where they apply:
 a 4-d CUDA tensor of float32, float16 or bfloat16, dense channels-last and not also contiguous
 (eager's output layout is then channels-last too), positive kernel, stride and dilation, padding
-at most half the kernel, a non-empty output. Anything else, or a failed compile, goes to
-``torch.max_pool2d`` (which also raises eager's errors for bad arguments).
+at most half the kernel, a non-empty output, no functorch transform or forward-mode AD level
+active (eager's op has their rules; the kernels would drop a tangent). Anything else, or a failed
+compile, goes to ``torch.max_pool2d`` (which also raises eager's errors for bad arguments).
 Channel counts that are not a multiple of the vector width, or an input that does not start
 16-byte aligned, take the one-channel variant. ``PYTORCH_NVFUSER_DISABLE=max_pool_kernel`` keeps eager's kernel.
 """
@@ -38,6 +39,7 @@ import functools
 from typing import Any, Optional, Sequence, Union
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 THREADS = 256
 _DTYPES = {torch.float32: ("f32", "unsigned int", "__int_as_float((int)({0}))", "0xff800000u"),
@@ -230,9 +232,11 @@ def max_pool2d(input: Any, kernel_size: Any, stride: Any = (), padding: Any = 0,
 def _pooled(x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool) -> Any:
     from ..config import config
 
+    # (functorch's transforms and forward-mode AD: eager's op, which has their rules)
     if (not isinstance(x, torch.Tensor) or not x.is_cuda or x.dim() != 4 or x.dtype not in _DTYPES
             or config.is_disabled("max_pool_kernel")
-            or not x.is_contiguous(memory_format=torch.channels_last) or x.is_contiguous()):
+            or not x.is_contiguous(memory_format=torch.channels_last) or x.is_contiguous()
+            or torch._C._are_functorch_transforms_active() or _forward_ad._current_level >= 0):
         return None
     train = x.requires_grad and torch.is_grad_enabled()
     k = _pair(kernel_size, ())

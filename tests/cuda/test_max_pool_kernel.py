@@ -114,6 +114,14 @@ def test_cases_left_to_eager(monkeypatch):
     out = max_pool2d(y, 3, 2, 1, 2)          # under grad with dilation: eager's op, its gradient
     out.sum().backward()
     assert y.grad is not None and not calls
+    # functorch's transforms and forward-mode AD: eager's op, which has their rules
+    g = torch.func.grad(lambda t: max_pool2d(t, 3, 2, 1).sum())(x)
+    torch.testing.assert_close(g, torch.func.grad(lambda t: F.max_pool2d(t, 3, 2, 1).sum())(x))
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.ones_like(x))
+        tangent = fwAD.unpack_dual(max_pool2d(dual, 3, 2, 1)).tangent
+    assert tangent is not None and not calls
     with config.override(disable=["max_pool_kernel"]):
         max_pool2d(x, 3, 2, 1)
     assert not calls
