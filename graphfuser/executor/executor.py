@@ -23,6 +23,7 @@ import threading
 from typing import Any, Callable, Iterator, Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from ..config import config
 from ..ir.clone import clone_graph
@@ -232,6 +233,8 @@ class ScriptedFunction(Recovering, SelfChecking):
 
     # -- public --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _forward_ad._current_level >= 0:
+            return self._dual_call(args, kwargs)
         if self._variants is not None:          # the root: pick the specialization for this call
             flags = self._read_flags() if self._flag_mods else self._flags
             if flags != self._flags or torch._C._is_any_autocast_enabled():
@@ -281,6 +284,19 @@ class ScriptedFunction(Recovering, SelfChecking):
                 return self._profile_call(args)
             except Exception as e:
                 return self._recover(user_args, user_kwargs, e)
+
+    def _dual_call(self, args: tuple, kwargs: dict) -> Any:
+        """A call under forward-mode AD (``torch.autograd.forward_ad.dual_level``): the unfused
+        program, eager's ops one by one, which carry dual tensors' tangents (a fused kernel reads
+        the primal's memory and returns a plain tensor: the tangent was dropped). Neither
+        profiled nor counted; ``torch.func.jvp`` goes through functorch's wrappers instead."""
+        if self._torchscript is not None:
+            return self._torchscript(*args, **kwargs)
+        if self._plain is None:
+            self._plain = build_program(self.graph, name="unfused", module=self._module)
+        bound = self._bind(args, kwargs)
+        self._check_args(bound)
+        return self._plain.fn(*bound)
 
     def graph_for(self, *args: Any, **kwargs: Any) -> Graph:
         """Run once with ``args`` and return the graph that ran: optimized once profiling is done
