@@ -1,6 +1,6 @@
 """Guard functions: generated Python that checks exactly what a kernel was specialized on.
 
-For each tensor input: dtype, device, rank, broadcast (size-1) dims, contiguity along the
+For each tensor input: dtype, no lazy negation or conjugation bit, device, rank, broadcast (size-1) dims, contiguity along the
 profiled stride order and the order itself, and requires_grad (or grad mode). Across inputs: the non-broadcast sizes
 that must agree for the group's broadcast to be valid (eager would raise on a mismatch; the
 fallback then raises the same error). Never concrete sizes. Scalars the kernel was specialized
@@ -17,8 +17,8 @@ its layout is checked.
 Example (a contiguous 2-D float input)::
 
     def guard(x0):
-        return (x0.dtype is _dt0 and x0.is_cpu and len(s0 := x0.shape) == 2 and 1 not in s0
-                and x0.is_contiguous() and not (_g and x0.requires_grad))
+        return (x0.dtype is _dt0 and not x0.is_neg() and x0.is_cpu and len(s0 := x0.shape) == 2
+                and 1 not in s0 and x0.is_contiguous() and not (_g and x0.requires_grad))
 """
 from __future__ import annotations
 
@@ -109,6 +109,12 @@ def guard_source(types: Sequence[TensorType], out_rank: int, name: str = "guard"
             continue
         ns[f"_dt{i}"] = t.dtype
         conds.append(f"x{i}.dtype is _dt{i}")
+        # a lazy negation or conjugation (``z.conj().imag``, ``torch._neg_view``; ``z.conj()``):
+        # the kernel would read the memory as it is, without the sign (eager resolves it)
+        if t.dtype is not torch.bool:
+            conds.append(f"not x{i}.is_neg()")
+        if t.dtype.is_complex:
+            conds.append(f"not x{i}.is_conj()")
         if t.device.type == "cpu":
             conds.append(f"x{i}.is_cpu")
         elif single_device():
