@@ -76,9 +76,19 @@ def in_place_kind(kind: str) -> bool:
 
 def _mutates(node: Node) -> bool:
     if node.kind in _SIDE_EFFECT_KINDS or in_place_kind(node.kind) or _updates_running_stats(node) \
-            or (node.kind == "prim::PythonOp" and getattr(node.attrs.get("call"), "effects", False)):
+            or (node.kind == "prim::PythonOp" and getattr(node.attrs.get("call"), "effects", False)) \
+            or _writes_an_argument(node):
         return True
     return any(_mutates(n) for b in node.blocks for n in b.nodes)
+
+
+def _writes_an_argument(node: Node) -> bool:
+    """An overload whose schema marks an argument written (``Tensor(a!)``): the ``out=`` variants
+    (``torch.mul(a, 2.0, out=o)`` is ``aten::mul`` with a third input, ``mul.out``), whose result
+    may go unused while the write is the point (dead code elimination had dropped it)."""
+    call = node.schema
+    text = getattr(call, "schema", None) if call is not None else None
+    return isinstance(text, str) and "!)" in text[:text.rfind("->")]
 
 
 # blocks up to this many nodes are first tried as one group (_BlockPartition.whole_block)
