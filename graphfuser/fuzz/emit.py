@@ -308,7 +308,8 @@ def _emit_composite(s: _State, op: str) -> bool:
     queries ``[1, 1, L, D]`` attending to itself (keys ``q * 0.5``) through
     ``scaled_dot_product_attention`` with a boolean mask (causal and a key mask from the data's
     signs: rows of no key too), its float 0 / -inf form, no mask or ``is_causal``
-    (passes/sdpa_bias.py converts a boolean mask once)."""
+    (passes/sdpa_bias.py converts a boolean mask once); ``out_variant``: ``torch.mul / add / sin /
+    exp / sum(..., out=o)`` into a fresh ``o``, the call's result used or not."""
     st = _st()
     d = s.d
     if op == "max_pool":
@@ -330,6 +331,23 @@ def _emit_composite(s: _State, op: str) -> bool:
         line = (f"F.scaled_dot_product_attention({q}, {q} * 0.5, {q}, {mask}, is_causal={kind == 'causal'})"
                 f".reshape({a.name}.shape)")
         v = _new_var(s, shape, "f")
+    elif op == "out_variant":
+        # an ``out=`` overload writing a fresh tensor, its result used or not (mul.out is
+        # ``aten::mul`` with a written third input: dead code elimination had dropped it)
+        fn = d(st.sampled_from(("mul", "add", "sin", "exp", "sum")))
+        v = _new_var(s, shape[:-1] if fn == "sum" else shape, "f")
+        empty = f"{a.name}.new_empty({a.name}.shape[:-1])" if fn == "sum" else f"torch.empty_like({a.name})"
+        call = {"mul": f"torch.mul({a.name}, 1.5, out={v.name})", "add": f"torch.add({a.name}, {a.name}, out={v.name})",
+                "sin": f"torch.sin({a.name}, out={v.name})", "exp": f"torch.exp({a.name}, out={v.name})",
+                "sum": f"torch.sum({a.name}, -1, out={v.name})"}[fn]
+        s.lines.append(f"{v.name} = {empty}")
+        if d(st.booleans()):
+            s.lines.append(call)
+        else:
+            w = _new_var(s, shape[:-1] if fn == "sum" else shape, "f")
+            s.lines.append(f"{w.name} = {call}")
+        s.ops.append(op)
+        return True
     elif op == "repeat_kv":
         if not isinstance(shape[1], int):
             return False
