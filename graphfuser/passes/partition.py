@@ -45,6 +45,11 @@ from .lone_groups import composite, one_op_under_grad
 _SIDE_EFFECT_KINDS = {
     "prim::SetAttr", "prim::Print", "aten::append", "aten::warn", "aten::copy_",
     "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend", "prim::DictConstruct",
+    # a ``with`` block's entry and exit (``torch.no_grad()``, ``torch.enable_grad()``): they switch
+    # the grad mode, so no group may take nodes from both sides of one (a group of the no-grad
+    # sum and the product after the block had run wholly under no_grad: its result did not
+    # require grad, and its backward differentiated through the sum)
+    "prim::Enter", "prim::Exit",
 }
 
 
