@@ -309,7 +309,8 @@ def _emit_composite(s: _State, op: str) -> bool:
     ``scaled_dot_product_attention`` with a boolean mask (causal and a key mask from the data's
     signs: rows of no key too), its float 0 / -inf form, no mask or ``is_causal``
     (passes/sdpa_bias.py converts a boolean mask once); ``out_variant``: ``torch.mul / add / sin /
-    exp / sum(..., out=o)`` into a fresh ``o``, the call's result used or not."""
+    exp / sum(..., out=o)`` into a fresh ``o``, the call's result used or not; ``no_grad_block``: a
+    row statistic of ``a`` made under ``with torch.no_grad():``."""
     st = _st()
     d = s.d
     if op == "max_pool":
@@ -346,6 +347,16 @@ def _emit_composite(s: _State, op: str) -> bool:
         else:
             w = _new_var(s, shape[:-1] if fn == "sum" else shape, "f")
             s.lines.append(f"{w.name} = {call}")
+        s.ops.append(op)
+        return True
+    elif op == "no_grad_block":
+        # a value made under ``with torch.no_grad():`` from a value that may require grad: the
+        # block's entry and exit are barriers (a group across one had run under no_grad whole)
+        v = _new_var(s, shape[:-1] + (1,), "f")
+        body = d(st.sampled_from((f"({a.name} * 1.5).sum(-1, keepdim=True)", f"{a.name}.amax(-1, keepdim=True) + 1.0",
+                                  f"({a.name}[..., :1] * 2.0).exp()")))
+        s.lines.append("with torch.no_grad():")
+        s.lines.append(f"    {v.name} = {body}")
         s.ops.append(op)
         return True
     elif op == "repeat_kv":

@@ -49,7 +49,7 @@ NORMS = ("softmax", "log_softmax", "_softmax", "_log_softmax", "_safe_softmax", 
 # model's loss (frontend/fx.py's cross_entropy, passes/sink_views.py), grouped-query heads
 # (passes/broadcast_copy.py), attention under a boolean mask (passes/sdpa_bias.py), a 2-d max pool
 # (runtime/max_pool.py on CUDA channels-last inputs)
-COMPOSITES = ("rotary", "cross_entropy", "repeat_kv", "sdpa", "max_pool", "out_variant")
+COMPOSITES = ("rotary", "cross_entropy", "repeat_kv", "sdpa", "max_pool", "out_variant", "no_grad_block")
 # Every op-table row, simplest first (hypothesis shrinks towards the front).
 OPS = ("add", "mul") + tuple(o for o in BINARY if o not in ("add", "mul")) + UNARY_ANY + UNARY_FLOAT + SPECIAL \
     + MOVEMENT + REDUCTIONS + NORMS + COMPOSITES
