@@ -1,7 +1,8 @@
 """Guard functions: generated Python that checks exactly what a kernel was specialized on.
 
-For each tensor input: dtype, no lazy negation or conjugation bit, device, rank, broadcast (size-1) dims, contiguity along the
-profiled stride order and the order itself, and requires_grad (or grad mode). Across inputs: the non-broadcast sizes
+For each tensor input: dtype, no lazy negation or conjugation bit, device, rank, broadcast
+(size-1) dims, contiguity along the profiled stride order and the order itself, and
+requires_grad (or grad mode). Across inputs: the non-broadcast sizes
 that must agree for the group's broadcast to be valid (eager would raise on a mismatch; the
 fallback then raises the same error). Never concrete sizes. Scalars the kernel was specialized
 on (a reduction's dims, keepdim, dtype, correction, eps: the guard node's ``values``) follow the
