@@ -11,6 +11,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn as nn
 
 import graphfuser
+from graphfuser import graphfuser_backend
 from graphfuser.config import config
 from helpers import fallback_counter, fusion_groups
 
@@ -71,7 +72,7 @@ class Block(nn.Module):
 def test_module_tangents_are_eagers(entry):
     torch.manual_seed(1)
     m = Block()
-    run = graphfuser.script(m) if entry == "script" else torch.compile(m, backend="graphfuser")
+    run = graphfuser.script(m) if entry == "script" else torch.compile(m, backend=graphfuser_backend)
     x = torch.randn(4, 8)
     for _ in range(4):
         run(x)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import graphfuser
+from graphfuser import graphfuser_backend
 from helpers import fusion_groups
 
 
@@ -40,7 +41,7 @@ def nested_blocks(x, w):
                          ids=["script-no_grad", "compile-no_grad", "compile-nested"])
 def test_results_and_gradients_are_eagers(fn, entry):
     """(TorchScript takes no ``torch.enable_grad()``: the nested blocks through the backend only.)"""
-    run = graphfuser.script(fn) if entry == "script" else torch.compile(fn, backend="graphfuser", dynamic=False)
+    run = graphfuser.script(fn) if entry == "script" else torch.compile(fn, backend=graphfuser_backend, dynamic=False)
     torch.manual_seed(0)
     for step in range(5):
         x, w = torch.randn(4, 6, requires_grad=True), torch.randn(6, requires_grad=True)
@@ -58,7 +59,7 @@ def test_results_and_gradients_are_eagers(fn, entry):
 
 
 def test_enable_grad_block_under_no_grad():
-    sf = torch.compile(enable_grad_block, backend="graphfuser", dynamic=False)
+    sf = torch.compile(enable_grad_block, backend=graphfuser_backend, dynamic=False)
     torch.manual_seed(1)
     for step in range(5):
         x, w = torch.randn(3, 5, requires_grad=True), torch.randn(5, requires_grad=True)
