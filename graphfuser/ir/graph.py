@@ -187,6 +187,13 @@ class Block:
         self.nodes.remove(node)
         node.owner = None
 
+    def returned_within(self, v: Value) -> bool:
+        """Whether a block nested in one of this block's nodes, at any depth, returns ``v`` (a
+        read that ``Value.uses`` does not list). Only nodes with blocks are asked: passes ask
+        this once per candidate value, and a model's graph has thousands of nodes, few of them
+        with blocks."""
+        return any(v in n.nested_returns() for n in self.nodes if n.blocks)
+
     def replace_return(self, old: Value, new: Value) -> None:
         if old in self.returns:     # Values compare by identity
             self.returns = [new if r is old else r for r in self.returns]

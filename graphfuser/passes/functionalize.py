@@ -114,7 +114,7 @@ def _later_reads(block: Block, pos: int, v: Value) -> bool:
         if top is None or block.nodes.index(top) > pos:
             return True
     g = block.graph
-    if v in g.block.returns or any(v in n.nested_returns() for n in g.all_nodes()):
+    if v in g.block.returns or any(v in n.nested_returns() for n in g.all_nodes() if n.blocks):
         return True
     return False
 
@@ -135,7 +135,7 @@ def _functionalize_block(block: Block, alias: AliasSets) -> int:
             continue
         pos = block.nodes.index(node)
         users = [u for u, _ in target.uses if u is not node]
-        if any(u.owner is not block for u in users) or any(target in n.nested_returns() for n in block.nodes):
+        if any(u.owner is not block for u in users) or block.returned_within(target):
             jit_log("partition", 1, f"kept in-place {where}: %{target.name} is used in a nested block")
             continue
         if any(block.nodes.index(u) < pos and lookup(u.kind) is None for u in users):
@@ -233,7 +233,7 @@ def _read_only_before(outer: Optional[Value], group: Optional[Node]) -> bool:
     if outer is None or group is None or group.owner is None or outer.node is None:
         return False
     block = group.owner
-    if outer in block.returns or any(outer in n.nested_returns() for n in block.nodes):
+    if outer in block.returns or block.returned_within(outer):
         return False
     pos = block.nodes.index(group)
     for u, _ in outer.uses:

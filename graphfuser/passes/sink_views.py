@@ -142,7 +142,7 @@ class _Sinker:
             return False
         if row.kind == "cast" and _made_by_a_row_op(prod.inputs[0]):
             return False        # the cast stays with what it casts (``hoist_cast`` put it there)
-        if len(src.uses) != 1 or src in block.returns or any(src in n.nested_returns() for n in block.nodes):
+        if len(src.uses) != 1 or src in block.returns or block.returned_within(src):
             return False
         if view.kind in _RESHAPES:
             return self.sink_reshape(block, view, prod, row.kind)
@@ -267,7 +267,7 @@ class _Sinker:
         of a dense ``y``, whose result had the view's strides (so the moved cast, preserving
         ``y``'s, gives the same tensor)."""
         out = view.outputs[0]
-        if len(out.uses) != 1 or out in block.returns or any(out in n.nested_returns() for n in block.nodes):
+        if len(out.uses) != 1 or out in block.returns or block.returned_within(out):
             return False
         cast, i = out.uses[0]
         row = lookup(cast.kind)
