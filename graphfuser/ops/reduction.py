@@ -460,8 +460,8 @@ reduction("mean", ("aten::mean",), "reduction", _DIMS, _mean, out_dtype=_float_d
 def _prod_check(node: Node, args: dict, consts: dict) -> Optional[str]:
     """eager's CPU prod of fp16 / bf16 accumulates in that type: a product overflows to inf
     within a few factors and a zero met after it gives NaN, in an order of eager's lanes that a
-    kernel accumulating in fp32 cannot follow. Left to eager on the CPU (CUDA's prod accumulates
-    in fp32, as the kernel does)."""
+    kernel accumulating in float64 (``_prod``) does not follow. Left to eager on the CPU (CUDA's
+    prod accumulates in fp32, whose range the kernel's float64 covers)."""
     out = node.outputs[0].type if node.outputs else None
     if isinstance(out, TensorType) and out.dtype in (torch.float16, torch.bfloat16) and \
             out.device is not None and out.device.type == "cpu":
@@ -470,7 +470,22 @@ def _prod_check(node: Node, args: dict, consts: dict) -> Optional[str]:
     return need_const("dim", "keepdim", "dtype")(node, args, consts)
 
 
-reduction("prod", ("aten::prod",), "reduction", _DIMS, _prim_reduce("prod"), out_dtype=_sum_dtype,
+def _prod(call: OpCall) -> Expr:
+    """prod(self); a floating product's factors multiplied in float64, rounded once at the end.
+    A float32 accumulator overflows within a few dozen factors of 100 (1e54 > 3.4e38), and a zero
+    met after that gives inf * 0 = NaN where the product is 0: whether eager meets it depends on
+    the order of its lanes (the CPU fuzz's graph 973 of seed 36690, a column of 33 values 33 * k
+    with a zero 28th: eager 0, the fused fp32 product NaN). float64's range holds any product of
+    float32 factors of a reduction this size that float64 itself holds, so the result is the
+    float64 reference's, rounded; where eager's lanes overflow instead, eager's NaN or inf is the
+    fuzz's ``eager_overflow`` deviation."""
+    x = dtype_input(call)
+    if call.compute.is_floating_point and call.compute != torch.float64:
+        return call.b.cast(call.b.reduce("prod", x, torch.float64), call.compute)
+    return call.b.reduce("prod", x, call.compute)
+
+
+reduction("prod", ("aten::prod",), "reduction", _DIMS, _prod, out_dtype=_sum_dtype,
           overloads=_DIM_OVERLOADS, consts=("dim", "keepdim", "dtype"), check=_prod_check, eager=torch.prod,
           doc="product over dims")
 for _n, _op in (("amax", "max"), ("amin", "min")):
