@@ -70,6 +70,34 @@ def _dynamo_run(fn: Any, case: dict, call: int, device: str) -> Any:
         torch._dynamo.reset()
 
 
+def _nofma_run(fn: Any, case: dict, call: int, device: str) -> Any:
+    """graphfuser's own (outputs, inputs after the call) of ``call`` with fused multiply-adds off
+    (``PYTORCH_NVFUSER_DISABLE=fma``, whose kernels are other kernels: the knob is in their cache
+    key): a new function through the case's frontend, the case's calls before it run first, in
+    order; or the exception it raises."""
+    import graphfuser
+    from ..config import config
+
+    ts = frontend() == "script"
+    with config.override(disable=sorted(set(config.disable) | {"fma"})):
+        try:
+            run = graphfuser.script(fn) if ts else _compiled(fn)
+            for c in range(call):
+                try:
+                    with autocast_of(case, device):
+                        run(*make_args(case, c, device))
+                except Exception:  # noqa: BLE001 - an earlier call's error is that call's finding
+                    pass
+            args = make_args(case, call, device)
+            with autocast_of(case, device):
+                return _flat(run(*args)), args
+        except Exception as e:  # noqa: BLE001
+            return e
+        finally:
+            if not ts:
+                torch._dynamo.reset()
+
+
 def _scalar_tail_run(fn: Any, case: dict, call: int, device: str) -> Any:
     """Eager's (outputs, inputs after the call) of ``call`` with every hardtanh / relu6
     differentiated as eager's CPU scalar tail does and every hardswish as its vectorized chunks
@@ -449,7 +477,8 @@ def run_case(case: dict, device: str, workdir: str, tag: str, _emulated: bool = 
                     (lambda: _scalar_tail_run(fn, case, call, device))
                     if device == "cpu" and {"hardtanh", "relu6", "hardswish"} & {o.split(":")[-1].rstrip("_") for o in case["ops"]}
                     else None,
-                    (lambda: _cpu_run(fn, case, call, device)) if device == "cuda" and "rms_norm" in case["ops"] else None)
+                    (lambda: _cpu_run(fn, case, call, device)) if device == "cuda" and "rms_norm" in case["ops"] else None,
+                    nofma=(lambda: _nofma_run(fn, case, call, device)) if not graphfuser.config.is_disabled("fma") else None)
                 if judged is not None:
                     findings += [f for f in judged if "category" in f]
                     deviations += [f for f in judged if "deviation" in f]
