@@ -49,21 +49,26 @@ def _compiled(fn: Any) -> Any:
     return torch.compile(fn, backend=graphfuser_backend)
 
 
+def _calls_up_to(run: Any, case: dict, call: int, device: str) -> tuple:
+    """(outputs, inputs after the call) of ``run`` at ``call``, the case's calls before it run
+    first, in order (their errors are those calls' findings, not this one's)."""
+    for c in range(call):
+        try:
+            with autocast_of(case, device):
+                run(*make_args(case, c, device))
+        except Exception:  # noqa: BLE001 - an earlier call's error is that call's finding
+            pass
+    args = make_args(case, call, device)
+    with autocast_of(case, device):
+        return _flat(run(*args)), args
+
+
 def _dynamo_run(fn: Any, case: dict, call: int, device: str) -> Any:
     """Dynamo's own (outputs, inputs after the call) of ``call`` (``torch.compile`` with its
     ``eager`` backend, the case's calls before it run first, in order), or the exception it raises."""
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="eager")
     try:
-        for c in range(call):
-            try:
-                with autocast_of(case, device):
-                    compiled(*make_args(case, c, device))
-            except Exception:  # noqa: BLE001 - an earlier call's error is that call's finding
-                pass
-        args = make_args(case, call, device)
-        with autocast_of(case, device):
-            return _flat(compiled(*args)), args
+        return _calls_up_to(torch.compile(fn, backend="eager"), case, call, device)
     except Exception as e:  # noqa: BLE001
         return e
     finally:
@@ -81,16 +86,7 @@ def _nofma_run(fn: Any, case: dict, call: int, device: str) -> Any:
     ts = frontend() == "script"
     with config.override(disable=sorted(set(config.disable) | {"fma"})):
         try:
-            run = graphfuser.script(fn) if ts else _compiled(fn)
-            for c in range(call):
-                try:
-                    with autocast_of(case, device):
-                        run(*make_args(case, c, device))
-                except Exception:  # noqa: BLE001 - an earlier call's error is that call's finding
-                    pass
-            args = make_args(case, call, device)
-            with autocast_of(case, device):
-                return _flat(run(*args)), args
+            return _calls_up_to(graphfuser.script(fn) if ts else _compiled(fn), case, call, device)
         except Exception as e:  # noqa: BLE001
             return e
         finally:
