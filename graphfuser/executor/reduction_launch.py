@@ -103,7 +103,7 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
             else:
                 few = f"rows * {SPLIT_ROWS} <= _sms and nv >= {SPLIT_MIN_VECTORS}"
             lines.append(f"    if {whole(split)}{few}:")
-            lines.append(f"        f, tx, sh, chunks = _fns[{split} + o] or _load({split} + o), "
+            lines.append(f"        f, tx, sh, chunks = {split}, "
                          f"{variants[split].block[0]}, 0, (nv + {variants[split].block[0] - 1}) // "
                          f"{variants[split].block[0]}")
             branch = "elif"
@@ -119,20 +119,20 @@ def cuda_choice(cg: ReductionGroup, n_args: int) -> list[str]:
         for i, p in sorted(chosen, key=lambda c: -c[1].persistent):
             P = p.persistent
             lines.append(f"    {branch} {whole(i)}{P} * lo <= nv <= {MAX_THREADS * P}:")
-            lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {P - 1}) // {P}, {cg.variants[i][5]}")
+            lines.append(f"        f, tx, sh = {i}, (nv + {P - 1}) // {P}, {cg.variants[i][5]}")
             if _twin(cg, i) is not None:
                 lines.append(f"        mr, msh = {_twin(cg, i)}, {cg.variants[_twin(cg, i)][5]}")
             lines += _even_choice(cg, i, P)
             branch = "elif"
         i, p = min(chosen, key=lambda c: c[1].persistent)
         lines.append(f"    elif {whole(i)}nv <= {MAX_THREADS * p.persistent}:")
-        lines.append(f"        f, tx, sh = _fns[{i} + o] or _load({i} + o), (nv + {p.persistent - 1}) // {p.persistent}, "
+        lines.append(f"        f, tx, sh = {i}, (nv + {p.persistent - 1}) // {p.persistent}, "
                      f"{cg.variants[i][5]}")
         if _twin(cg, i) is not None:
             lines.append(f"        mr, msh = {_twin(cg, i)}, {cg.variants[_twin(cg, i)][5]}")
         lines += _even_choice(cg, i, p.persistent)
         lines.append("    else:")
-        lines.append(f"        f, tx, sh = _fns[{multi} + o] or _load({multi} + o), {variants[multi].block[0]}, 0")
+        lines.append(f"        f, tx, sh = {multi}, {variants[multi].block[0]}, 0")
     lines.insert(2, "mr, ev = -1, False")
     lines += _row_block(cg)
     if any(p.split for p in variants):
@@ -201,7 +201,7 @@ def _even_choice(cg: ReductionGroup, i: int, P: int) -> list[str]:
     if j is None:
         return []
     return [f"        if tx % 32 == 0 and tx >= {EVEN_ROWS_MIN_THREADS} and tx * {P} == nv and rows <= {MAX_GRID_X}:",
-            f"            f, sh, ev = _fns[{j} + o] or _load({j} + o), {cg.variants[j][5]}, True"]
+            f"            f, sh, ev = {j}, {cg.variants[j][5]}, True"]
 
 
 def _twin(cg: ReductionGroup, i: int):
@@ -223,11 +223,15 @@ def _row_block(cg: ReductionGroup) -> list[str]:
     lines = ["block = ((tx + 31) // 32 * 32 if tx > 32 else 32, 1, 1)"]
     if threads > 1 and any(cg.multirow):
         lines += [f"if mr >= 0 and tx <= {MULTIROW_MAX_THREADS}:",
-                  "    f, sh = _fns[mr + o] or _load(mr + o), msh     # (the twin's own stages)",
+                  "    f, sh = mr, msh     # (the twin's own stages)",
                   "    bx = 1 << (tx - 1).bit_length()",
                   f"    by = {threads} // bx",
                   "    by = by if by < rows else (rows if rows > 1 else 1)",
                   "    block = (bx, by, 1)"]
+    # the chosen variant is loaded (compiled on first use) only now: a variant its twin replaces
+    # is never compiled (the forecast of a 384-column layer norm compiled the plain variant, then
+    # its several-rows twin, one after the other: 0.27 + 0.28 s of NVRTC, H200 host)
+    lines.append("f = _fns[f + o] or _load(f + o)")
     lines.append("sh = sh * block[0] * block[1]")
     return lines
 

@@ -40,7 +40,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..config import ConfigError, config, options_to_knobs
-from ..executor.executor import ScriptedFunction
+from ..executor.executor import ScriptedFunction, warm_cuda
 from ..executor.source import Captured, UnsupportedError
 from ..log import jit_log
 from .fx import capture
@@ -92,6 +92,7 @@ def graphfuser_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, m
         jit_log("graph_fuser", 1, f"torch.compile backend: ignored arguments {sorted(unused)}")
     knobs = knobs_for(mode, options)
     name = f"dynamo_graph_{next(_counter)}"
+    warm_cuda(example_inputs)       # (the first kernels' toolchain, while Dynamo finishes its guards)
 
     def capture_graph(module: torch.fx.GraphModule) -> Captured:
         try:

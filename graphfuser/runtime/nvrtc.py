@@ -166,14 +166,16 @@ def _program_log(nvrtc, prog) -> str:
     return buf.rstrip(b"\x00").decode(errors="replace").strip()
 
 
-def _run_nvrtc(source: str, kernel_name: str, flags: list[str], ptx: bool = False) -> bytes:
+def _run_nvrtc(source: str, kernel_name: str, flags: list[str], ptx: bool = False, count: bool = True) -> bytes:
     """One NVRTC invocation: source -> CUBIN bytes (``ptx``: the PTX text, for a virtual
-    ``compute_XY`` architecture), or :class:`CompileError` with the log."""
+    ``compute_XY`` architecture), or :class:`CompileError` with the log. ``count``: counted as a
+    compile and logged (not the toolchain's warm-up, ``warm_up.py``)."""
     from . import cache  # noqa: PLC0415 (cache imports nothing of ours; keep import cheap)
 
     nvrtc = _nvrtc_module()
     ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
-    cache.note_compile()
+    if count:
+        cache.note_compile()
     start = time.perf_counter()
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel_name}.cu".encode(), 0, [], [])
     if err != ok:
@@ -212,9 +214,10 @@ def _run_nvrtc(source: str, kernel_name: str, flags: list[str], ptx: bool = Fals
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     ms = (time.perf_counter() - start) * 1e3
-    jit_log("compile", 1, f"NVRTC compiled {kernel_name} ({flags[0]}) in {ms:.1f} ms, "
-                          f"{len(cubin)} bytes")
-    if log:
+    if count:
+        jit_log("compile", 1, f"NVRTC compiled {kernel_name} ({flags[0]}) in {ms:.1f} ms, "
+                              f"{len(cubin)} bytes")
+    if log and count:
         jit_log("compile", 2, f"NVRTC log for {kernel_name}:\n{log}")
     if f".text.{kernel_name}\0".encode() not in cubin:  # the kernel's code section
         raise CompileError(f"kernel {kernel_name} is not in the compiled CUBIN: declare it "

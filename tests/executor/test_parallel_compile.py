@@ -84,3 +84,88 @@ def test_autograd_threading_is_set_on_the_calling_thread(monkeypatch):
         assert function._calling_thread[0] and not torch.autograd.is_multithreading_enabled()
     finally:
         torch._C._set_multithreading_enabled(before)
+
+
+def _groups_of(fn, *args):
+    s = graphfuser.script(fn)
+    for _ in range(3):
+        s(*args)
+    g = graphfuser.last_executed_optimized_graph()
+    return [n for n in g.all_nodes() if n.kind.endswith("FusionGroup")]
+
+
+def layers(x, w, b):
+    # three identical layer-norm layers with pointwise groups between: reductions and pointwise
+    # groups, each kind of group repeated
+    d = w.diag()
+    x = torch.relu(torch.tanh(torch.nn.functional.layer_norm(x, [24], w, b)) @ d * 2.0 + 1.0) @ d
+    x = torch.relu(torch.tanh(torch.nn.functional.layer_norm(x, [24], w, b)) @ d * 2.0 + 1.0) @ d
+    x = torch.relu(torch.tanh(torch.nn.functional.layer_norm(x, [24], w, b)) @ d * 2.0 + 1.0) @ d
+    return x
+
+
+def test_build_order_puts_one_group_of_each_kernel_first_reductions_leading():
+    """The pool starts one build per kernel before any group that waits for another's kernel,
+    reductions (the longest builds) first; every group is built once, in any case."""
+    from graphfuser.ops.axes import needs_axes
+
+    w = torch.randn(24)
+    groups = _groups_of(layers, torch.randn(8, 24), w, torch.randn(24))
+    keys = [compiled.canonical_key(n.subgraph, "cpu") for n in groups]
+    assert len(set(keys)) < len(groups), "no repeated group"
+    order = fusion.build_order(groups)
+    assert sorted(order) == list(range(len(groups)))
+    distinct = len(set(keys))
+    firsts, waiting = order[:distinct], order[distinct:]
+    assert len({keys[i] for i in firsts}) == distinct                  # one of each kernel first
+    assert all(keys[i] in {keys[j] for j in firsts} for i in waiting)  # then the ones that wait
+    red = [needs_axes(groups[i].subgraph.block.nodes) for i in firsts]
+    assert any(red) and not all(red)
+    assert red == sorted(red, reverse=True)                            # reductions lead
+
+
+def test_parallel_build_returns_runners_in_the_groups_order(monkeypatch):
+    """Built out of order, each runner still comes back at its group's place."""
+    w = torch.randn(24)
+    groups = _groups_of(layers, torch.randn(8, 24), w, torch.randn(24))
+    monkeypatch.setattr(fusion, "make_group_runner", lambda g: ("runner", g))
+    monkeypatch.setattr(fusion, "build_order", lambda gs: list(reversed(range(len(gs)))))
+    with config.override(compile_threads=4):
+        runners = fusion.build_runners(groups)
+    assert runners == [("runner", g) for g in groups]
+
+
+def test_gc_bracket_freezes_the_old_objects_and_gives_them_back():
+    """Profiling and optimizing run with the process's objects frozen (collections walk the new
+    ones); nested brackets share one freeze; the last exit unfreezes."""
+    import gc
+
+    from graphfuser.executor.executor import _gc_paused
+
+    assert gc.get_freeze_count() == 0
+    with _gc_paused():
+        frozen = gc.get_freeze_count()
+        assert frozen > 0 and gc.isenabled()
+        with _gc_paused():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+        cycle: list = []                               # a new object's cycle is still collected
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+
+def test_gc_bracket_leaves_a_freeze_of_the_process_alone():
+    import gc
+
+    from graphfuser.executor.executor import _gc_paused
+
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with _gc_paused():
+            assert not gc.isenabled() and gc.get_freeze_count() == mine
+        assert gc.isenabled() and gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()

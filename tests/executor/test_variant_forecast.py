@@ -104,6 +104,9 @@ CASES = {
     "softmax [64, 1000]": (_softmax, lambda: (torch.randn(64, 1000),)),
     "softmax [8, 40000]": (_softmax, lambda: (torch.randn(8, 40000),)),
     "layer_norm [300, 384]": (_layer_norm, lambda: (torch.randn(300, 384), torch.randn(384), torch.randn(384))),
+    # rows of a few threads: the several-rows twin; rows that fill their threads exactly: the even twin
+    "layer_norm [300, 96]": (_layer_norm, lambda: (torch.randn(300, 96), torch.randn(96), torch.randn(96))),
+    "softmax [1024, 4096]": (_softmax, lambda: (torch.randn(1024, 4096),)),
     "column mean [20000, 48]": (_column_mean, lambda: (torch.randn(20000, 48),)),
     "batch_norm channels-last [16, 64, 14, 14]": (
         _batch_norm, lambda: (torch.randn(16, 64, 14, 14).contiguous(memory_format=torch.channels_last),
@@ -133,7 +136,8 @@ def test_forecast_compiles_what_the_first_call_takes(case, fake_driver):
         fake_driver.made = []
         run = build_reduction_launcher(cg)
         forecast = list(fake_driver.made)
-        assert forecast, case          # the variant (and the twin it may switch to) compiled by the forecast
+        # the variant the first call takes and nothing else: not the plain variant a twin replaces
+        assert len(forecast) == 1, (case, forecast)
         run.namespace["_dev"] = torch.device("cpu")
         # the profiled types as CPU tensors (numbers as the forecast fills them: an int the kernel
         # checks against an axis holds that axis' size)

@@ -140,7 +140,12 @@ def cold_calls(make_step: Callable[[], Callable[[], Any]], device: str, calls: O
     return cold_seconds(wrap, each)[0], ends
 
 
-def profile_row(name: str, mode: str, device: str) -> None:
+def profile_row(name: str, mode: str, device: str, dynamo_first: bool = False,
+                cprofile: Optional[str] = None) -> None:
+    """One row's cold start by call and phase. ``dynamo_first``: Dynamo alone runs before
+    graphfuser (as Inductor does in the race, so Dynamo's own first-use costs fall before it);
+    ``cprofile``: a directory that gets the calling thread's cProfile of graphfuser's cold window
+    (``<row>.pstats`` and the top functions by cumulative time, ``<row>.txt``)."""
     import torch._dynamo
 
     from ...frontend.dynamo import registered_backend
@@ -152,18 +157,49 @@ def profile_row(name: str, mode: str, device: str) -> None:
     x, y = inputs(name, mode, device, None)
     for _ in range(2):
         step_fn(name, mode, model, model, x, y, device)()
+    def dynamo_alone() -> float:
+        torch._dynamo.reset()
+        return cold_calls(lambda: step_fn(name, mode, model, torch.compile(model, backend="eager"), x, y, device),
+                          device)[0]
+
+    dynamo = dynamo_alone() if dynamo_first else 0.0
+    torch._dynamo.reset()
     did: list = []
+    prof = None
+    if cprofile:
+        import cProfile
+
+        prof = cProfile.Profile()
     with PhaseClock() as clock:
+        if prof is not None:
+            prof.enable()
         cold, ends = cold_calls(lambda: step_fn(name, mode, model, torch.compile(model, backend=registered_backend()),
                                                 x, y, device), device, did=did)
-    torch._dynamo.reset()
-    dynamo, _ = cold_calls(lambda: step_fn(name, mode, model, torch.compile(model, backend="eager"), x, y, device),
-                           device)
+        if prof is not None:
+            prof.disable()
+    if not dynamo_first:
+        dynamo = dynamo_alone()
+    if prof is not None:
+        _write_profile(prof, cprofile, f"{name}-{mode}")
     print(f"== {name} {mode}: cold {cold:.2f} s, calls end at {', '.join(f'{e:.2f}' for e in ends)}")
     for i, (start, end, changes) in enumerate(zip([0.0] + ends[:-1], ends, did)):
         print(f"   call {i + 1}: {end - start:.3f} s " + ", ".join(f"{k} +{v:g}" for k, v in changes.items()))
     print(f"   {clock.line()}")
-    print(f"   Dynamo alone (backend='eager', compiled second): {dynamo:.2f} s")
+    print(f"   Dynamo alone (backend='eager', compiled {'first' if dynamo_first else 'second'}): {dynamo:.2f} s")
+
+
+def _write_profile(prof: Any, directory: str, stem: str) -> None:
+    import io
+    import pstats
+
+    os.makedirs(directory, exist_ok=True)
+    prof.dump_stats(os.path.join(directory, f"{stem}.pstats"))
+    text = io.StringIO()
+    stats = pstats.Stats(prof, stream=text).sort_stats("cumulative")
+    stats.print_stats(120)
+    stats.sort_stats("tottime").print_stats(60)
+    with open(os.path.join(directory, f"{stem}.txt"), "w") as f:
+        f.write(text.getvalue())
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -171,16 +207,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--rows", default="gpt2:train-bf16,llama:infer-bf16")
     p.add_argument("--in-process", action="store_true", help="run the rows here (default: a process per row)")
+    p.add_argument("--dynamo-first", action="store_true",
+                   help="run Dynamo alone before graphfuser, as Inductor goes first in the race")
+    p.add_argument("--cprofile", metavar="DIR", help="write a cProfile of each row's cold window here")
     a = p.parse_args(argv)
     rows = a.rows.split(",")
     if a.in_process or len(rows) == 1:
         os.environ.setdefault("GRAPHFUSER_CACHE_DIR", tempfile.mkdtemp(prefix="graphfuser-cold-"))
         for row in rows:
             name, mode = row.split(":")
-            profile_row(name, mode, a.device)
+            profile_row(name, mode, a.device, a.dynamo_first, a.cprofile)
         return 0
+    extra = (["--dynamo-first"] if a.dynamo_first else []) + (["--cprofile", a.cprofile] if a.cprofile else [])
     for row in rows:
         env = dict(os.environ, GRAPHFUSER_CACHE_DIR=tempfile.mkdtemp(prefix="graphfuser-cold-"))
-        subprocess.run([sys.executable, "-m", "graphfuser", "prof", "cold", "--device", a.device, "--rows", row],
-                       env=env, check=False)
+        subprocess.run([sys.executable, "-m", "graphfuser", "prof", "cold", "--device", a.device, "--rows", row]
+                       + extra, env=env, check=False)
     return 0

@@ -1,0 +1,72 @@
+"""The CUDA toolchain's warm-up (``runtime/warm_up.py``): an empty kernel compiled by NVRTC and
+loaded, uncounted, once per device; a failure changes nothing. Runs without a GPU: the driver
+is faked, NVRTC is real where its wheel is installed."""
+import pytest
+import torch
+
+from graphfuser.runtime import cache, cuda_driver, nvrtc, warm_up
+
+_OK, _WHY = nvrtc.available()
+
+
+class _Loaded:
+    made: list = []
+
+    def __init__(self, cubin, name, idx, kinds, cooperative=False):
+        _Loaded.made.append((bytes(cubin), name, idx, tuple(kinds)))
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    _Loaded.made = []
+    monkeypatch.setattr(cuda_driver, "device_arch", lambda i: 90)
+    monkeypatch.setattr(cuda_driver, "CudaKernel", _Loaded)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    return _Loaded
+
+
+@pytest.mark.skipif(not _OK, reason=f"NVRTC unavailable: {_WHY}")
+def test_warm_compiles_and_loads_an_empty_kernel_uncounted(fake_device):
+    before = dict(cache.STATS)
+    assert warm_up.warm(3) is True
+    [(cubin, name, idx, kinds)] = fake_device.made
+    assert name == "gf_warm_up" and idx == 3 and kinds == ("ptr",)
+    assert b".text.gf_warm_up\0" in cubin               # a real CUBIN of the kernel
+    assert cache.STATS.get("compiles", 0) == before.get("compiles", 0)   # not a kernel build
+
+
+def test_warm_reports_failure_and_raises_nothing(fake_device, monkeypatch):
+    def refuse(*a, **k):
+        raise RuntimeError("no device")
+
+    monkeypatch.setattr(cuda_driver, "device_arch", refuse)
+    assert warm_up.warm(0) is False
+    assert fake_device.made == []
+
+
+def test_warm_up_runs_once_per_device_on_a_daemon_thread(monkeypatch):
+    calls = []
+    monkeypatch.setattr(warm_up, "warm", lambda i: calls.append(i) or True)
+    monkeypatch.setattr(warm_up, "_STARTED", set())
+    t = warm_up.warm_up(7)
+    assert t is not None and t.daemon
+    t.join(5)
+    assert warm_up.warm_up(7) is None
+    t2 = warm_up.warm_up(8)
+    t2.join(5)
+    assert calls == [7, 8]
+
+
+def test_cuda_inputs_start_it_cpu_inputs_do_not(monkeypatch):
+    from graphfuser.executor import executor
+
+    started = []
+    monkeypatch.setattr(warm_up, "warm_up", lambda i: started.append(i))
+    executor.warm_cuda([torch.ones(2), 3, None])
+    assert started == []
+    executor.warm_cuda([1, torch.empty(2, device="meta"), torch.empty(2, device="meta")])
+    assert started == []
+    fake = torch.empty(2, device="meta")
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 1)))
+    executor.warm_cuda([2, fake])
+    assert started == [1]
