@@ -220,6 +220,34 @@ def test_cold_phase_clock_counts_phases_and_restores():
     assert sum(d.get("executor.optimizations", 0) for d in did) == 1 and not did[-1].get("executor.optimizations")
 
 
+def test_cold_timeline_records_build_steps_on_every_thread_and_restores():
+    """``prof cold --timeline``: each build step (optimization, partition, group builds on the
+    compile pool, reduction renders) with its start and length, and the functions put back."""
+    from graphfuser.config import config
+    from graphfuser.executor import fusion
+    from graphfuser.frontend.dynamo import registered_backend
+    from graphfuser.tools.prof.cold import Timeline, cold_calls
+
+    original = fusion.make_group_runner
+    x = torch.randn(8, 33)
+
+    def make_step():
+        f = torch.compile(lambda t: (((t * 2.0 + 1.0).relu() @ t.T).tanh() - 1.0).sum(-1), backend=registered_backend())
+        return lambda: f(x)
+
+    torch._dynamo.reset()
+    with config.override(compile_threads=2), Timeline() as tl:
+        cold_calls(make_step, "cpu", calls=3)
+    assert fusion.make_group_runner is original
+    labels = [e[3] for e in tl.events]
+    assert labels.count("optimize") == 1 and "partition" in labels and "reduction render" in labels
+    groups = [e for e in tl.events if e[3] == "group"]
+    assert len(groups) >= 2 and all(th.startswith("graphfuser-compile") for _, _, th, _, _ in groups)
+    opt = next(e for e in tl.events if e[3] == "optimize")
+    assert all(opt[0] <= g[0] and g[0] + g[1] <= opt[0] + opt[1] + 1e-6 for g in groups)   # built inside it
+    assert any("optimize" in line for line in tl.lines())
+
+
 def test_race_cold_seconds_run_to_the_first_steady_call():
     """The race's cold seconds end with the first steady call, not after a fixed number of calls:
     calls measured on an H200 (graphfuser's resnet50 training step through torch.compile, and

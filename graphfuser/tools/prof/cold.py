@@ -12,12 +12,16 @@ CUDA graph captures), and the seconds of each phase on the
 calling thread (the build threads' own time is not counted; ``profiling calls`` holds
 ``optimize``, which holds ``prebuild``), the calling thread's NVRTC runs, Python's cyclic
 collections (any thread), and last Dynamo alone (``backend="eager"``, compiled afterwards in the
-same process: what a backend cannot shorten). Never asserts.
+same process: what a backend cannot shorten). ``--dynamo-first`` runs Dynamo alone before
+graphfuser instead (as Inductor goes before it in the race); ``--timeline`` prints the build steps
+of every thread (renders, NVRTC runs, module loads) in order; ``--cprofile DIR`` writes a cProfile
+of the cold window. Never asserts.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
 import gc
 import os
@@ -39,6 +43,66 @@ PHASES = {
     "FX capture": ("graphfuser.frontend.dynamo", None, "capture"),
     "NVRTC (calling thread)": ("graphfuser.runtime.nvrtc", None, "_run_nvrtc"),
 }
+
+
+# build steps on every thread, for ``--timeline``: (module, class or None, attribute) -> label
+STEPS = {
+    ("graphfuser.frontend.dynamo", None, "capture"): "FX capture",
+    ("graphfuser.executor.executor", "ScriptedFunction", "_optimize"): "optimize",
+    ("graphfuser.executor.executor", "ScriptedFunction", "_prebuild"): "prebuild",
+    ("graphfuser.executor.executor", None, "partition"): "partition",
+    ("graphfuser.executor.fusion", None, "make_group_runner"): "group",
+    ("graphfuser.executor.compiled_reduction", "ReductionGroup", "__init__"): "reduction render",
+    ("graphfuser.executor.compiled_reduction", None, "_compile_expected_variant"): "forecast",
+    ("graphfuser.runtime.nvrtc", None, "_run_nvrtc"): "NVRTC",
+    ("graphfuser.runtime.cuda_driver", "CudaKernel", "__init__"): "module load",
+    ("graphfuser.runtime.warm_up", None, "warm"): "warm-up",
+}
+
+
+class Timeline:
+    """Start and length of each build step of ``STEPS`` on any thread, while installed: what runs
+    at once during an optimization (the compile pool) and what waits for what."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, float, str, str, str]] = []
+        self.t0 = time.perf_counter()
+        self._undo: list[Callable[[], None]] = []
+
+    def _wrap(self, label: str, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                what = args[1] if label == "NVRTC" and len(args) > 1 else ""
+                self.events.append((t - self.t0, time.perf_counter() - t, threading.current_thread().name,
+                                    label, str(what)))
+        return timed
+
+    def __enter__(self) -> "Timeline":
+        import importlib
+
+        for (mod, cls, attr), label in STEPS.items():
+            owner = importlib.import_module(mod)
+            owner = getattr(owner, cls) if cls else owner
+            fn = getattr(owner, attr, None)
+            if fn is None:
+                continue
+            setattr(owner, attr, self._wrap(label, fn))
+            self._undo.append(functools.partial(setattr, owner, attr, fn))
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for undo in reversed(self._undo):
+            undo()
+
+    def lines(self, shortest: float = 0.02) -> list[str]:
+        """Steps of ``shortest`` seconds or more (and every optimization), in order of start."""
+        keep = [e for e in sorted(self.events) if e[1] >= shortest or e[3] in ("optimize", "prebuild")]
+        return [f"   {t:7.3f} s +{d:6.3f} {th[-12:]:>12} {label:16s} {what}" for t, d, th, label, what in keep]
 
 
 class PhaseClock:
@@ -141,11 +205,12 @@ def cold_calls(make_step: Callable[[], Callable[[], Any]], device: str, calls: O
 
 
 def profile_row(name: str, mode: str, device: str, dynamo_first: bool = False,
-                cprofile: Optional[str] = None) -> None:
+                cprofile: Optional[str] = None, show_timeline: bool = False) -> None:
     """One row's cold start by call and phase. ``dynamo_first``: Dynamo alone runs before
     graphfuser (as Inductor does in the race, so Dynamo's own first-use costs fall before it);
     ``cprofile``: a directory that gets the calling thread's cProfile of graphfuser's cold window
-    (``<row>.pstats`` and the top functions by cumulative time, ``<row>.txt``)."""
+    (``<row>.pstats`` and the top functions by cumulative time, ``<row>.txt``); ``show_timeline``:
+    print the build steps on every thread (``Timeline``)."""
     import torch._dynamo
 
     from ...frontend.dynamo import registered_backend
@@ -170,7 +235,8 @@ def profile_row(name: str, mode: str, device: str, dynamo_first: bool = False,
         import cProfile
 
         prof = cProfile.Profile()
-    with PhaseClock() as clock:
+    timeline = Timeline() if show_timeline else contextlib.nullcontext()
+    with PhaseClock() as clock, timeline:
         if prof is not None:
             prof.enable()
         cold, ends = cold_calls(lambda: step_fn(name, mode, model, torch.compile(model, backend=registered_backend()),
@@ -186,6 +252,9 @@ def profile_row(name: str, mode: str, device: str, dynamo_first: bool = False,
         print(f"   call {i + 1}: {end - start:.3f} s " + ", ".join(f"{k} +{v:g}" for k, v in changes.items()))
     print(f"   {clock.line()}")
     print(f"   Dynamo alone (backend='eager', compiled {'first' if dynamo_first else 'second'}): {dynamo:.2f} s")
+    if show_timeline:
+        print("   build steps (seconds from the wrap, length, thread, step):")
+        print("\n".join(timeline.lines()))
 
 
 def _write_profile(prof: Any, directory: str, stem: str) -> None:
@@ -210,15 +279,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--dynamo-first", action="store_true",
                    help="run Dynamo alone before graphfuser, as Inductor goes first in the race")
     p.add_argument("--cprofile", metavar="DIR", help="write a cProfile of each row's cold window here")
+    p.add_argument("--timeline", action="store_true", help="print the build steps of every thread in order")
     a = p.parse_args(argv)
     rows = a.rows.split(",")
     if a.in_process or len(rows) == 1:
         os.environ.setdefault("GRAPHFUSER_CACHE_DIR", tempfile.mkdtemp(prefix="graphfuser-cold-"))
         for row in rows:
             name, mode = row.split(":")
-            profile_row(name, mode, a.device, a.dynamo_first, a.cprofile)
+            profile_row(name, mode, a.device, a.dynamo_first, a.cprofile, a.timeline)
         return 0
-    extra = (["--dynamo-first"] if a.dynamo_first else []) + (["--cprofile", a.cprofile] if a.cprofile else [])
+    extra = (["--dynamo-first"] if a.dynamo_first else []) + (["--cprofile", a.cprofile] if a.cprofile else []) \
+        + (["--timeline"] if a.timeline else [])
     for row in rows:
         env = dict(os.environ, GRAPHFUSER_CACHE_DIR=tempfile.mkdtemp(prefix="graphfuser-cold-"))
         subprocess.run([sys.executable, "-m", "graphfuser", "prof", "cold", "--device", a.device, "--rows", row]
