@@ -43,6 +43,7 @@ from ..codegen.cstyle import render_function, render_source, serial_twin, stride
 from ..codegen.reduction.render import exact_products, render_reduction, render_reduction_source
 from ..codegen.dialects import CPP, CUDA
 from ..ir.kir import kernel_ir_text
+from ..codegen.lower import LoweringError
 from ..codegen.reduction.lower import lower_reduction_group
 from ..codegen.reduction.schedule import (MAX_THREADS, SCRATCH_ROWS, ReductionParams, reduction_variants,
                                           schedule_reduction)
@@ -84,7 +85,8 @@ class ReductionGroup:
         self.even: list[bool] = []              # per variant: the even-rows twin of a persistent one
                                                 # (rendered after it and its several-rows twin)
         dialect = CUDA if target == "cuda" else CPP
-        fns: list[str] = []
+        fns: list = []      # a variant's function text, or what renders it on first use
+        infos: list[dict] = []  # the launch facts of each schedule's 32-bit variant
         self.stages, self.min_threads, self.uncapped = auto_knobs(self.kernel)
         # rows of a warp's vectors or fewer, several to a block: few threads a row, each with
         # more of it (unless the knob sets the floor for every row)
@@ -97,16 +99,25 @@ class ReductionGroup:
             opts.prefetch = not config.is_disabled("prefetch")
             opts.prefetch_stages = self.stages
             opts.cache_computed = bool(config.cuda["reduction_cache_computed"])
-            for params, nest in schedules:
+            for j, (params, nest) in enumerate(schedules):
                 fname = f"{name}_{params.tag}{tag}" if target == "cuda" or self.variants else name
                 opts.multirow = False
-                info: dict = {}
-                if params.kind == "none":
-                    opts.fast_div = itype == "int"
-                    fns.append(render_function(self.kernel, nest, dialect, fname, opts, info))
+                opts.fast_div = params.kind == "none" and itype == "int"
+                if itype == "long long" and target == "cuda":
+                    # the 64-bit variants (offsets past 2^31) render on first use, their launch
+                    # facts taken from the 32-bit variant of the same schedule, which the render
+                    # checks: rendering both doubled a reduction group's build on the GIL, where
+                    # a model's groups render one at a time (a 384-column layer norm: 18 renders,
+                    # 50-90 ms; GPT-2's first kernels waited 0.34 s for the renders to compile)
+                    info = dict(infos[j])
+                    if params.kind == "none":
+                        info["divisors"] = []       # (no magic-number division with 64-bit indices)
+                    fns.append(functools.partial(_render_like, info, self.kernel, nest, dialect, fname,
+                                                 dataclasses.replace(opts), params))
                 else:
-                    fns.append(render_reduction(self.kernel, nest, dialect, fname, opts, params.max_threads,
-                                                params.online, params.scratch, info))
+                    info = {}
+                    fns.append(_render_like(None, self.kernel, nest, dialect, fname, opts, params, info))
+                    infos.append(info)
                 self._add_variant(fname, nest, params, itype, info, False)
                 if target == "cuda" and info.get("multirow_capable"):
                     # a twin that runs several narrow rows per block (its row loop over blocks
@@ -143,17 +154,32 @@ class ReductionGroup:
                 return render_reduction_source(functions, d, contract=not self.exact_products)
         if target == "cpu":
             fns = [serial_twin(fn) for fn in fns]      # no OpenMP runtime below its threshold
-        self.functions = [fn for fn in fns if isinstance(fn, str)]
-        self.source = render(self.functions, dialect)  # every variant but the twins: dumps, repros
-        # one NVRTC program per variant; the twins' on first use (their dump then)
-        self.variant_sources = _Sources(fns, lambda fn: render([fn], dialect), name) if target == "cuda" else []
+        self._render, self._dialect = render, dialect
+        # every variant but the twins (dumps, repros), in the variants' order
+        self._main = [i for i, (m, e) in enumerate(zip(self.multirow, self.even)) if not (m or e)]
+        self._source: Optional[str] = None
+        # one NVRTC program per variant, each rendered on first use (the twins dumped then)
+        self.variant_sources = _Sources(fns, lambda fn: render([fn], dialect), name, self._main) \
+            if target == "cuda" else []
+        self._fns = fns
         nest, params = self.variants[-1][1], self.variants[-1][2]
         dump("fusion_ir", f"Fusion IR of {name}", str(sub))
         dump("scheduler_params", f"Reduction schedule of {name}",
              "\n".join(f"{p}\n" + "\n".join(f"  tv.{h}" for h in n.history) for p, n in schedules))
         dump("kernel_ir", f"Kernel IR of {name}", self.kernel_ir_text())
-        dump("cuda_kernel" if target == "cuda" else "cpp_kernel", f"Kernel {name}", self.source,
-             "cuda" if target == "cuda" else "cpp")
+        option = "cuda_kernel" if target == "cuda" else "cpp_kernel"
+        if config.dumps(option):
+            dump(option, f"Kernel {name}", self.source, "cuda" if target == "cuda" else "cpp")
+
+    @property
+    def source(self) -> str:
+        """Every variant but the twins in one source (dumps, repros, checks): renders the deferred
+        64-bit variants."""
+        if self._source is None:
+            texts = [self.variant_sources.function(i) for i in self._main] if self.target == "cuda" \
+                else [fn for fn in self._fns if isinstance(fn, str)]
+            self._source = self._render(texts, self._dialect)
+        return self._source
 
     def _add_variant(self, fname: str, nest, params: ReductionParams, itype: str, info: dict, multirow: bool,
                      even: bool = False) -> None:
@@ -170,23 +196,52 @@ class ReductionGroup:
                               f"kernel {k.name} ({k.kind} reduction, reduced roots {list(k.red_roots)}):")
 
 
+def _render_like(expect: Optional[dict], kernel, nest, dialect, fname: str, opts, params: ReductionParams,
+                 info: Optional[dict] = None) -> str:
+    """One variant's function text (``render_function`` for a pointwise-shaped schedule,
+    ``render_reduction`` otherwise). ``expect``: the launch facts the launcher was built with (a
+    deferred variant's, taken from its 32-bit twin): a render that finds others raises, so that a
+    launch never runs with another kernel's shared memory, grid barriers or divisors."""
+    info = {} if info is None else info
+    if params.kind == "none":
+        text = render_function(kernel, nest, dialect, fname, opts, info)
+    else:
+        text = render_reduction(kernel, nest, dialect, fname, opts, params.max_threads, params.online,
+                                params.scratch, info)
+    if expect is not None:
+        differ = sorted(k for k in set(expect) | set(info) if expect.get(k, []) != info.get(k, []))
+        if differ:
+            raise LoweringError(f"{fname}: the 64-bit variant's launch facts differ from its 32-bit twin's: "
+                                f"{', '.join(f'{k} {info.get(k)!r} != {expect.get(k)!r}' for k in differ)}")
+    return text
+
+
 class _Sources:
     """The CUDA source of each variant, a list whose deferred entries (functions that render a
-    kernel: the several-rows twins) render on first read, and are dumped then."""
+    kernel: the twins, the 64-bit variants) render on first read; a twin is dumped then (the
+    group's dump holds the others)."""
 
-    def __init__(self, fns: list, render: Callable[[str], str], name: str) -> None:
+    def __init__(self, fns: list, render: Callable[[str], str], name: str, main: Optional[list[int]] = None) -> None:
         self._fns, self._render, self._name = fns, render, name
+        self._main = set(range(len(fns)) if main is None else main)
+        self._texts: dict[int, str] = {}
         self._done: dict[int, str] = {}
 
     def __len__(self) -> int:
         return len(self._fns)
 
+    def function(self, i: int) -> str:
+        """Variant ``i``'s function text (rendered now where it was deferred)."""
+        if i not in self._texts:
+            fn = self._fns[i]
+            self._texts[i] = fn if isinstance(fn, str) else fn()
+        return self._texts[i]
+
     def __getitem__(self, i: int) -> str:
         if i not in self._done:
-            fn = self._fns[i]
-            self._done[i] = self._render(fn if isinstance(fn, str) else fn())
-            if not isinstance(fn, str):
-                dump("cuda_kernel", f"Kernel {self._name} (several rows a block)", self._done[i], "cuda")
+            self._done[i] = self._render(self.function(i))
+            if i not in self._main:
+                dump("cuda_kernel", f"Kernel {self._name} (a twin of another variant)", self._done[i], "cuda")
         return self._done[i]
 
     def __iter__(self):

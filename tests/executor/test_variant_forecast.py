@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import graphfuser
 from graphfuser.ir import parse_graph, print_graph
+from graphfuser.ops.axes import needs_axes
 
 
 class _Kernel:
@@ -168,3 +169,38 @@ def test_a_size_the_profile_left_open_builds_without_a_forecast(fake_driver):
     x = torch.randn(8, 1000)
     run(x)
     assert len(fake_driver.made) >= 1 and run.namespace["_broken"] is False
+
+
+@pytest.mark.parametrize("case", ["layer_norm [300, 384]", "softmax [8, 40000]", "column mean [20000, 48]"])
+def test_64_bit_variants_render_on_first_use_with_their_twins_launch_facts(case, fake_driver):
+    """A CUDA reduction group renders its 32-bit variants when built; the 64-bit ones (offsets past
+    2^31) on first use, checked against the launch facts the launcher took from their 32-bit
+    twins. The group's source (dumps, repros) still holds every variant."""
+    from graphfuser.executor.compiled_reduction import ReductionGroup
+
+    fn, make = CASES[case]
+    for sub in [s for s in _groups(fn, *make()) if needs_axes(s.block.nodes)]:
+        cg = ReductionGroup(parse_graph(print_graph(sub).replace("device=cpu", "device=cuda:0")), "cuda",
+                            torch.device("cuda:0"), "k")
+        wide = [i for i, v in enumerate(cg.variants) if v[3] == "long long"]
+        assert wide and all(not isinstance(cg.variant_sources._fns[i], str) for i in wide)
+        assert all(isinstance(cg.variant_sources._fns[i], str) for i, v in enumerate(cg.variants)
+                   if v[3] == "int" and not (cg.multirow[i] or cg.even[i]))
+        texts = list(cg.variant_sources)                     # every variant renders, checked
+        assert all(f" {v[0]}(" in t for t, v in zip(texts, cg.variants))
+        assert all(f" {cg.variants[i][0]}(" in cg.source for i in wide if not (cg.multirow[i] or cg.even[i]))
+
+
+def test_a_64_bit_variant_with_other_launch_facts_raises(fake_driver):
+    from graphfuser.codegen.lower import LoweringError
+    from graphfuser.executor.compiled_reduction import ReductionGroup
+
+    fn, make = CASES["layer_norm [300, 384]"]
+    sub = next(s for s in _groups(fn, *make()) if needs_axes(s.block.nodes))
+    cg = ReductionGroup(parse_graph(print_graph(sub).replace("device=cpu", "device=cuda:0")), "cuda",
+                        torch.device("cuda:0"), "k")
+    i = next(i for i, v in enumerate(cg.variants) if v[3] == "long long")
+    deferred = cg.variant_sources._fns[i]
+    deferred.args[0]["shared_per_thread"] = 12345             # what the launcher would have used
+    with pytest.raises(LoweringError, match="shared_per_thread"):
+        cg.variant_sources[i]
