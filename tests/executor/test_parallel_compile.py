@@ -135,25 +135,36 @@ def test_parallel_build_returns_runners_in_the_groups_order(monkeypatch):
     assert runners == [("runner", g) for g in groups]
 
 
+_GC_BRACKET = """
+import gc
+from graphfuser.executor.executor import _gc_paused
+
+assert gc.get_freeze_count() == 0
+with _gc_paused():
+    frozen = gc.get_freeze_count()
+    assert frozen > 0 and gc.isenabled()
+    with _gc_paused():
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == frozen
+    cycle = []                         # a new object's cycle is still collected
+    cycle.append(cycle)
+    del cycle
+    assert gc.collect() >= 1
+assert gc.get_freeze_count() == 0 and gc.isenabled()
+print("ok")
+"""
+
+
 def test_gc_bracket_freezes_the_old_objects_and_gives_them_back():
     """Profiling and optimizing run with the process's objects frozen (collections walk the new
-    ones); nested brackets share one freeze; the last exit unfreezes."""
-    import gc
+    ones); nested brackets share one freeze; the last exit unfreezes. In a fresh process: this
+    one may hold objects another library froze (then the bracket switches the collector off,
+    the next test)."""
+    import subprocess
+    import sys
 
-    from graphfuser.executor.executor import _gc_paused
-
-    assert gc.get_freeze_count() == 0
-    with _gc_paused():
-        frozen = gc.get_freeze_count()
-        assert frozen > 0 and gc.isenabled()
-        with _gc_paused():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
-        cycle: list = []                               # a new object's cycle is still collected
-        cycle.append(cycle)
-        del cycle
-        assert gc.collect() >= 1
-    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    out = subprocess.run([sys.executable, "-c", _GC_BRACKET], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_gc_bracket_leaves_a_freeze_of_the_process_alone():
@@ -161,11 +172,14 @@ def test_gc_bracket_leaves_a_freeze_of_the_process_alone():
 
     from graphfuser.executor.executor import _gc_paused
 
+    before = gc.get_freeze_count()
     gc.freeze()
     try:
         mine = gc.get_freeze_count()
+        assert mine > 0
         with _gc_paused():
             assert not gc.isenabled() and gc.get_freeze_count() == mine
         assert gc.isenabled() and gc.get_freeze_count() == mine
     finally:
-        gc.unfreeze()
+        if not before:          # (a freeze this process had before stays)
+            gc.unfreeze()
