@@ -60,6 +60,23 @@ STEPS = {
 }
 
 
+def _patch(targets: Any, wrap: Callable[[str, Callable], Callable]) -> list[Callable[[], None]]:
+    """Replace each ``(label, module, class or None, attribute)`` of ``targets`` by ``wrap(label,
+    function)``; returns what puts the originals back (a missing attribute is skipped)."""
+    import importlib
+
+    undo = []
+    for label, mod, cls, attr in targets:
+        owner = importlib.import_module(mod)
+        owner = getattr(owner, cls) if cls else owner
+        fn = getattr(owner, attr, None)
+        if fn is None:
+            continue
+        setattr(owner, attr, wrap(label, fn))
+        undo.append(functools.partial(setattr, owner, attr, fn))
+    return undo
+
+
 class Timeline:
     """Start and length of each build step of ``STEPS`` on any thread, while installed: what runs
     at once during an optimization (the compile pool) and what waits for what."""
@@ -82,16 +99,7 @@ class Timeline:
         return timed
 
     def __enter__(self) -> "Timeline":
-        import importlib
-
-        for (mod, cls, attr), label in STEPS.items():
-            owner = importlib.import_module(mod)
-            owner = getattr(owner, cls) if cls else owner
-            fn = getattr(owner, attr, None)
-            if fn is None:
-                continue
-            setattr(owner, attr, self._wrap(label, fn))
-            self._undo.append(functools.partial(setattr, owner, attr, fn))
+        self._undo += _patch(((label, *where) for where, label in STEPS.items()), self._wrap)
         self.t0 = time.perf_counter()
         return self
 
@@ -138,16 +146,7 @@ class PhaseClock:
             self.calls["cyclic GC"] += 1
 
     def __enter__(self) -> "PhaseClock":
-        import importlib
-
-        for label, (mod, cls, attr) in PHASES.items():
-            owner = importlib.import_module(mod)
-            owner = getattr(owner, cls) if cls else owner
-            fn = getattr(owner, attr, None)
-            if fn is None:
-                continue
-            setattr(owner, attr, self._wrap(label, fn))
-            self._undo.append(functools.partial(setattr, owner, attr, fn))
+        self._undo += _patch(((label, *where) for label, where in PHASES.items()), self._wrap)
         gc.callbacks.append(self._collector)
         return self
 
