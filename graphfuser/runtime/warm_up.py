@@ -6,11 +6,12 @@ kernel cache, for building the launch shim with the C compiler (``cuda_driver.sh
 Paid inside the first optimization, all three sat on the cold start's critical path: the first
 kernels' builds started together and each waited for them.
 
-``warm_up(device)`` pays them on a daemon thread as soon as graphfuser first sees a CUDA graph
-(the ``torch.compile`` backend's call, a scripted function's first profiling call): one NVRTC
-compile of an empty kernel for the device's architecture, uncounted and unlogged as a compile,
-and its module loaded. NVRTC and the C compiler run without the GIL, beside Dynamo's guards and
-the profiling calls. Once per device and process; any failure is logged and changes nothing
+``warm_up(device)`` pays the first and the last on a daemon thread as soon as graphfuser first
+sees a CUDA graph (the ``torch.compile`` backend's call, a scripted function's first profiling
+call): one NVRTC compile of an empty kernel for the device's architecture, uncounted and
+unlogged as a compile, and the launch shim. It makes no CUDA call (no module load), so that a
+CUDA graph another thread captures in the global mode is never broken by it. NVRTC and the C
+compiler run without the GIL, beside Dynamo's guards and the profiling calls. Once per device and process; any failure is logged and changes nothing
 (the builds then pay as before).
 
 Example::
@@ -44,20 +45,20 @@ def warm_up(device_index: int) -> Optional[threading.Thread]:
 
 
 def warm(device_index: int) -> bool:
-    """The warm-up itself, on the calling thread: True where the kernel compiled and loaded."""
+    """The warm-up itself, on the calling thread: True where the kernel compiled (and the launch
+    shim is built, or cannot be)."""
     try:
-        import torch
-
         from . import cuda_driver, nvrtc
 
         ok, why = nvrtc.available()
         if not ok:
             jit_log("compile", 2, f"no CUDA warm-up: {why}")
             return False
-        torch.cuda.set_device(device_index)          # (this thread's current device)
         arch = nvrtc.clamp_arch(cuda_driver.device_arch(device_index))
-        cubin = nvrtc._run_nvrtc(SOURCE, "gf_warm_up", nvrtc.build_options(arch), count=False)
-        cuda_driver.CudaKernel(cubin, "gf_warm_up", device_index, ["ptr"])
+        nvrtc._run_nvrtc(SOURCE, "gf_warm_up", nvrtc.build_options(arch), count=False)
+        # no CUDA call from this thread (no module load, no current device): the calling thread
+        # may be capturing a CUDA graph in the global mode, which other threads' calls break
+        cuda_driver.shim_launchers()
         return True
     except Exception as e:  # noqa: BLE001 - a warm-up never fails anything
         jit_log("compile", 1, f"CUDA warm-up of device {device_index} skipped: {type(e).__name__}: {e}")

@@ -1,5 +1,5 @@
-"""The CUDA toolchain's warm-up (``runtime/warm_up.py``): an empty kernel compiled by NVRTC and
-loaded, uncounted, once per device; a failure changes nothing. Runs without a GPU: the driver
+"""The CUDA toolchain's warm-up (``runtime/warm_up.py``): an empty kernel compiled by NVRTC,
+uncounted, and the launch shim, once per device, with no CUDA call; a failure changes nothing. Runs without a GPU: the driver
 is faked, NVRTC is real where its wheel is installed."""
 import pytest
 import torch
@@ -9,29 +9,38 @@ from graphfuser.runtime import cache, cuda_driver, nvrtc, warm_up
 _OK, _WHY = nvrtc.available()
 
 
-class _Loaded:
-    made: list = []
+class _Device:
+    """What the warm-up did: its NVRTC results, the shim builds, and any CUDA call it made."""
 
-    def __init__(self, cubin, name, idx, kinds, cooperative=False):
-        _Loaded.made.append((bytes(cubin), name, idx, tuple(kinds)))
+    def __init__(self):
+        self.cubins, self.shims, self.cuda_calls = [], 0, []
 
 
 @pytest.fixture
 def fake_device(monkeypatch):
-    _Loaded.made = []
+    d = _Device()
+    run = nvrtc._run_nvrtc
     monkeypatch.setattr(cuda_driver, "device_arch", lambda i: 90)
-    monkeypatch.setattr(cuda_driver, "CudaKernel", _Loaded)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
-    return _Loaded
+    monkeypatch.setattr(nvrtc, "_run_nvrtc", lambda *a, **k: d.cubins.append(run(*a, **k)) or d.cubins[-1])
+
+    def shim():
+        d.shims += 1
+
+    monkeypatch.setattr(cuda_driver, "shim_launchers", shim)
+    for name in ("CudaKernel", "ensure_context"):
+        monkeypatch.setattr(cuda_driver, name, lambda *a, _n=name, **k: d.cuda_calls.append(_n))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: d.cuda_calls.append("set_device"))
+    return d
 
 
 @pytest.mark.skipif(not _OK, reason=f"NVRTC unavailable: {_WHY}")
-def test_warm_compiles_and_loads_an_empty_kernel_uncounted(fake_device):
+def test_warm_compiles_an_empty_kernel_uncounted_and_makes_no_cuda_call(fake_device):
     before = dict(cache.STATS)
     assert warm_up.warm(3) is True
-    [(cubin, name, idx, kinds)] = fake_device.made
-    assert name == "gf_warm_up" and idx == 3 and kinds == ("ptr",)
+    [cubin] = fake_device.cubins
     assert b".text.gf_warm_up\0" in cubin               # a real CUBIN of the kernel
+    assert fake_device.shims == 1                      # the launch shim built
+    assert fake_device.cuda_calls == []                # (another thread may be capturing a graph)
     assert cache.STATS.get("compiles", 0) == before.get("compiles", 0)   # not a kernel build
 
 
@@ -41,7 +50,7 @@ def test_warm_reports_failure_and_raises_nothing(fake_device, monkeypatch):
 
     monkeypatch.setattr(cuda_driver, "device_arch", refuse)
     assert warm_up.warm(0) is False
-    assert fake_device.made == []
+    assert fake_device.cubins == [] and fake_device.shims == 0
 
 
 def test_warm_up_runs_once_per_device_on_a_daemon_thread(monkeypatch):
