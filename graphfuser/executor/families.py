@@ -53,7 +53,7 @@ class Family:
     def optimize(self, caller: Any) -> None:
         """Optimize every member that has profiled, ``caller`` (whose lock its call holds) first;
         another member that is running now (its lock taken) is left to optimize on its own."""
-        from .executor import _gc_paused
+        from .start_up import gc_paused
 
         ready, locked = [caller], []
         for m in self.members:
@@ -63,7 +63,7 @@ class Family:
                 ready.append(m)
         try:
             built = []
-            with _gc_paused():
+            with gc_paused():
                 for m in ready:
                     m._family = None            # (once: a member that must profile again goes on alone)
                     result = m._optimize(build=False)

@@ -40,7 +40,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..config import ConfigError, config, options_to_knobs
-from ..executor.executor import ScriptedFunction, warm_cuda
+from ..executor.executor import ScriptedFunction
+from ..executor.start_up import warm_cuda
 from ..executor.source import Captured, UnsupportedError
 from ..log import jit_log
 from .fx import capture

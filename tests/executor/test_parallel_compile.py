@@ -137,13 +137,13 @@ def test_parallel_build_returns_runners_in_the_groups_order(monkeypatch):
 
 _GC_BRACKET = """
 import gc
-from graphfuser.executor.executor import _gc_paused
+from graphfuser.executor.start_up import gc_paused
 
 assert gc.get_freeze_count() == 0
-with _gc_paused():
+with gc_paused():
     frozen = gc.get_freeze_count()
     assert frozen > 0 and gc.isenabled()
-    with _gc_paused():
+    with gc_paused():
         assert gc.get_freeze_count() == frozen
     assert gc.get_freeze_count() == frozen
     cycle = []                         # a new object's cycle is still collected
@@ -170,14 +170,14 @@ def test_gc_bracket_freezes_the_old_objects_and_gives_them_back():
 def test_gc_bracket_leaves_a_freeze_of_the_process_alone():
     import gc
 
-    from graphfuser.executor.executor import _gc_paused
+    from graphfuser.executor.start_up import gc_paused
 
     before = gc.get_freeze_count()
     gc.freeze()
     try:
         mine = gc.get_freeze_count()
         assert mine > 0
-        with _gc_paused():
+        with gc_paused():
             assert not gc.isenabled() and gc.get_freeze_count() == mine
         assert gc.isenabled() and gc.get_freeze_count() == mine
     finally:

@@ -67,15 +67,15 @@ def test_warm_up_runs_once_per_device_on_a_daemon_thread(monkeypatch):
 
 
 def test_cuda_inputs_start_it_cpu_inputs_do_not(monkeypatch):
-    from graphfuser.executor import executor
+    from graphfuser.executor import start_up
 
     started = []
     monkeypatch.setattr(warm_up, "warm_up", lambda i: started.append(i))
-    executor.warm_cuda([torch.ones(2), 3, None])
+    start_up.warm_cuda([torch.ones(2), 3, None])
     assert started == []
-    executor.warm_cuda([1, torch.empty(2, device="meta"), torch.empty(2, device="meta")])
+    start_up.warm_cuda([1, torch.empty(2, device="meta"), torch.empty(2, device="meta")])
     assert started == []
     fake = torch.empty(2, device="meta")
     monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 1)))
-    executor.warm_cuda([2, fake])
+    start_up.warm_cuda([2, fake])
     assert started == [1]
