@@ -10,8 +10,8 @@ optimized one after another, 1.8 s of it in five NVRTC compiles in a row.
 So the backward graphs of one optimized forward graph form a *family*. A member profiles (its
 inputs are the forward's saved tensors and the incoming gradients, whose types the forward's
 own profile fixed) and, at the start of its next call, every member that has profiled optimizes:
-their passes one after another, then the kernels of all of them on the compile threads at once
-(``fusion.build_runners``), then each member's host program. The calling member then runs
+their passes one after another, each member's kernels starting to build on the compile threads as
+soon as its passes are done (``fusion.BuildStream``), then each member's host program. The calling member then runs
 optimized; the others find themselves optimized when autograd reaches them. A member that has
 not profiled yet (a group no gradient reached) stays in the family and optimizes with it later.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from ..config import config
 from ..log import jit_log
-from .fusion import build_runners
+from .fusion import BuildStream
 
 
 def profiled_enough(member: Any) -> bool:
@@ -62,17 +62,19 @@ class Family:
                 locked.append(m)
                 ready.append(m)
         try:
-            built = []
-            with gc_paused():
-                for m in ready:
-                    m._family = None            # (once: a member that must profile again goes on alone)
-                    result = m._optimize(build=False)
-                    if result is not None:
-                        built.append((m, *result))
-            todo = [(m, gr) for m, _, groups in built for gr in groups
-                    if gr not in m._runners and gr.kind.endswith("FusionGroup")]
-            for (m, gr), runner in zip(todo, build_runners([gr for _, gr in todo]) or ()):
-                m._runners.setdefault(gr, runner)
+            built, todo = [], []
+            with BuildStream() as stream:
+                with gc_paused():
+                    for m in ready:
+                        m._family = None            # (once: a member that must profile again goes on alone)
+                        result = m._optimize(build=False)
+                        if result is not None:
+                            built.append((m, *result))
+                            mine = [gr for gr in result[1] if gr not in m._runners and gr.kind.endswith("FusionGroup")]
+                            todo += [(m, gr) for gr in mine]
+                            stream.add(mine)        # its kernels build while the next member's passes run
+                for (m, gr), runner in zip(todo, stream.finish() or ()):
+                    m._runners.setdefault(gr, runner)
             for m, g, _ in built:
                 m._finish(g)
             jit_log("graph_fuser", 1, f"{caller._captured.name}: {len(built)} backward graph(s) optimized together, "

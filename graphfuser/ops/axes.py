@@ -31,8 +31,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
+import sys
+
 from ..ir.graph import Node, Value
 from ..ir.types import TensorType
+from .table import lookup
+
+# the package (``bind``, ``memoized``), read at call time: this module loads while the package's
+# ``__init__`` runs (its rows' modules import ``DimPlan``), before those are defined; a
+# function-level ``from . import`` cost the partition's hot paths an import lookup per call
+_ops = sys.modules[__name__.rpartition(".")[0]]
 
 
 @dataclass
@@ -60,26 +68,6 @@ class Axes:
         return {a for dims in self.of.values() for a in dims if a is not None}
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: list[int] = []
-
-    def new(self) -> int:
-        self.parent.append(len(self.parent))
-        return len(self.parent) - 1
-
-    def find(self, a: int) -> int:
-        while self.parent[a] != a:
-            self.parent[a] = self.parent[self.parent[a]]
-            a = self.parent[a]
-        return a
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-
 def pointwise_plan(node: Node, args: dict) -> DimPlan:
     """Right-aligned broadcasting: every tensor argument lines up with the output's last dims."""
     rank = node.outputs[0].type.rank
@@ -93,18 +81,14 @@ def pointwise_plan(node: Node, args: dict) -> DimPlan:
 def dim_plan(node: Node) -> Union[DimPlan, str]:
     """The node's ``DimPlan`` from its op-table row, or why it has none (from ``bind_memo``'s
     table while one is open: the partition plans each node once per candidate merge)."""
-    from . import memoized
-
-    return memoized(("dim_plan",), node, lambda: _dim_plan(node))
+    return _ops.memoized(("dim_plan",), node, lambda: _dim_plan(node))
 
 
 def _dim_plan(node: Node) -> Union[DimPlan, str]:
-    from . import bind, lookup
-
     row = lookup(node.kind)
     if row is None:
         return f"{node.kind} is not in the op table"
-    args, consts, _ = bind(row, node)
+    args, consts, _ = _ops.bind(row, node)
     # arguments that only select an overload or a dtype (type_as's / to's `other`) have no dims here
     args = {k: v for k, v in args.items() if k not in row.ignored}
     plan_fn = getattr(row, "dim_plan", None)
@@ -114,8 +98,6 @@ def _dim_plan(node: Node) -> Union[DimPlan, str]:
 
 
 def is_reduction_node(node: Node) -> bool:
-    from . import lookup
-
     row = lookup(node.kind)
     return row is not None and row.kind in ("reduction", "normalization")
 
@@ -127,27 +109,37 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
     reductions keep, whose results no node of the group reads but a dtype cast (a norm backward's weight
     gradient next to the row kernel of its input gradient: ``passes/column_sums.py``); their
     axes are ``Axes.columns``."""
-    uf = _UnionFind()
+    # a union-find over axis positions, inline (the partition analyzes each candidate merge:
+    # most of its time was these calls): ``parent[a] <= a`` always (a union points the larger
+    # root at the smaller, compression points further down), so one forward pass resolves
+    # every root at the end
+    parent: list[int] = []
     raw: dict[Value, tuple[Optional[int], ...]] = {}
     sizes: dict[int, int] = {}
     node_red: dict[Node, list[int]] = {}
     walked: list[int] = []          # positions of the reductions' own domains (their input dims)
 
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = a = parent[parent[a]]
+        return a
+
     def external(v: Value) -> tuple[Optional[int], ...]:
-        if v not in raw:
-            dims = []
+        dims = raw.get(v)
+        if dims is None:
+            out = []
             for s in v.type.sizes:
                 if s == 1:
-                    dims.append(None)
+                    out.append(None)
                 else:
-                    a = uf.new()
+                    a = len(parent)
+                    parent.append(a)
                     sizes[a] = s
-                    dims.append(a)
-            raw[v] = tuple(dims)
-        return raw[v]
+                    out.append(a)
+            dims = raw[v] = tuple(out)
+        return dims
 
-    from . import bind, lookup
-
+    bind = _ops.bind
     for node in nodes:
         row = lookup(node.kind)
         if row is None and not node.kind.startswith("aten::"):
@@ -156,7 +148,8 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
         if isinstance(plan, str):
             return plan
         args, _, _ = bind(row, node)
-        pos = [uf.new() for _ in range(plan.rank)]
+        base = len(parent)
+        parent.extend(range(base, base + plan.rank))
         real = [False] * plan.rank
         for name, dims in plan.args.items():
             v = args.get(name)
@@ -166,30 +159,39 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
             if len(va) != len(dims):
                 return f"{node.where()}: argument {name!r} has rank {len(va)}, the plan expects {len(dims)}"
             for d, p in enumerate(dims):
-                if va[d] is not None:
-                    uf.union(va[d], pos[p])
+                a = va[d]
+                if a is not None:
+                    ra, rb = find(a), find(base + p)
+                    if ra != rb:
+                        if ra < rb:
+                            parent[rb] = ra
+                        else:
+                            parent[ra] = rb
                     real[p] = True
-                    sizes[pos[p]] = sizes.get(va[d], -1)
+                    sizes[base + p] = sizes.get(a, -1)
         for o, omap in zip(node.outputs, plan.outputs):
             t = o.type
             if not isinstance(t, TensorType) or t.sizes is None or len(t.sizes) != len(omap):
                 return f"{node.where()}: output %{o.name} does not match the row's dim plan"
-            raw[o] = tuple(None if (p is None or t.sizes[d] == 1) else pos[p] for d, p in enumerate(omap))
-        node_red[node] = [pos[p] for p in plan.reduced if real[p]]
+            raw[o] = tuple(None if (p is None or t.sizes[d] == 1) else base + p for d, p in enumerate(omap))
+        node_red[node] = [base + p for p in plan.reduced if real[p]]
         if row.kind in ("reduction", "normalization"):      # (is_reduction_node)
-            walked += [pos[p] for p in range(plan.rank) if real[p]]
+            walked += [base + p for p in range(plan.rank) if real[p]]
 
-    of = {v: tuple(None if a is None else uf.find(a) for a in dims) for v, dims in raw.items()}
+    root = parent           # resolved in place: each entry's parent is resolved before it
+    for a in range(len(root)):
+        root[a] = root[root[a]]
+    of = {v: tuple(None if a is None else root[a] for a in dims) for v, dims in raw.items()}
     for v, dims in of.items():
         present = [a for a in dims if a is not None]
         if len(set(present)) != len(present):
             return (f"%{v.name} would walk one loop axis with two of its dims (a broadcast against a "
                     f"transposed or reduced value); it needs its own kernel")
-    node_reduced = {n: frozenset(uf.find(a) for a in r) for n, r in node_red.items()}
+    node_reduced = {n: frozenset(root[a] for a in r) for n, r in node_red.items()}
     sets = {s for s in node_reduced.values() if s}
     col: frozenset[int] = frozenset()
     if len(sets) == 2 and columns:
-        found = _column_set(nodes, node_reduced, sets, {uf.find(a) for a in walked})
+        found = _column_set(nodes, node_reduced, sets, {root[a] for a in walked})
         if isinstance(found, str):
             return found
         col = found
@@ -197,7 +199,7 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
     if len(sets) > 1:
         return "reductions over different axes cannot share one kernel"
     if any(is_reduction_node(n) for n in node_red):
-        domain = {uf.find(a) for a in walked}
+        domain = {root[a] for a in walked}
         for v, dims in of.items():
             extra = [a for a in dims if a is not None and a not in domain]
             if extra:
@@ -205,7 +207,7 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
                         "would recompute the reduction for every element along it (not O(elements))")
     size_of = {}
     for a, s in sizes.items():
-        r = uf.find(a)
+        r = root[a]
         if size_of.get(r, -1) == -1:
             size_of[r] = s
     return Axes(of, next(iter(sets)) if sets else frozenset(), node_reduced, size_of, col)
@@ -267,7 +269,6 @@ def random_misfit(nodes: Sequence[Node], axes: Axes) -> Optional[str]:
     """Why random rows cannot share a reduction kernel with ``nodes``: their numbers are keyed on
     the row-major linear index of their output, so each one's output must walk every loop axis,
     all in one order (``codegen/reduction.py``)."""
-    from . import lookup
     from .random import RANDOM_ROWS
 
     order: Optional[list[int]] = None
@@ -288,7 +289,6 @@ def random_misfit(nodes: Sequence[Node], axes: Axes) -> Optional[str]:
 def dtype_only(nodes: Sequence[Node]) -> set[Value]:
     """Tensor values the nodes read only through arguments that select a dtype or an overload
     (``type_as(s, m)``'s ``m``, ``to(s, other)``'s ``other``): their dims take part in nothing."""
-    from . import lookup
 
     data: set[Value] = set()
     ignored: set[Value] = set()

@@ -118,6 +118,7 @@ class _BlockPartition:
         self.group: dict[Node, int] = {}
         self.members: dict[int, list[Node]] = {}
         self.device: dict[int, object] = {}
+        self._reasons: dict[Node, Optional[str]] = {}
 
     def _top(self, user: Node) -> Optional[Node]:
         """The node of this block that contains ``user`` (itself, or an enclosing If/Loop)."""
@@ -234,6 +235,15 @@ class _BlockPartition:
 
     # -- grouping ----------------------------------------------------------------------------
     def reason(self, node: Node) -> Optional[str]:
+        """Why ``node`` stays out of every group ("" for nodes that are not ops), None where it
+        may join one. Asked by ``whole_block`` and again by the greedy merges where the whole
+        block does not fit: the answer depends on the node, the knobs and the block's alias
+        sets, none of which change while the block is partitioned."""
+        if node not in self._reasons:
+            self._reasons[node] = self._reason(node)
+        return self._reasons[node]
+
+    def _reason(self, node: Node) -> Optional[str]:
         if node.kind in config.skip_node_kinds:
             return f"{node.kind} is a skipped node kind (set_skip_node_kind)"
         if node.kind == "prim::Constant" or not (node.kind.startswith("aten::") or lookup(node.kind)):

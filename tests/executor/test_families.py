@@ -1,6 +1,6 @@
 """The backward graphs of one forward graph optimize together (``executor/families.py``): after
 one profiling backward, the next backward optimizes every member at once and builds all their
-groups in one call of ``build_runners``; gradients match eager's throughout; a member no gradient
+groups on one ``BuildStream``, each member's as soon as its passes are done; gradients match eager's throughout; a member no gradient
 reached yet stays behind and optimizes on its own later."""
 import torch
 import torch.nn.functional as F
@@ -32,8 +32,8 @@ def _grads(fn, args):
 
 def test_members_optimize_together_and_match_eager(monkeypatch):
     built = []
-    real = families.build_runners
-    monkeypatch.setattr(families, "build_runners", lambda groups: built.append(len(groups)) or real(groups))
+    real = fusion.BuildStream.add
+    monkeypatch.setattr(fusion.BuildStream, "add", lambda self, groups: built.append(len(groups)) or real(self, groups))
     sf = graphfuser.script(three_groups)
     optimized = []
     for step in range(6):
@@ -47,7 +47,7 @@ def test_members_optimize_together_and_match_eager(monkeypatch):
     assert len(members) == 3
     # forward: optimized after its profiling calls; the three backward graphs in one later call
     assert optimized.count(3) == 1 and sum(optimized) == 4, optimized
-    assert built == [3]
+    assert built == [3, 1, 1, 1]   # the forward's three groups; then each member's, as its passes finish
     assert all(m._optimized is not None and m._family is None and m._calls == 1 for m in members)
 
 
@@ -77,3 +77,44 @@ def test_a_member_no_gradient_reached_optimizes_alone_later():
             assert [m._optimized is not None for m in members] == [True, True, False]
             assert members[2]._family is not None and members[2]._calls == 1
     assert all(m._optimized is not None and m._family is None for m in _members(sf))
+
+
+def test_a_members_kernels_build_while_the_next_members_passes_run(monkeypatch):
+    """The first member's group starts building on a compile thread before the last member's
+    passes are done: the last member's passes wait (bounded) for that build to begin."""
+    import threading
+
+    from graphfuser.config import config
+    from graphfuser.executor.executor import ScriptedFunction
+
+    started = threading.Event()
+    real_make = fusion.make_group_runner
+
+    def make(group):
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+        return real_make(group)
+
+    monkeypatch.setattr(fusion, "make_group_runner", make)
+    seen = []
+    real_optimize = ScriptedFunction._optimize
+
+    def optimize(self, build=True):
+        if not build:           # a family member's passes
+            if not seen:        # (the forward's builds ran on the compile threads too)
+                started.clear()
+                seen.append(None)
+            else:
+                seen.append(started.wait(10.0))
+        return real_optimize(self, build)
+
+    monkeypatch.setattr(ScriptedFunction, "_optimize", optimize)
+    sf = graphfuser.script(three_groups)
+    with config.override(compile_threads=4):
+        for step in range(4):
+            args = _args(step)
+            got = _grads(sf, args)
+            for g, e in zip(got, _grads(three_groups, args)):
+                torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    # the first member's passes run before any member's build; every later one finds a build started
+    assert seen == [None, True, True], seen

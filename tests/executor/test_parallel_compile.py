@@ -129,7 +129,7 @@ def test_parallel_build_returns_runners_in_the_groups_order(monkeypatch):
     w = torch.randn(24)
     groups = _groups_of(layers, torch.randn(8, 24), w, torch.randn(24))
     monkeypatch.setattr(fusion, "make_group_runner", lambda g: ("runner", g))
-    monkeypatch.setattr(fusion, "build_order", lambda gs: list(reversed(range(len(gs)))))
+    monkeypatch.setattr(fusion, "_first_of_each_kernel", lambda gs, seen: (list(reversed(range(len(gs)))), []))
     with config.override(compile_threads=4):
         runners = fusion.build_runners(groups)
     assert runners == [("runner", g) for g in groups]
