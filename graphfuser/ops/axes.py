@@ -109,45 +109,53 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
     reductions keep, whose results no node of the group reads but a dtype cast (a norm backward's weight
     gradient next to the row kernel of its input gradient: ``passes/column_sums.py``); their
     axes are ``Axes.columns``."""
-    # a union-find over axis positions, inline (the partition analyzes each candidate merge:
-    # most of its time was these calls): ``parent[a] <= a`` always (a union points the larger
-    # root at the smaller, compression points further down), so one forward pass resolves
-    # every root at the end
-    parent: list[int] = []
-    raw: dict[Value, tuple[Optional[int], ...]] = {}
-    sizes: dict[int, int] = {}
-    node_red: dict[Node, list[int]] = {}
-    walked: list[int] = []          # positions of the reductions' own domains (their input dims)
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = a = parent[parent[a]]
-        return a
-
-    def external(v: Value) -> tuple[Optional[int], ...]:
-        dims = raw.get(v)
-        if dims is None:
-            out = []
-            for s in v.type.sizes:
-                if s == 1:
-                    out.append(None)
-                else:
-                    a = len(parent)
-                    parent.append(a)
-                    sizes[a] = s
-                    out.append(a)
-            dims = raw[v] = tuple(out)
-        return dims
-
-    bind = _ops.bind
+    scan = AxisScan()
     for node in nodes:
+        why = scan.add(node)
+        if why is not None:
+            return why
+    return scan.finish(columns)
+
+
+class AxisScan:
+    """``analyze`` in two parts: ``add`` takes the nodes one at a time, ``finish`` draws the
+    conclusions. A scan of some nodes, copied and given a later node, is the scan of all of them:
+    the partition grows a group node by node in block order, and analyzed the whole group again
+    for each (``passes/partition.py`` keeps its groups' scans and extends them).
+
+    The axis positions form a union-find with ``parent[a] <= a`` always (a union points the
+    larger root at the smaller, compression points further down), so one forward pass resolves
+    every root; a resolved table is still a valid union-find, so a finished scan can be copied
+    and extended."""
+
+    __slots__ = ("parent", "raw", "sizes", "node_red", "walked", "nodes")
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.raw: dict[Value, tuple[Optional[int], ...]] = {}
+        self.sizes: dict[int, int] = {}
+        self.node_red: dict[Node, list[int]] = {}
+        self.walked: list[int] = []     # positions of the reductions' own domains (their input dims)
+        self.nodes: list[Node] = []
+
+    def copy(self) -> "AxisScan":
+        c = AxisScan.__new__(AxisScan)
+        c.parent, c.raw, c.sizes = self.parent[:], dict(self.raw), dict(self.sizes)
+        c.node_red, c.walked, c.nodes = dict(self.node_red), self.walked[:], self.nodes[:]
+        return c
+
+    def add(self, node: Node) -> Optional[str]:
+        """Take ``node`` (after every node taken so far); why the nodes cannot share one kernel,
+        or None. A scan that answered a reason is not to be extended."""
+        self.nodes.append(node)
         row = lookup(node.kind)
         if row is None and not node.kind.startswith("aten::"):
-            continue            # constants and other prim:: nodes; graphfuser:: rows take part
+            return None         # constants and other prim:: nodes; graphfuser:: rows take part
         plan = dim_plan(node)
         if isinstance(plan, str):
             return plan
-        args, _, _ = bind(row, node)
+        parent, raw, sizes = self.parent, self.raw, self.sizes
+        args, _, _ = _ops.bind(row, node)
         base = len(parent)
         parent.extend(range(base, base + plan.rank))
         real = [False] * plan.rank
@@ -155,18 +163,31 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
             v = args.get(name)
             if not isinstance(v, Value) or not isinstance(v.type, TensorType) or v.type.sizes is None:
                 continue
-            va = external(v)
+            va = raw.get(v)
+            if va is None:      # a value from outside: a fresh position per dim (none for size 1)
+                out = []
+                for size in v.type.sizes:
+                    if size == 1:
+                        out.append(None)
+                    else:
+                        out.append(len(parent))
+                        sizes[len(parent)] = size
+                        parent.append(len(parent))
+                va = raw[v] = tuple(out)
             if len(va) != len(dims):
                 return f"{node.where()}: argument {name!r} has rank {len(va)}, the plan expects {len(dims)}"
             for d, p in enumerate(dims):
                 a = va[d]
                 if a is not None:
-                    ra, rb = find(a), find(base + p)
-                    if ra != rb:
-                        if ra < rb:
-                            parent[rb] = ra
-                        else:
-                            parent[ra] = rb
+                    ra, rb = a, base + p
+                    while parent[ra] != ra:
+                        parent[ra] = ra = parent[parent[ra]]
+                    while parent[rb] != rb:
+                        parent[rb] = rb = parent[parent[rb]]
+                    if ra < rb:
+                        parent[rb] = ra
+                    elif rb < ra:
+                        parent[ra] = rb
                     real[p] = True
                     sizes[base + p] = sizes.get(a, -1)
         for o, omap in zip(node.outputs, plan.outputs):
@@ -174,43 +195,45 @@ def analyze(nodes: Sequence[Node], columns: bool = False) -> Union[Axes, str]:
             if not isinstance(t, TensorType) or t.sizes is None or len(t.sizes) != len(omap):
                 return f"{node.where()}: output %{o.name} does not match the row's dim plan"
             raw[o] = tuple(None if (p is None or t.sizes[d] == 1) else base + p for d, p in enumerate(omap))
-        node_red[node] = [base + p for p in plan.reduced if real[p]]
+        self.node_red[node] = [base + p for p in plan.reduced if real[p]]
         if row.kind in ("reduction", "normalization"):      # (is_reduction_node)
-            walked += [base + p for p in range(plan.rank) if real[p]]
+            self.walked += [base + p for p in range(plan.rank) if real[p]]
+        return None
 
-    root = parent           # resolved in place: each entry's parent is resolved before it
-    for a in range(len(root)):
-        root[a] = root[root[a]]
-    of = {v: tuple(None if a is None else root[a] for a in dims) for v, dims in raw.items()}
-    for v, dims in of.items():
-        present = [a for a in dims if a is not None]
-        if len(set(present)) != len(present):
-            return (f"%{v.name} would walk one loop axis with two of its dims (a broadcast against a "
-                    f"transposed or reduced value); it needs its own kernel")
-    node_reduced = {n: frozenset(root[a] for a in r) for n, r in node_red.items()}
-    sets = {s for s in node_reduced.values() if s}
-    col: frozenset[int] = frozenset()
-    if len(sets) == 2 and columns:
-        found = _column_set(nodes, node_reduced, sets, {root[a] for a in walked})
-        if isinstance(found, str):
-            return found
-        col = found
-        sets.discard(col)
-    if len(sets) > 1:
-        return "reductions over different axes cannot share one kernel"
-    if any(is_reduction_node(n) for n in node_red):
-        domain = {root[a] for a in walked}
+    def finish(self, columns: bool = False) -> Union[Axes, str]:
+        root = self.parent      # resolved in place: each entry's parent is resolved before it
+        for a in range(len(root)):
+            root[a] = root[root[a]]
+        of = {v: tuple(None if a is None else root[a] for a in dims) for v, dims in self.raw.items()}
         for v, dims in of.items():
-            extra = [a for a in dims if a is not None and a not in domain]
-            if extra:
-                return (f"%{v.name} walks a loop axis that no reduction in the group walks: one kernel "
-                        "would recompute the reduction for every element along it (not O(elements))")
-    size_of = {}
-    for a, s in sizes.items():
-        r = root[a]
-        if size_of.get(r, -1) == -1:
-            size_of[r] = s
-    return Axes(of, next(iter(sets)) if sets else frozenset(), node_reduced, size_of, col)
+            present = [a for a in dims if a is not None]
+            if len(set(present)) != len(present):
+                return (f"%{v.name} would walk one loop axis with two of its dims (a broadcast against a "
+                        f"transposed or reduced value); it needs its own kernel")
+        node_reduced = {n: frozenset(root[a] for a in r) for n, r in self.node_red.items()}
+        sets = {s for s in node_reduced.values() if s}
+        col: frozenset[int] = frozenset()
+        if len(sets) == 2 and columns:
+            found = _column_set(self.nodes, node_reduced, sets, {root[a] for a in self.walked})
+            if isinstance(found, str):
+                return found
+            col = found
+            sets.discard(col)
+        if len(sets) > 1:
+            return "reductions over different axes cannot share one kernel"
+        if any(is_reduction_node(n) for n in self.node_red):
+            domain = {root[a] for a in self.walked}
+            for v, dims in of.items():
+                extra = [a for a in dims if a is not None and a not in domain]
+                if extra:
+                    return (f"%{v.name} walks a loop axis that no reduction in the group walks: one kernel "
+                            "would recompute the reduction for every element along it (not O(elements))")
+        size_of: dict[int, int] = {}
+        for a, size in self.sizes.items():
+            r = root[a]
+            if size_of.get(r, -1) == -1:
+                size_of[r] = size
+        return Axes(of, next(iter(sets)) if sets else frozenset(), node_reduced, size_of, col)
 
 
 COLUMN_SUM_KINDS = ("aten::sum", "aten::sum_to_size")

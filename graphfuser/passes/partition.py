@@ -26,7 +26,7 @@ Per block (nested ``If``/``Loop`` blocks are partitioned on their own):
 from __future__ import annotations
 
 import heapq
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from ..config import config
 from ..ir.clone import clone_node
@@ -35,7 +35,7 @@ from ..ir.implicit import implicit_tensors, reads_implicit_tensor
 from ..ir.types import TensorType
 from ..log import jit_log
 from ..ops import fusible, lookup
-from ..ops.axes import analyze, needs_axes, random_misfit
+from ..ops.axes import Axes, AxisScan, needs_axes, random_misfit
 from ..ops.movement import movement_misfit
 from .aliasing import AliasSets, may_alias_input
 from .functionalize import mark_clone, restore_unfused
@@ -104,6 +104,10 @@ def group_kind(device_type: str) -> str:
     return "prim::CudaFusionGroup" if device_type == "cuda" else "prim::CpuFusionGroup"
 
 
+# scans kept for extension (``_BlockPartition._analyze``), the oldest dropped first
+_KEPT_SCANS = 64
+
+
 class _BlockPartition:
     def __init__(self, block: Block, aliases: Optional[AliasSets] = None,
                  implicit: frozenset[Value] = frozenset()) -> None:
@@ -119,6 +123,7 @@ class _BlockPartition:
         self.members: dict[int, list[Node]] = {}
         self.device: dict[int, object] = {}
         self._reasons: dict[Node, Optional[str]] = {}
+        self._scans: dict[frozenset[Node], AxisScan] = {}      # (``_analyze``)
 
     def _top(self, user: Node) -> Optional[Node]:
         """The node of this block that contains ``user`` (itself, or an enclosing If/Loop)."""
@@ -276,10 +281,39 @@ class _BlockPartition:
             return moved
         if not needs_axes(union):
             return pointwise_misfit(union)
-        axes = analyze(sorted(union, key=self.index.__getitem__))
+        axes = self._analyze(a, b, union)
         if isinstance(axes, str):
             return axes
         return random_misfit(union, axes)
+
+    def _analyze(self, a: set[Node], b: set[Node], union: set[Node]) -> Union[Axes, str]:
+        """``analyze`` of ``union`` in block order. Where one side is a single node after every
+        node of the other, and the other's scan is kept from an earlier fit, that scan extended
+        by the node (``AxisScan``): ``run`` grows a group one node at a time, and analyzing the
+        whole group again for each made the partition quadratic in a group's size."""
+        one, rest = (a, b) if len(a) == 1 else (b, a)
+        scan = self._scans.get(frozenset(rest)) if len(one) == 1 and rest else None
+        if scan is not None:
+            (node,) = one
+            if self.index[node] > self.index[scan.nodes[-1]]:
+                scan = scan.copy()
+                why = scan.add(node)
+                if why is not None:
+                    return why
+            else:
+                scan = None
+        if scan is None:
+            scan = AxisScan()
+            for n in sorted(union, key=self.index.__getitem__):
+                why = scan.add(n)
+                if why is not None:
+                    return why
+        axes = scan.finish()
+        if not isinstance(axes, str):
+            if len(self._scans) >= _KEPT_SCANS:         # (the groups growing now are the last few)
+                del self._scans[next(iter(self._scans))]
+            self._scans[frozenset(union)] = scan
+        return axes
 
     def merge_groups(self, keep: int, drop: int) -> None:
         for n in self.members.pop(drop):
