@@ -1,5 +1,5 @@
 """Give a row kernel the column sums over its rows (a partition step, run after the greedy
-grouping, ``reduction_split`` and the horizontal merges of ``partition.py``).
+grouping, ``reduction_split`` and the horizontal merges of ``horizontal.py``).
 
 A normalization's backward is a row reduction (the input gradient needs a dot product per row)
 and column sums over the same rows (the weight and bias gradients: ``sum(grad * xhat, rows)``,

@@ -39,7 +39,7 @@ from ..ops.axes import Axes, AxisScan, needs_axes, random_misfit
 from ..ops.movement import movement_misfit
 from .aliasing import AliasSets, may_alias_input
 from .functionalize import mark_clone, restore_unfused
-from .group_fit import pointwise_misfit, same_shape
+from .group_fit import pointwise_misfit
 from .lone_groups import composite, one_op_under_grad
 
 _SIDE_EFFECT_KINDS = {
@@ -419,7 +419,9 @@ class _BlockPartition:
 
         split_reduction_chains(self, next_id)
         if config.horizontal_mode:
-            self._horizontal()
+            from .horizontal import merge_siblings
+
+            merge_siblings(self)
         from .column_sums import merge_column_sums
 
         merge_column_sums(self)
@@ -439,62 +441,6 @@ class _BlockPartition:
                 continue
             groups.append(sorted(mem, key=self.index.__getitem__))
         return groups
-
-    def _horizontal(self) -> None:
-        # merging groups moves no node into one: the last grouped position stays where it is
-        self._last_grouped = max((self.index[n] for n in self.group), default=-1)
-        # Siblings share a tensor input; a shared constant (None, alpha=1 ...) relates nothing.
-        for n in self.nodes:
-            for o in n.outputs:
-                if not o.type.is_tensor:
-                    continue
-                sibs = []
-                for u, _ in o.uses:
-                    if u in self.group and self.group[u] not in sibs:
-                        sibs.append(self.group[u])
-                self._merge_siblings(sibs)
-        # values from outside the block's nodes: its params, the graph's inputs, and (in a nested
-        # block) values of enclosing blocks, which a batch norm rewritten under If(training) reads
-        free = list(self.block.params) + (self.block.graph.inputs if self.block.owner is None else [])
-        for n in self.nodes:
-            free += [v for v in n.inputs if v not in free and (v.node is None or v.node not in self.index)]
-        for v in free:
-            if not v.type.is_tensor:
-                continue
-            sibs = []
-            for u, _ in v.uses:
-                if u in self.group and self.group[u] not in sibs:
-                    sibs.append(self.group[u])
-            self._merge_siblings(sibs)
-
-    def _reach_bound(self, nodes: Sequence[Node], limit: int) -> int:
-        """A position past which ``can_join``'s searches for a path between groups that hold
-        ``nodes`` need not go: such a path ends before the last of them, and a node after a
-        position that no group straddles can only lead further on (edges go forward in block
-        order, and a group is reached whole). So: the last of ``nodes``, moved past every group
-        that spans it. The horizontal merges searched to the last grouped node of the block
-        (resnet50's training forward: ~20 ms a pair, most of its partition time)."""
-        index = self.index
-        bound = max(index[n] for n in nodes)
-        spans = sorted((min(index[k] for k in mem), max(index[k] for k in mem)) for mem in self.members.values() if mem)
-        for lo, hi in spans:            # (by start: one pass reaches the closure)
-            if lo <= bound < hi:
-                bound = hi
-        return min(bound, limit)
-
-    def _merge_siblings(self, sibs: list[int]) -> None:
-        while len(sibs) > 1:
-            a, b = sibs[0], sibs[1]
-            if a in self.members and b in self.members and self.device[a] == self.device[b] \
-                    and same_shape(self.members[a] + self.members[b]) \
-                    and self.can_join(self.members[a], self.members[b],
-                                      self._reach_bound(self.members[a] + self.members[b], self._last_grouped)) \
-                    and not self.misfit(set(self.members[a]), set(self.members[b])):
-                jit_log("partition", 2, f"horizontal: merged group {b} into group {a}")
-                self.merge_groups(a, b)
-                sibs.pop(1)
-            else:
-                sibs.pop(0)
 
 
 def _materialize(block: Block, groups: list[list[Node]]) -> list[Node]:

@@ -1,4 +1,4 @@
-"""The horizontal merges' search bound (``_BlockPartition._reach_bound``): random graphs of
+"""The horizontal merges' search bound (``passes/horizontal.reach_bound``): random graphs of
 pointwise ops, matrix products (which no group takes, so cycles through them are possible) and
 siblings sharing inputs partition exactly as with the search run to the block's last grouped
 node. And the barriers' edges (``_BlockPartition._edges``: a node that writes state is tied to the
@@ -15,6 +15,7 @@ from graphfuser.passes import partition
 from random_blocks import F, op_line, partitioned
 
 P = importlib.import_module("graphfuser.passes.partition")
+H = importlib.import_module("graphfuser.passes.horizontal")
 
 
 @st.composite
@@ -54,12 +55,12 @@ graph(%x : {F}, %w : {F}):
 def test_bounded_search_partitions_as_the_full_one(text, single):
     with config.override(horizontal_mode=True, single_node_mode=single):
         bounded = partitioned(text)
-        original = P._BlockPartition._reach_bound
+        original = H.reach_bound
         try:
-            P._BlockPartition._reach_bound = lambda self, nodes, limit: limit
+            H.reach_bound = lambda part, nodes, limit: limit
             full = partitioned(text)
         finally:
-            P._BlockPartition._reach_bound = original
+            H.reach_bound = original
     assert bounded == full, text
 
 
@@ -81,8 +82,8 @@ graph(%x : {F}, %w : {F}):
         nodes = {n.outputs[0].name: n for n in g.block.nodes if n.outputs and n.kind != "prim::Constant"}
         part.group = {nodes["a"]: 0, nodes["d"]: 0, nodes["c"]: 1}
         part.members = {0: [nodes["a"], nodes["d"]], 1: [nodes["c"]]}
-        assert part._reach_bound([nodes["c"]], 99) == part.index[nodes["d"]]
-        assert part._reach_bound([nodes["c"]], 2) == 2
+        assert H.reach_bound(part, [nodes["c"]], 99) == part.index[nodes["d"]]
+        assert H.reach_bound(part, [nodes["c"]], 2) == 2
 
 
 def test_siblings_joined_through_a_straddling_group_would_make_a_cycle():
