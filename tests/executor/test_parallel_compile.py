@@ -185,3 +185,30 @@ def test_gc_bracket_leaves_a_freeze_of_the_process_alone():
     finally:
         if not before:          # (a freeze this process had before stays)
             gc.unfreeze()
+
+
+def test_a_failed_build_raises_from_the_stream_and_stops_the_rest(monkeypatch):
+    """A build that raises (fallback disabled) raises from ``finish``, in the groups' order; the
+    builds not started yet are cancelled and the pool is shut down."""
+    w = torch.randn(24)
+    groups = _groups_of(layers, torch.randn(8, 24), w, torch.randn(24))
+    bad = groups[0]
+
+    def make(g):
+        if g is bad:
+            raise RuntimeError("no kernel for this group")
+        return ("runner", g)
+
+    monkeypatch.setattr(fusion, "make_group_runner", make)
+    with config.override(compile_threads=2):
+        stream = fusion.BuildStream()
+        try:
+            with stream:
+                stream.add(groups[:2])
+                stream.add(groups[2:])
+                stream.finish()
+        except RuntimeError as e:
+            assert "no kernel for this group" in str(e)
+        else:
+            raise AssertionError("the failed build did not raise")
+    assert stream._pool._shutdown
