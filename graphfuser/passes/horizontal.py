@@ -18,24 +18,16 @@ def merge_siblings(part: "_BlockPartition") -> None:
     # merging groups moves no node into one: the last grouped position stays where it is
     last = max((part.index[n] for n in part.group), default=-1)
     # Siblings share a tensor input; a shared constant (None, alpha=1 ...) relates nothing.
-    for n in part.nodes:
-        for o in n.outputs:
-            if not o.type.is_tensor:
-                continue
-            sibs = []
-            for u, _ in o.uses:
-                if u in part.group and part.group[u] not in sibs:
-                    sibs.append(part.group[u])
-            _merge(part, sibs, last)
+    shared = [o for n in part.nodes for o in n.outputs]
     # values from outside the block's nodes: its params, the graph's inputs, and (in a nested
     # block) values of enclosing blocks, which a batch norm rewritten under If(training) reads
     free = list(part.block.params) + (part.block.graph.inputs if part.block.owner is None else [])
     for n in part.nodes:
         free += [v for v in n.inputs if v not in free and (v.node is None or v.node not in part.index)]
-    for v in free:
+    for v in shared + free:
         if not v.type.is_tensor:
             continue
-        sibs = []
+        sibs: list[int] = []
         for u, _ in v.uses:
             if u in part.group and part.group[u] not in sibs:
                 sibs.append(part.group[u])
