@@ -65,3 +65,74 @@ def test_kept_scans_leave_the_groups_unchanged(monkeypatch):
 
     monkeypatch.setattr(partition._BlockPartition, "_analyze", fresh)
     assert groups() == kept and calls
+
+
+# -- random blocks with reductions: kept scans partition as fresh analyses do ------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from graphfuser.ir import parse_graph, print_graph, verify  # noqa: E402
+from helpers import FT  # noqa: E402
+
+_M, _R, _C = FT(4, 6), FT(4, 1), FT(1, 6)       # a matrix, its row sums (keepdim), its column sums
+_UNARY = ["aten::sin", "aten::exp", "aten::tanh", "aten::relu"]
+
+
+@st.composite
+def reduction_blocks(draw):
+    values = {"%x0": _M, "%x1": _M, "%x2": _R}
+    lines = []
+    for k in range(draw(st.integers(2, 28))):
+        name = f"%v{k}"
+        kind = draw(st.sampled_from(["unary", "unary", "add", "add", "mul", "rowsum", "colsum", "softmax", "mm"]))
+        a = draw(st.sampled_from(sorted(values)))
+        b = draw(st.sampled_from(sorted(values)))
+        ta, tb = values[a], values[b]
+        if kind == "unary":
+            t, line = ta, f"{draw(st.sampled_from(_UNARY))}({a})"
+        elif kind in ("add", "mul"):
+            t = ta if ta == tb else _M
+            line = f"aten::add({a}, {b}, %one)" if kind == "add" else f"aten::mul({a}, {b})"
+        elif kind in ("rowsum", "colsum") and ta == _M:
+            t, line = (_R, f"aten::sum({a}, %last, %t, %none)") if kind == "rowsum" else \
+                (_C, f"aten::sum({a}, %first, %t, %none)")
+        elif kind == "softmax" and ta == _M:
+            t, line = _M, f"aten::softmax({a}, %m1, %none)"
+        elif kind == "mm" and ta == _M:
+            t, line = _R, f"aten::mm({a}, %w)"
+        else:
+            continue
+        values[name] = t
+        lines.append(f"  {name} : {t} = {line}")
+    made = [v for v in values if v.startswith("%v")]
+    outs = draw(st.lists(st.sampled_from(made), min_size=1, max_size=3, unique=True)) if made else ["%x0"]
+    return (f"graph(%x0 : {_M}, %x1 : {_M}, %x2 : {_R}, %w : {FT(6, 1)}):\n"
+            "  %one : int = prim::Constant[value=1]()\n  %m1 : int = prim::Constant[value=-1]()\n"
+            "  %z : int = prim::Constant[value=0]()\n  %t : bool = prim::Constant[value=1]()\n"
+            "  %none : NoneType = prim::Constant()\n  %last : int[] = prim::ListConstruct(%m1)\n"
+            "  %first : int[] = prim::ListConstruct(%z)\n" + "\n".join(lines)
+            + f"\n  return ({', '.join(outs)})\n")
+
+
+def _partitioned(text: str) -> str:
+    g = verify(parse_graph(text))
+    partition.partition(g)
+    verify(g)
+    return print_graph(g)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reduction_blocks(), st.booleans())
+def test_kept_scans_partition_random_reduction_blocks_as_fresh_analyses(text, horizontal):
+    with graphfuser.config.override(horizontal_mode=horizontal, single_node_mode=True):
+        kept = _partitioned(text)
+        real = partition._BlockPartition._analyze
+
+        def fresh(self, a, b, union):
+            self._scans.clear()
+            return real(self, a, b, union)
+
+        partition._BlockPartition._analyze = fresh
+        try:
+            assert _partitioned(text) == kept, text
+        finally:
+            partition._BlockPartition._analyze = real
