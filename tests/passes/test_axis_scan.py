@@ -136,3 +136,18 @@ def test_kept_scans_partition_random_reduction_blocks_as_fresh_analyses(text, ho
             assert _partitioned(text) == kept, text
         finally:
             partition._BlockPartition._analyze = real
+
+
+@settings(max_examples=100, deadline=None)
+@given(reduction_blocks())
+def test_each_union_answered_once_partitions_as_asking_every_time(text):
+    """``misfit`` answers a union from its table: the horizontal merges ask about one pair of
+    groups once per tensor they share."""
+    with graphfuser.config.override(horizontal_mode=True, single_node_mode=True):
+        kept = _partitioned(text)
+        real = partition._BlockPartition.misfit
+        partition._BlockPartition.misfit = lambda self, a, b: self._misfit(a, b, a | b)
+        try:
+            assert _partitioned(text) == kept, text
+        finally:
+            partition._BlockPartition.misfit = real
