@@ -444,7 +444,7 @@ class BuildStream:
     def __init__(self, expected: Optional[int] = None) -> None:
         self.threads = compile_threads(expected)
         self._pool: Any = None
-        self._futures: list = []        # (future or group index awaiting its kernel's first build)
+        self._futures: list = []        # per group added: its build's future (None until it starts)
         self._groups: list[Node] = []
         self._keys: set = set()
         self._later: list[int] = []
