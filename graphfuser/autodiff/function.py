@@ -43,14 +43,15 @@ class GraphRunners:
     """How the graphs an autodiff node needs are run; the executor hands them in (autodiff sits
     below the executor and never imports it).
 
-    ``script(graph, name, known)``: a profiled, fused runner of a backward graph (the executor's
+    ``script(graph, name, known, like=None)``: a profiled, fused runner of a backward graph (the executor's
     ``ScriptedFunction.from_graph`` with ``replay=False``: replay would copy every input into
     static buffers and clone every output, a second pass over a backward's tensors, which are
     fresh every step. Measured on an H100, ConvNeXt-T, batch 64, bf16 autocast: replayed backward
     groups added 343 device-to-device copies, 4.7 ms of the step's 27 ms of kernels).
+    ``like``: the group's full backward, which a partial one optimizes beside (its family).
     ``eager(graph)``: the group's program op by op through aten (fallbacks, double backward)."""
 
-    script: Callable[[Graph, str, Optional[dict[int, str]]], Callable[..., Any]]
+    script: Callable[..., Callable[..., Any]]
     eager: Callable[[Graph], Callable[..., tuple]]
 
 
@@ -214,7 +215,7 @@ class DifferentiableGroup:
             plan = plan_backward(self.sub, key, self.saved) if key else NO_GRADIENT
             self._partial[key] = plan if isinstance(plan, str) else \
                 (plan, self.runners.script(plan.graph, f"{self.group.kind.split('::')[-1]}_backward_partial",
-                                      self.known(plan)))
+                                           self.known(plan), like=self.backward))
         entry = self._partial[key]
         full: list[Optional[torch.Tensor]] = [None] * self.n_in
         if isinstance(entry, str):

@@ -352,8 +352,15 @@ class TrainingReplayer(GraphReplayer):
                         diff = [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad]
                         if not diff:
                             raise RuntimeError("no output requires grad")
+                        # the backward the capture records: of the wanted outputs, from the same
+                        # roots (all outputs' made the groups on a path no step's backward takes,
+                        # GPT-2's logits' in its own graph, profile and build for the warm-up alone)
+                        roots, feeds, into = _backward_roots(
+                            [o for o, w in zip(diff, self._wanted(key, len(diff))) if w])
+                        for g in into:
+                            g.fill_(1)
                         with _backward_autocast():
-                            torch.autograd.grad(diff, leaves, [torch.ones_like(o) for o in diff], allow_unused=True)
+                            torch.autograd.grad(roots, leaves, feeds, allow_unused=True)
                         torch.cuda.set_sync_debug_mode(mode)
                         launched = time.perf_counter() - start
                         stream.synchronize()

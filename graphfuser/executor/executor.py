@@ -33,6 +33,7 @@ from ..passes import (apply_conv_layouts, batch_norm_training, dce, decompose, f
                       functionalize, insert_autocast, insert_guards, pad_gemms, partition, route_bias_gradients, plan_conv_layouts, randomize,
                       sink_views, split_biases, wrap_group)
 from ..passes.attention import apply_attention, plan_attention
+from ..passes.gemm_pad import returned_pads
 from ..passes.row_layout import apply_row_layouts, plan_row_layouts
 from ..passes.sdpa_math import apply_sdpa_math, plan_sdpa_math
 from ..passes.rotary import apply_rotary, plan_rotary
@@ -51,7 +52,7 @@ from ..ops.autocast import AutocastState, autocast_state, describe
 from ..ops.axes import input_axes
 from .guards import always_true, make_guard
 from .hostgen import HostProgram, build_program
-from .profile import ProfileRecord
+from .profile import ProfileRecord, pad_returns
 from .source import Captured, UnsupportedError
 from .weight_cache import keep_weights
 from .start_up import gc_paused, warm_cuda
@@ -348,6 +349,9 @@ class ScriptedFunction(Recovering, SelfChecking):
             self._record.seen = [False] * len(self._record.slots)
         self._check_args(args)
         out = self._profiling.fn(*args)
+        if self._captured.loose_output_strides:    # the layouts the optimized program will return
+            self._record.apply()
+            out = pad_returns(out, returned_pads(self._work))
         STATS["profiling_calls"] += 1
         self._calls += 1
         if self._calls >= config.profiling_runs and self._family is None:

@@ -548,9 +548,13 @@ def _graph_runners() -> Any:
     if not _RUNNERS:
         from ..autodiff import GraphRunners
         from .executor import ScriptedFunction
+        from .families import join
 
-        def script(graph: Any, name: str, known: Optional[dict[int, str]] = None) -> Any:
-            return ScriptedFunction.from_graph(graph, name, replay=False, known=known)
+        def script(graph: Any, name: str, known: Optional[dict[int, str]] = None, like: Any = None) -> Any:
+            sf = ScriptedFunction.from_graph(graph, name, replay=False, known=known)
+            if like is not None:
+                join(sf, like)
+            return sf
 
         _RUNNERS.append(GraphRunners(script, lambda sub: eager_runner(sub, "differentiable_fallback")))
     return _RUNNERS[0]

@@ -106,13 +106,23 @@ def _dense(t: torch.Tensor) -> bool:
 
 
 def clone_broadcast(t: torch.Tensor) -> torch.Tensor:
-    """``t.clone()``, except that an expanded tensor's broadcast dims (stride 0, size > 1) stay
-    expanded: the clone copies one element along each and expands back, so the result has
-    eager's strides (``clone`` would make it contiguous) and the copy moves no repeated bytes."""
+    """A copy of ``t`` with its strides: an expanded tensor's broadcast dims (stride 0, size > 1)
+    stay expanded (the copy takes one element along each and expands back, moving no repeated
+    bytes), and a padded one keeps its padding (``_copy_out``); ``clone`` would make either
+    contiguous. A caller that compiled code for the strides it saw (Dynamo guards every tensor's
+    strides) sees the same ones from a warm call as from a replay: GPT-2's padded logits, made
+    contiguous by the warm calls, recompiled its loss function at the first replay (0.9 s of
+    its training step's cold start on an H200). A view spanning more than twice its elements (a
+    narrow slice of a wide tensor) is cloned compactly instead."""
     if t.numel() <= 1 or all(st != 0 or sz <= 1 for sz, st in zip(t.shape, t.stride())):
-        return t.clone()
+        return _copy_out(t) if _span(t) <= 2 * t.numel() else t.clone()
     one = t[tuple(slice(0, 1) if st == 0 and sz > 1 else slice(None) for sz, st in zip(t.shape, t.stride()))]
     return one.clone().expand(t.shape)
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements of the one run of memory ``t`` covers (a nonempty tensor)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
 
 
 def _copy_out(t: torch.Tensor) -> torch.Tensor:
@@ -124,6 +134,6 @@ def _copy_out(t: torch.Tensor) -> torch.Tensor:
     if _dense(t) or t.numel() == 0:
         return t.clone()
     out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    span = _span(t)
     out.as_strided((span,), (1,), 0).copy_(t.as_strided((span,), (1,), t.storage_offset()))
     return out

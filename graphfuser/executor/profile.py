@@ -77,3 +77,18 @@ class ProfileRecord:
                 v.type = t
         for slot, value in self.values.items():
             self.slots[slot].profiled = value
+
+
+def pad_returns(out: Any, pads: dict[int, int]) -> Any:
+    """A profiling call's results with the layouts the optimized program will give them
+    (``passes/gemm_pad.py`` ``returned_pads``: position -> columns): each such result becomes the
+    leading columns of a zero-padded copy, the strided view the padded linear returns."""
+    if not pads:
+        return out
+    single = not isinstance(out, tuple)
+    items = [out] if single else list(out)
+    for i, pad in pads.items():
+        t = items[i] if i < len(items) else None
+        if isinstance(t, torch.Tensor) and t.dim() and t.is_contiguous():
+            items[i] = torch.nn.functional.pad(t, (0, pad))[..., :t.shape[-1]]
+    return items[0] if single else tuple(items)

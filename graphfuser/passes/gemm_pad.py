@@ -91,9 +91,43 @@ def _pad_of(node: Node) -> Optional[int]:
     return per - n % per
 
 
+def _stays_view(node: Node, padded_returns: bool) -> bool:
+    """Whether a padded linear's result stays a strided view of its padded output (every reader
+    a row of the op table; returned only with ``padded_returns``) rather than a contiguous copy."""
+    users = [u for u, _ in node.output.uses]
+    # the graph's own return, or the tuple it returns (a Dynamo graph's outputs)
+    packed = [u for u in users if u.kind == "prim::TupleConstruct" and u.output.returned()]
+    returned = node.output.returned() or bool(packed)
+    readers = [u for u in users if u not in packed]
+    return all(lookup(u.kind) is not None for u in readers) and (padded_returns or bool(readers) and not returned)
+
+
+def returned_pads(graph: Graph) -> dict[int, int]:
+    """Where ``pad_gemms(graph, padded_returns=True)`` will return a padded linear's result as a
+    view: position among the returned values (a returned tuple's items) -> columns added; read
+    off a profiled graph. The profiling calls before it return eager's layout, and a caller that
+    compiled code for the strides it saw would see others from then on: Dynamo guards every
+    tensor's strides, and GPT-2's loss function (its own graph, after a graph break) was compiled
+    again for the padded logits. ``executor/profile.py`` ``pad_returns`` gives the profiling
+    calls' results these layouts."""
+    if config.is_disabled("gemm_padding") or config.is_disabled("padded_outputs"):
+        return {}
+    items = graph.outputs
+    if len(items) == 1 and items[0].node is not None and items[0].node.kind == "prim::TupleConstruct":
+        items = items[0].node.inputs
+    pads = {}
+    for i, v in enumerate(items):
+        if v.node is not None and v.node.kind == "aten::linear":
+            pad = _pad_of(v.node)
+            if pad is not None and _stays_view(v.node, True):
+                pads[i] = pad
+    return pads
+
+
 def _pad_linear(graph: Graph, node: Node, pad: int, padded_returns: bool) -> None:
     block, src = node.owner, node.source
     x, w, b = node.inputs
+    keep_view = _stays_view(node, padded_returns)   # (of the readers before the rewrite)
     out, out_t, w_t = node.output, node.output.type, w.type
 
     def const(value, type_name: str) -> Value:
@@ -134,11 +168,7 @@ def _pad_linear(graph: Graph, node: Node, pad: int, padded_returns: bool) -> Non
     sl.schema = resolve_aten("aten::slice", _SLICE)
     block.insert_after(after, sl)
     result = sl.output
-    # the graph's own return, or the tuple it returns (a Dynamo graph's outputs)
-    packed = [u for u, _ in users if u.kind == "prim::TupleConstruct" and u.output.returned()]
-    returned = out.returned() or bool(packed)
-    readers = [u for u, _ in users if u not in packed]
-    if not all(lookup(u.kind) is not None for u in readers) or (not readers or returned) and not padded_returns:
+    if not keep_view:
         fmt = graph.create("prim::Constant", [], [Type("int")], {"value": 0})     # contiguous_format
         block.insert_after(sl, fmt)
         c = graph.create("aten::contiguous", [result, fmt.output], [out_t], source=src)

@@ -118,3 +118,70 @@ def test_a_members_kernels_build_while_the_next_members_passes_run(monkeypatch):
                 torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     # the first member's passes run before any member's build; every later one finds a build started
     assert seen == [None, True, True], seen
+
+
+def _layer(x, w, W):
+    return torch.sigmoid((x @ W) * 2.0 + w).tanh()
+
+
+def four_layers(x, w1, W1, w2, W2, w3, W3, w4, W4):
+    # the same layer four times: the same backward graph
+    for w, W in ((w1, W1), (w2, W2), (w3, W3), (w4, W4)):
+        x = _layer(x, w, W)
+    return x.sum(-1)
+
+
+def test_members_with_the_same_profiled_graph_run_the_passes_once(monkeypatch):
+    """Each layer's backward graph is the same: the first runs the passes, the others copy its
+    optimized graph (``optimize_as``); each has groups and sites of its own, and gradients match
+    eager's throughout."""
+    copied = []
+    real = families.optimize_as
+    monkeypatch.setattr(families, "optimize_as", lambda sf, *a: copied.append(sf) or real(sf, *a))
+    sf = graphfuser.script(four_layers)
+
+    def args(seed):
+        g = torch.Generator().manual_seed(seed)
+        out = [torch.randn(8, 32, generator=g).requires_grad_()]
+        for _ in range(4):
+            out += [torch.randn(32, generator=g).requires_grad_(), (torch.randn(32, 32, generator=g) / 6).requires_grad_()]
+        return out
+
+    for step in range(5):
+        a = args(step)
+        for g, e in zip(_grads(sf, a), _grads(four_layers, a)):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    members = [m for m in _members(sf) if m._optimized is not None]
+    # (the last layer's incoming gradient is the sum's, expanded: a profiled graph of its own)
+    assert len(members) == 4 and len(copied) == 2, (len(members), len(copied))
+    # copies, not shared: every member's groups and sites are its own
+    groups = [gr for m in members for gr in m._sites]
+    assert len(groups) == len(set(map(id, groups)))
+    assert all(site.executor is m for m in members for site in m._sites.values())
+
+
+def test_a_partial_backward_optimizes_with_the_family(monkeypatch):
+    """A group's second output never gets a gradient: autograd runs the backward of the first
+    output alone (``DifferentiableGroup.partial``), a graph made at the first backward. It joins
+    the family of its group's full backward and optimizes in the same call as the others."""
+    def two_groups(x, W, W2):
+        h = x @ W
+        a, b = (h * 2.0).sigmoid(), (h * 3.0).tanh()
+        return ((a @ W2) * 2.0).relu().sum(-1), b
+
+    together = []
+    real = families.Family.optimize
+    monkeypatch.setattr(families.Family, "optimize", lambda self, caller: together.append(len(self.members)) or real(self, caller))
+    sf = graphfuser.script(two_groups)
+    for step in range(5):
+        g = torch.Generator().manual_seed(step)
+        args = [torch.randn(8, 16, generator=g).requires_grad_(), torch.randn(16, 16, generator=g).requires_grad_(),
+                torch.randn(16, 8, generator=g).requires_grad_()]
+        got = torch.autograd.grad(sf(*args)[0].sum(), args)
+        want = torch.autograd.grad(two_groups(*args)[0].sum(), args)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    groups = [r for r in sf._specialized()._runners.values() if isinstance(r, DifferentiableGroup)]
+    partials = [run for r in groups for entry in r._partial.values() if not isinstance(entry, str) for run in entry[1:]]
+    assert len(partials) == 1 and partials[0]._optimized is not None
+    assert together == [3]      # the two full backwards and the partial one, in one call

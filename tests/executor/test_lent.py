@@ -139,3 +139,26 @@ def test_copies_keep_values_and_strides(make):
     assert c.shape == t.shape and c.stride() == t.stride() and torch.equal(c, t)
     assert c.numel() == 0 or c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
     assert c._base is None
+
+
+@pytest.mark.parametrize("make, keeps", [
+    (lambda: torch.randn(6, 520)[:, :513], True),                # a padded GEMM's result
+    (lambda: torch.randn(4, 6).t(), True),                       # transposed
+    (lambda: torch.randn(5, 1).expand(5, 7), True),              # expanded: stays expanded
+    (lambda: torch.randn(6, 520)[:, :100], False),               # a narrow slice: compact
+    (lambda: torch.randn(0, 520)[:, :513], None),                # empty
+    (lambda: torch.randn(3), True),
+], ids=["padded", "transposed", "expanded", "narrow", "empty", "dense"])
+def test_warm_call_copies_keep_strides(make, keeps):
+    """A warm training call's outputs (``clone_broadcast``, cuda_graphs_train.py ``_Probe``) have
+    the strides a replay hands out, so a caller that guards strides (Dynamo) sees one layout."""
+    from graphfuser.executor.lent import clone_broadcast
+
+    t = make()
+    c = clone_broadcast(t)
+    assert c.shape == t.shape and torch.equal(c, t)
+    if keeps is True:
+        assert c.stride() == t.stride()
+    elif keeps is False:
+        assert c.is_contiguous()
+    assert c.numel() == 0 or c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()

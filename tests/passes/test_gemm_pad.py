@@ -127,6 +127,39 @@ def test_through_the_backend(on_cpu, eager_layout):
                     assert out.view(-1, 777).shape == (2 * seq, 777)     # what a language model's loss does
 
 
+def test_through_the_backend_every_call_has_one_layout(on_cpu):
+    # the profiling calls too return the padded view (executor/profile.py pad_returns): a caller
+    # compiled for the strides it saw (a loss function after a graph break: Dynamo guards its
+    # inputs' strides) is not compiled again once the optimized program runs
+    from graphfuser.frontend.dynamo import graphfuser_backend
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    m = Head(n=777, bias=False)
+    f = torch.compile(m, backend=graphfuser_backend)
+    compiles = []
+
+    def counting(gm, example_inputs):
+        compiles.append(gm)
+        return gm.forward
+
+    loss = torch.compile(lambda z, t: F.cross_entropy(z.view(-1, 777), t.view(-1)), backend=counting)
+    x, t = torch.randn(2, 5, 64), torch.randint(0, 777, (2, 5))
+    strides = set()
+    for grad in (False, True):
+        compiles.clear()
+        for _ in range(4):
+            with torch.set_grad_enabled(grad):
+                out = f(x)
+                got = loss(out, t)
+            strides.add(out.stride())
+            torch.testing.assert_close(got, F.cross_entropy(m(x).view(-1, 777), t.view(-1)))
+            if grad:
+                got.backward()
+        assert len(compiles) == 1      # (one per grad mode: Dynamo guards it)
+    assert strides == {(5 * 780, 780, 1)}
+
+
 def test_knob_turns_it_off(on_cpu):
     from graphfuser.config import config
 
